@@ -1,0 +1,911 @@
+//! The Docker Compose backend of the fault kit: [`ComposeCluster`] drives the five Redis
+//! masters of `compose/docker-compose.yml` (and, with [`ComposeOptions::failover`], the
+//! `redis-primary`/`redis-replica` pair) through the `docker compose` / `docker-compose` and
+//! `docker` command-line tools, and implements [`Faults`] so the same fault scenarios run on
+//! this backend and on the local-process one.
+//!
+//! Clients only ever talk to the ports published on `127.0.0.1`.
+//!
+//! How each fault maps onto Docker (measured on Docker Engine 20.10 with the userland proxy):
+//!
+//! | fault | Docker | what a client on `127.0.0.1` sees |
+//! | --- | --- | --- |
+//! | [`kill`](Faults::kill) | `docker kill -s KILL` | connections closed, new ones refused |
+//! | [`start`](Faults::start) | `docker start`, then wait for `PING` | answers again (AOF data kept) |
+//! | [`pause`](Faults::pause) | `docker pause` (cgroup freezer) | TCP connects, requests time out |
+//! | [`resume`](Faults::resume) | `docker unpause` | queued requests are answered |
+//! | [`disconnect`](Faults::disconnect) | `docker network disconnect` | the published port is unbound: open connections get EOF, new ones are refused |
+//! | [`reconnect`](Faults::reconnect) | `docker network connect --alias SERVICE` | the port is bound again and answers |
+//!
+//! Every command and every wait is bounded in time; the cluster is torn down with
+//! `down -v --remove-orphans` by [`ComposeCluster::down`] or, best-effort, on drop.
+
+use std::future::Future;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::process::Command;
+
+use super::Faults;
+
+/// The image used when neither [`ComposeOptions::image`] nor `QUORUMLOCK_REDIS_IMAGE` is set
+/// and the official image is present or can be pulled.
+pub const OFFICIAL_IMAGE: &str = "redis:7.2";
+
+/// The image `compose/build-image.sh` builds from the machine's own `redis-server` when the
+/// official image cannot be pulled.
+pub const LOCAL_IMAGE: &str = "quorumlock/redis:local";
+
+/// Bound on one `docker` / `docker compose` command (except the image build).
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
+/// Bound on selecting or building the image (may run `apt-get install redis-server`).
+const IMAGE_TIMEOUT: Duration = Duration::from_secs(900);
+/// Bound on the teardown.
+const DOWN_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Settings for [`ComposeCluster::up`].
+#[derive(Clone, Debug)]
+pub struct ComposeOptions {
+    /// Compose project name: every container, network and volume carries it
+    /// (label `com.docker.compose.project`). Lower-case letters, digits, `_` and `-`.
+    pub project: String,
+    /// Host ports are `port_base + 1 ..= port_base + 5` for `redis1..redis5`,
+    /// `port_base + 11` for `redis-primary` and `port_base + 12` for `redis-replica`,
+    /// all on `127.0.0.1`.
+    pub port_base: u16,
+    /// Also start the `failover` profile (`redis-primary` with `redis-replica`).
+    pub failover: bool,
+    /// The directory holding `docker-compose.yml`, `harness.sh` and `build-image.sh`.
+    pub compose_dir: PathBuf,
+    /// The Redis image. `None`: `QUORUMLOCK_REDIS_IMAGE`, else `compose/harness.sh image`
+    /// picks [`OFFICIAL_IMAGE`] when present or pullable and otherwise builds [`LOCAL_IMAGE`].
+    pub image: Option<String>,
+    /// Bound on waiting for a node to answer `PING` (after `up`, `start`, `reconnect`).
+    pub ready_timeout: Duration,
+}
+
+impl Default for ComposeOptions {
+    /// Project `quorumlock` (or `QUORUMLOCK_COMPOSE_PROJECT`), ports 7001–7005/7011/7012 (or
+    /// from `QUORUMLOCK_COMPOSE_PORT_BASE`), no failover profile, the crate's `compose/`.
+    fn default() -> Self {
+        let project = std::env::var("QUORUMLOCK_COMPOSE_PROJECT")
+            .ok()
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| "quorumlock".to_owned());
+        let port_base = std::env::var("QUORUMLOCK_COMPOSE_PORT_BASE")
+            .ok()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(7000);
+        ComposeOptions {
+            project,
+            port_base,
+            failover: false,
+            compose_dir: Path::new(env!("CARGO_MANIFEST_DIR")).join("compose"),
+            image: None,
+            ready_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+impl ComposeOptions {
+    /// Options for an isolated run: a unique project name starting with `prefix` and a port
+    /// base whose seven ports are currently free on `127.0.0.1`, so that concurrent runs and a
+    /// developer's own `quorumlock` project do not clash.
+    pub fn isolated(prefix: &str) -> io::Result<Self> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let project = sanitize_project(&format!("{prefix}-{}-{nanos:x}", std::process::id()));
+        let port_base = free_port_base(std::process::id() ^ nanos)?;
+        Ok(ComposeOptions {
+            project,
+            port_base,
+            ..ComposeOptions::default()
+        })
+    }
+
+    /// Turns the `failover` profile on or off.
+    pub fn failover(mut self, on: bool) -> Self {
+        self.failover = on;
+        self
+    }
+
+    fn port(&self, offset: u16) -> u16 {
+        self.port_base + offset
+    }
+
+    /// The environment the compose file reads.
+    fn env(&self, image: &str) -> Vec<(String, String)> {
+        let mut env = vec![("QUORUMLOCK_REDIS_IMAGE".to_owned(), image.to_owned())];
+        for i in 1..=5u16 {
+            env.push((
+                format!("QUORUMLOCK_REDIS{i}_PORT"),
+                self.port(i).to_string(),
+            ));
+        }
+        env.push((
+            "QUORUMLOCK_PRIMARY_PORT".to_owned(),
+            self.port(11).to_string(),
+        ));
+        env.push((
+            "QUORUMLOCK_REPLICA_PORT".to_owned(),
+            self.port(12).to_string(),
+        ));
+        env.push((
+            "QUORUMLOCK_COMPOSE_PROJECT".to_owned(),
+            self.project.clone(),
+        ));
+        env.push((
+            "QUORUMLOCK_COMPOSE_PORT_BASE".to_owned(),
+            self.port_base.to_string(),
+        ));
+        env
+    }
+}
+
+/// One container of a [`ComposeCluster`], for the fault operations that are not part of
+/// [`Faults`] (those address only the five Redlock nodes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ComposeService {
+    /// `redis1..redis5`, numbered from 0 as in [`Faults`].
+    Node(usize),
+    /// `redis-primary` (profile `failover`).
+    Primary,
+    /// `redis-replica` (profile `failover`).
+    Replica,
+}
+
+#[derive(Clone, Debug)]
+struct Container {
+    service: String,
+    id: String,
+    port: u16,
+    network: String,
+}
+
+/// A Docker Compose project of five independent Redis masters (plus, optionally, a
+/// master/replica pair) driven through the `docker` CLI. See the [module docs](self).
+#[derive(Debug)]
+pub struct ComposeCluster {
+    options: ComposeOptions,
+    compose: Vec<String>,
+    image: String,
+    nodes: Vec<Container>,
+    primary: Option<Container>,
+    replica: Option<Container>,
+    torn_down: AtomicBool,
+}
+
+impl ComposeCluster {
+    /// Whether a Docker engine answers `docker info` within a few seconds. (A compose tool is
+    /// looked for by [`up`](Self::up), which fails with a clear error when there is none.)
+    pub fn engine_available() -> bool {
+        let child = std::process::Command::new("docker")
+            .arg("info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        match child {
+            Ok(child) => wait_std(child, Duration::from_secs(8)).is_some_and(|s| s.success()),
+            Err(_) => false,
+        }
+    }
+
+    /// Selects (or builds) the image, runs `compose up -d`, finds the containers and waits
+    /// until every node answers `PING` on its published `127.0.0.1` port. On failure the
+    /// project is torn down again.
+    pub async fn up(options: ComposeOptions) -> io::Result<Self> {
+        let compose = compose_command().await?;
+        let image = match options.image.clone().or_else(|| {
+            std::env::var("QUORUMLOCK_REDIS_IMAGE")
+                .ok()
+                .filter(|s| !s.is_empty())
+        }) {
+            Some(image) => image,
+            None => select_image(&options).await?,
+        };
+        let mut cluster = ComposeCluster {
+            options,
+            compose,
+            image,
+            nodes: Vec::new(),
+            primary: None,
+            replica: None,
+            torn_down: AtomicBool::new(false),
+        };
+        // On any error below, `cluster` is dropped and Drop tears the project down.
+        let mut args = cluster.compose_args();
+        if cluster.options.failover {
+            args.extend(["--profile".to_owned(), "failover".to_owned()]);
+        }
+        args.extend(["up".to_owned(), "-d".to_owned()]);
+        cluster.run_compose(&args, COMMAND_TIMEOUT).await?;
+
+        for i in 0..5 {
+            let c = cluster
+                .find_container(&format!("redis{}", i + 1), 1 + i as u16)
+                .await?;
+            cluster.nodes.push(c);
+        }
+        if cluster.options.failover {
+            cluster.primary = Some(cluster.find_container("redis-primary", 11).await?);
+            cluster.replica = Some(cluster.find_container("redis-replica", 12).await?);
+        }
+        let deadline = Instant::now() + cluster.options.ready_timeout;
+        let all: Vec<Container> = cluster
+            .nodes
+            .iter()
+            .chain(cluster.primary.iter())
+            .chain(cluster.replica.iter())
+            .cloned()
+            .collect();
+        for c in &all {
+            wait_ping(c, deadline).await?;
+        }
+        if let Some(replica) = &cluster.replica {
+            wait_replica_link(replica, deadline).await?;
+        }
+        Ok(cluster)
+    }
+
+    /// The options this cluster was brought up with.
+    pub fn options(&self) -> &ComposeOptions {
+        &self.options
+    }
+
+    /// The compose project name.
+    pub fn project(&self) -> &str {
+        &self.options.project
+    }
+
+    /// The image the containers run.
+    pub fn image(&self) -> &str {
+        &self.image
+    }
+
+    /// `redis://127.0.0.1:PORT` of `redis-primary` (profile `failover`).
+    pub fn primary_url(&self) -> Option<String> {
+        self.primary.as_ref().map(|c| url(c.port))
+    }
+
+    /// `redis://127.0.0.1:PORT` of `redis-replica` (profile `failover`).
+    pub fn replica_url(&self) -> Option<String> {
+        self.replica.as_ref().map(|c| url(c.port))
+    }
+
+    /// The URL of any container of the cluster.
+    pub fn url_of(&self, service: ComposeService) -> io::Result<String> {
+        Ok(url(self.container(service)?.port))
+    }
+
+    /// The Docker container id of any container of the cluster.
+    pub fn container_id(&self, service: ComposeService) -> io::Result<String> {
+        Ok(self.container(service)?.id.clone())
+    }
+
+    /// Promotes `redis-replica` to a master (`REPLICAOF NO ONE`, run inside the container
+    /// with `docker exec … redis-cli`): it stops replicating and accepts writes.
+    pub async fn promote_replica(&self) -> io::Result<()> {
+        let c = self.container(ComposeService::Replica)?;
+        let out = run(
+            "docker",
+            &[
+                "exec",
+                &c.id,
+                "redis-cli",
+                "-p",
+                "6379",
+                "REPLICAOF",
+                "NO",
+                "ONE",
+            ],
+            &[],
+            COMMAND_TIMEOUT,
+        )
+        .await?;
+        if out.trim() != "OK" {
+            return Err(io::Error::other(format!(
+                "REPLICAOF NO ONE answered {:?}",
+                out.trim()
+            )));
+        }
+        Ok(())
+    }
+
+    /// `docker kill -s KILL` on any container of the cluster.
+    pub async fn kill_service(&self, service: ComposeService) -> io::Result<()> {
+        let c = self.container(service)?;
+        docker(&["kill", "-s", "KILL", &c.id]).await
+    }
+
+    /// `docker start` on any container of the cluster, then waits (bounded by
+    /// [`ComposeOptions::ready_timeout`]) until it answers `PING` on its published port.
+    pub async fn start_service(&self, service: ComposeService) -> io::Result<()> {
+        let c = self.container(service)?;
+        docker(&["start", &c.id]).await?;
+        wait_ping(c, Instant::now() + self.options.ready_timeout).await
+    }
+
+    /// `docker pause` on any container of the cluster.
+    pub async fn pause_service(&self, service: ComposeService) -> io::Result<()> {
+        docker(&["pause", &self.container(service)?.id]).await
+    }
+
+    /// `docker unpause` on any container of the cluster.
+    pub async fn resume_service(&self, service: ComposeService) -> io::Result<()> {
+        docker(&["unpause", &self.container(service)?.id]).await
+    }
+
+    /// `docker network disconnect` of any container of the cluster from the project network:
+    /// Docker unbinds its published port, so open client connections are closed and new
+    /// ones refused; a replica also loses its link to the primary.
+    pub async fn disconnect_service(&self, service: ComposeService) -> io::Result<()> {
+        let c = self.container(service)?;
+        docker(&["network", "disconnect", &c.network, &c.id]).await
+    }
+
+    /// `docker network connect` (with the service name as DNS alias, so that replication by
+    /// name keeps working) and waits until the node answers `PING` on its published port.
+    pub async fn reconnect_service(&self, service: ComposeService) -> io::Result<()> {
+        let c = self.container(service)?;
+        docker(&[
+            "network", "connect", "--alias", &c.service, &c.network, &c.id,
+        ])
+        .await?;
+        wait_ping(c, Instant::now() + self.options.ready_timeout).await
+    }
+
+    /// Tears the project down: unpauses what is paused, then `compose down -v
+    /// --remove-orphans`, then force-removes whatever still carries the project label
+    /// (containers, networks, volumes). Bounded in time.
+    pub async fn down(self) -> io::Result<()> {
+        self.torn_down.store(true, Ordering::SeqCst);
+        let project = self.options.project.clone();
+        for c in self.all_containers() {
+            let _ = run("docker", &["unpause", &c.id], &[], Duration::from_secs(20)).await;
+        }
+        let mut args = self.compose_args();
+        args.extend(down_args());
+        let first = self.run_compose(&args, DOWN_TIMEOUT).await;
+        // Whatever compose left behind (e.g. after a timeout) is removed by label.
+        let label = format!("label=com.docker.compose.project={project}");
+        let leftovers = run(
+            "docker",
+            &["ps", "-aq", "--filter", &label],
+            &[],
+            COMMAND_TIMEOUT,
+        )
+        .await?;
+        for id in leftovers.split_whitespace() {
+            docker(&["rm", "-f", "-v", id]).await?;
+        }
+        let nets = run(
+            "docker",
+            &["network", "ls", "-q", "--filter", &label],
+            &[],
+            COMMAND_TIMEOUT,
+        )
+        .await?;
+        for id in nets.split_whitespace() {
+            docker(&["network", "rm", id]).await?;
+        }
+        let vols = run(
+            "docker",
+            &["volume", "ls", "-q", "--filter", &label],
+            &[],
+            COMMAND_TIMEOUT,
+        )
+        .await?;
+        for id in vols.split_whitespace() {
+            docker(&["volume", "rm", "-f", id]).await?;
+        }
+        first.map(|_| ())
+    }
+
+    fn all_containers(&self) -> Vec<&Container> {
+        self.nodes
+            .iter()
+            .chain(self.primary.iter())
+            .chain(self.replica.iter())
+            .collect()
+    }
+
+    fn container(&self, service: ComposeService) -> io::Result<&Container> {
+        let found = match service {
+            ComposeService::Node(i) => self.nodes.get(i),
+            ComposeService::Primary => self.primary.as_ref(),
+            ComposeService::Replica => self.replica.as_ref(),
+        };
+        found.ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{service:?} is not part of compose project {} (failover profile: {})",
+                    self.options.project, self.options.failover
+                ),
+            )
+        })
+    }
+
+    /// `[compose…, -p, project, -f, file, --project-directory, dir]`
+    fn compose_args(&self) -> Vec<String> {
+        let dir = &self.options.compose_dir;
+        let mut args: Vec<String> = self.compose[1..].to_vec();
+        args.extend([
+            "-p".to_owned(),
+            self.options.project.clone(),
+            "-f".to_owned(),
+            dir.join("docker-compose.yml")
+                .to_string_lossy()
+                .into_owned(),
+            "--project-directory".to_owned(),
+            dir.to_string_lossy().into_owned(),
+        ]);
+        args
+    }
+
+    async fn run_compose(&self, args: &[String], limit: Duration) -> io::Result<String> {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let env = self.options.env(&self.image);
+        run(&self.compose[0], &args, &env, limit).await
+    }
+
+    async fn find_container(&self, service: &str, port_offset: u16) -> io::Result<Container> {
+        let mut args = self.compose_args();
+        if self.options.failover {
+            args.extend(["--profile".to_owned(), "failover".to_owned()]);
+        }
+        args.extend(["ps".to_owned(), "-q".to_owned(), service.to_owned()]);
+        let out = self.run_compose(&args, COMMAND_TIMEOUT).await?;
+        let id = out
+            .split_whitespace()
+            .next()
+            .ok_or_else(|| io::Error::other(format!("compose has no container for {service}")))?
+            .to_owned();
+        let nets = run(
+            "docker",
+            &[
+                "inspect",
+                "-f",
+                "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}",
+                &id,
+            ],
+            &[],
+            COMMAND_TIMEOUT,
+        )
+        .await?;
+        let network = nets
+            .split_whitespace()
+            .next()
+            .ok_or_else(|| io::Error::other(format!("container {id} ({service}) has no network")))?
+            .to_owned();
+        Ok(Container {
+            service: service.to_owned(),
+            id,
+            port: self.options.port(port_offset),
+            network,
+        })
+    }
+}
+
+impl Faults for ComposeCluster {
+    fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(|c| url(c.port)).collect()
+    }
+
+    fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    fn kill(&self, node: usize) -> impl Future<Output = io::Result<()>> + Send {
+        self.kill_service(ComposeService::Node(node))
+    }
+
+    fn start(&self, node: usize) -> impl Future<Output = io::Result<()>> + Send {
+        self.start_service(ComposeService::Node(node))
+    }
+
+    async fn restart(&self, node: usize, delay: Duration) -> io::Result<()> {
+        self.kill_service(ComposeService::Node(node)).await?;
+        tokio::time::sleep(delay).await;
+        self.start_service(ComposeService::Node(node)).await
+    }
+
+    fn pause(&self, node: usize) -> impl Future<Output = io::Result<()>> + Send {
+        self.pause_service(ComposeService::Node(node))
+    }
+
+    fn resume(&self, node: usize) -> impl Future<Output = io::Result<()>> + Send {
+        self.resume_service(ComposeService::Node(node))
+    }
+
+    fn disconnect(&self, node: usize) -> impl Future<Output = io::Result<()>> + Send {
+        self.disconnect_service(ComposeService::Node(node))
+    }
+
+    fn reconnect(&self, node: usize) -> impl Future<Output = io::Result<()>> + Send {
+        self.reconnect_service(ComposeService::Node(node))
+    }
+}
+
+impl Drop for ComposeCluster {
+    /// Best-effort, bounded teardown when [`ComposeCluster::down`] was not called.
+    fn drop(&mut self) {
+        if self.torn_down.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        for c in self.all_containers() {
+            let _ = run_std("docker", &["unpause", &c.id], &[], Duration::from_secs(20));
+        }
+        let mut args = self.compose_args();
+        args.extend(down_args());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let env = self.options.env(&self.image);
+        if run_std(&self.compose[0], &args, &env, DOWN_TIMEOUT).is_err() {
+            let label = format!("label=com.docker.compose.project={}", self.options.project);
+            if let Ok(ids) = run_std(
+                "docker",
+                &["ps", "-aq", "--filter", &label],
+                &[],
+                COMMAND_TIMEOUT,
+            ) {
+                for id in ids.split_whitespace() {
+                    let _ = run_std("docker", &["rm", "-f", "-v", id], &[], COMMAND_TIMEOUT);
+                }
+            }
+        }
+    }
+}
+
+fn down_args() -> Vec<String> {
+    [
+        "--profile",
+        "failover",
+        "--profile",
+        "promote",
+        "down",
+        "-v",
+        "--remove-orphans",
+        "-t",
+        "2",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+fn url(port: u16) -> String {
+    format!("redis://127.0.0.1:{port}")
+}
+
+/// Compose project names: lower-case letters, digits, `_` and `-`, starting with a letter or
+/// digit (what both compose implementations accept unchanged).
+fn sanitize_project(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .map(|c| c.to_ascii_lowercase())
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let s = s.trim_start_matches(['-', '_']).to_owned();
+    if s.is_empty() {
+        "quorumlock".to_owned()
+    } else {
+        s
+    }
+}
+
+/// A port base in 20000..60000 whose ports +1..=+5, +11, +12 bind on 127.0.0.1 right now.
+fn free_port_base(seed: u32) -> io::Result<u16> {
+    let slots = 400u32; // bases 20000, 20100, …, 59900
+    for k in 0..slots {
+        let base = 20000 + ((seed.wrapping_add(k.wrapping_mul(7919))) % slots) * 100;
+        let base = base as u16;
+        let free = [1u16, 2, 3, 4, 5, 11, 12]
+            .iter()
+            .all(|o| std::net::TcpListener::bind(("127.0.0.1", base + o)).is_ok());
+        if free {
+            return Ok(base);
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AddrInUse,
+        "no free port base on 127.0.0.1 in 20000..60000",
+    ))
+}
+
+/// `docker compose` when the v2 plugin works, else `docker-compose`; `QUORUMLOCK_COMPOSE_CMD`
+/// overrides (split on whitespace).
+async fn compose_command() -> io::Result<Vec<String>> {
+    if let Ok(cmd) = std::env::var("QUORUMLOCK_COMPOSE_CMD") {
+        let parts: Vec<String> = cmd.split_whitespace().map(str::to_owned).collect();
+        if !parts.is_empty() {
+            return Ok(parts);
+        }
+    }
+    let limit = Duration::from_secs(20);
+    if run("docker", &["compose", "version"], &[], limit)
+        .await
+        .is_ok()
+    {
+        return Ok(vec!["docker".to_owned(), "compose".to_owned()]);
+    }
+    if run("docker-compose", &["version"], &[], limit)
+        .await
+        .is_ok()
+    {
+        return Ok(vec!["docker-compose".to_owned()]);
+    }
+    Err(io::Error::new(
+        io::ErrorKind::NotFound,
+        "neither `docker compose` nor `docker-compose` works (install the Compose plugin)",
+    ))
+}
+
+/// Runs `compose/harness.sh image`, which picks the official image or builds the local one,
+/// and returns the last line it prints.
+async fn select_image(options: &ComposeOptions) -> io::Result<String> {
+    let script = options.compose_dir.join("harness.sh");
+    let script = script.to_string_lossy().into_owned();
+    let out = run("bash", &[&script, "image"], &options.env(""), IMAGE_TIMEOUT)
+        .await
+        .map_err(|e| {
+            io::Error::new(e.kind(), format!("selecting/building the Redis image: {e}"))
+        })?;
+    out.lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty())
+        .map(str::to_owned)
+        .ok_or_else(|| io::Error::other("harness.sh image printed no image"))
+}
+
+async fn docker(args: &[&str]) -> io::Result<()> {
+    run("docker", args, &[], COMMAND_TIMEOUT).await.map(|_| ())
+}
+
+fn describe(program: &str, args: &[&str]) -> String {
+    let mut s = program.to_owned();
+    for a in args {
+        s.push(' ');
+        s.push_str(a);
+    }
+    s
+}
+
+/// Runs a command with a time bound (the child is killed on timeout) and returns its stdout;
+/// a non-zero exit becomes an error carrying stderr. An empty value in `env` removes the
+/// variable (so an unset image falls back to the script's own choice).
+async fn run(
+    program: &str,
+    args: &[&str],
+    env: &[(String, String)],
+    limit: Duration,
+) -> io::Result<String> {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd.kill_on_drop(true);
+    for (k, v) in env {
+        if v.is_empty() {
+            cmd.env_remove(k);
+        } else {
+            cmd.env(k, v);
+        }
+    }
+    let child = cmd
+        .spawn()
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", describe(program, args))))?;
+    let output = tokio::time::timeout(limit, child.wait_with_output())
+        .await
+        .map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("{} timed out after {limit:?}", describe(program, args)),
+            )
+        })??;
+    if !output.status.success() {
+        return Err(io::Error::other(format!(
+            "{} failed ({}): {}",
+            describe(program, args),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// Blocking variant of [`run`] for `Drop` (no async runtime needed); output is discarded
+/// except stdout, which is read after exit (it is small for the commands used here).
+fn run_std(
+    program: &str,
+    args: &[&str],
+    env: &[(String, String)],
+    limit: Duration,
+) -> io::Result<String> {
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    for (k, v) in env {
+        if v.is_empty() {
+            cmd.env_remove(k);
+        } else {
+            cmd.env(k, v);
+        }
+    }
+    let mut child = cmd.spawn()?;
+    let mut stdout = child.stdout.take();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(out) = stdout.as_mut() {
+            let _ = std::io::Read::read_to_string(out, &mut s);
+        }
+        s
+    });
+    match wait_std(child, limit) {
+        Some(status) if status.success() => Ok(reader.join().unwrap_or_default()),
+        Some(status) => Err(io::Error::other(format!(
+            "{} failed ({status})",
+            describe(program, args)
+        ))),
+        None => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("{} timed out", describe(program, args)),
+        )),
+    }
+}
+
+/// Waits for a child at most `limit`; kills and reaps it on timeout (returns `None`).
+fn wait_std(mut child: std::process::Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+}
+
+/// Sends one command (RESP array) to `127.0.0.1:port` and reads one reply, as text. Bounded by
+/// `limit`. Only what the readiness checks need: simple strings, errors, bulk strings.
+async fn command(port: u16, args: &[&str], limit: Duration) -> io::Result<String> {
+    let exchange = async {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).await?;
+        let mut req = format!("*{}\r\n", args.len());
+        for a in args {
+            req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        stream.write_all(req.as_bytes()).await?;
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = stream.read(&mut chunk).await?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "connection closed",
+                ));
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            if let Some(reply) = parse_reply(&buf)? {
+                return Ok(reply);
+            }
+        }
+    };
+    tokio::time::timeout(limit, exchange).await.map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("127.0.0.1:{port}: no reply within {limit:?}"),
+        )
+    })?
+}
+
+/// `Some(text)` once `buf` holds a whole reply; errors (`-ERR …`) become `Err`.
+fn parse_reply(buf: &[u8]) -> io::Result<Option<String>> {
+    let Some(eol) = buf.windows(2).position(|w| w == b"\r\n") else {
+        return Ok(None);
+    };
+    let line = String::from_utf8_lossy(&buf[1..eol]).into_owned();
+    match buf.first() {
+        Some(b'+') | Some(b':') => Ok(Some(line)),
+        Some(b'-') => Err(io::Error::other(line)),
+        Some(b'$') => {
+            let len: i64 = line
+                .parse()
+                .map_err(|_| io::Error::other("bad bulk length"))?;
+            if len < 0 {
+                return Ok(Some(String::new()));
+            }
+            let start = eol + 2;
+            let end = start + len as usize;
+            if buf.len() < end + 2 {
+                return Ok(None);
+            }
+            Ok(Some(String::from_utf8_lossy(&buf[start..end]).into_owned()))
+        }
+        _ => Err(io::Error::other("unexpected reply type")),
+    }
+}
+
+/// Polls `PING` on the container's published port until `+PONG` or the deadline.
+async fn wait_ping(c: &Container, deadline: Instant) -> io::Result<()> {
+    loop {
+        let last = match command(c.port, &["PING"], Duration::from_secs(2)).await {
+            Ok(reply) if reply == "PONG" => return Ok(()),
+            Ok(reply) => reply,
+            Err(e) => e.to_string(),
+        };
+        if Instant::now() >= deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "{} (127.0.0.1:{}) not answering PING: {last}",
+                    c.service, c.port
+                ),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Polls `INFO replication` on the replica until `master_link_status:up`.
+async fn wait_replica_link(c: &Container, deadline: Instant) -> io::Result<()> {
+    loop {
+        if let Ok(info) = command(c.port, &["INFO", "replication"], Duration::from_secs(2)).await
+            && info.lines().any(|l| l.trim() == "master_link_status:up")
+        {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("{}: replication link not up", c.service),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn project_names_are_sanitized() {
+        assert_eq!(sanitize_project("QL Compose.Test"), "ql-compose-test");
+        assert_eq!(sanitize_project("--x"), "x");
+        assert_eq!(sanitize_project("!!"), "quorumlock");
+    }
+
+    #[test]
+    fn replies_parse() {
+        assert_eq!(parse_reply(b"+PONG\r\n").unwrap().as_deref(), Some("PONG"));
+        assert_eq!(
+            parse_reply(b"$3\r\nabc\r\n").unwrap().as_deref(),
+            Some("abc")
+        );
+        assert_eq!(parse_reply(b"$3\r\nab").unwrap(), None);
+        assert_eq!(parse_reply(b"$-1\r\n").unwrap().as_deref(), Some(""));
+        assert!(parse_reply(b"-LOADING x\r\n").is_err());
+        assert_eq!(parse_reply(b"+PO").unwrap(), None);
+    }
+}

@@ -1,0 +1,309 @@
+//! The Docker Compose harness (`compose/`), driven through `testkit::compose::ComposeCluster`:
+//! bring up the five masters and the failover pair, check the deployment contract, inject each
+//! fault and watch its effect through the ports published on 127.0.0.1, tear down and check
+//! that nothing of the project is left.
+//!
+//! Skipped (with one line on stderr) when no Docker engine answers.
+#![cfg(feature = "testkit")]
+
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use quorumlock::testkit::Faults;
+use quorumlock::testkit::compose::{ComposeCluster, ComposeOptions, ComposeService};
+use redis::aio::MultiplexedConnection;
+
+/// Bound on one client request (connect + command) in these checks.
+const REQUEST: Duration = Duration::from_secs(2);
+
+async fn connect(url: &str) -> redis::RedisResult<MultiplexedConnection> {
+    let client = redis::Client::open(url)?;
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(REQUEST))
+        .set_response_timeout(Some(REQUEST));
+    match tokio::time::timeout(
+        REQUEST,
+        client.get_multiplexed_async_connection_with_config(&config),
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(_) => {
+            Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out").into())
+        }
+    }
+}
+
+/// One `PING` on a fresh connection, bounded by [`REQUEST`].
+async fn answers(url: &str) -> bool {
+    let attempt = async {
+        let mut con = connect(url).await?;
+        redis::cmd("PING").query_async::<String>(&mut con).await
+    };
+    matches!(tokio::time::timeout(REQUEST, attempt).await, Ok(Ok(ref s)) if s == "PONG")
+}
+
+/// Polls [`answers`] until it equals `want`, at most `limit`.
+async fn until_answers(url: &str, want: bool, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if answers(url).await == want {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn config_get(con: &mut MultiplexedConnection, key: &str) -> String {
+    let pair: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg(key)
+        .query_async(con)
+        .await
+        .unwrap();
+    assert_eq!(pair.len(), 2, "CONFIG GET {key}: {pair:?}");
+    pair[1].clone()
+}
+
+fn docker_lines(args: &[&str]) -> Vec<String> {
+    let out = std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker runs");
+    assert!(
+        out.status.success(),
+        "docker {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compose_harness_faults_and_failover() {
+    if !ComposeCluster::engine_available() {
+        // Written to the real stderr (not the captured test output) so it shows in a normal run.
+        let _ = writeln!(
+            std::io::stderr(),
+            "docker engine not available: skipping compose scenarios"
+        );
+        return;
+    }
+    let started = Instant::now();
+    let options = ComposeOptions::isolated("qltest")
+        .expect("free ports")
+        .failover(true);
+    let project = options.project.clone();
+    let cluster = ComposeCluster::up(options).await.expect("compose up");
+    eprintln!(
+        "compose project {project} up in {:?} with image {}: {:?}",
+        started.elapsed(),
+        cluster.image(),
+        cluster.urls()
+    );
+    assert_eq!(cluster.len(), 5);
+    let urls = cluster.urls();
+
+    // Deployment contract on every node, through the published 127.0.0.1 ports.
+    for url in &urls {
+        assert!(url.starts_with("redis://127.0.0.1:"), "{url}");
+        let mut con = connect(url).await.unwrap_or_else(|e| panic!("{url}: {e}"));
+        let pong: String = redis::cmd("PING").query_async(&mut con).await.unwrap();
+        assert_eq!(pong, "PONG");
+        assert_eq!(
+            config_get(&mut con, "maxmemory-policy").await,
+            "noeviction",
+            "{url}"
+        );
+        assert_eq!(config_get(&mut con, "appendonly").await, "yes", "{url}");
+        assert_eq!(config_get(&mut con, "appendfsync").await, "always", "{url}");
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert!(
+            info.contains("role:master"),
+            "{url} is not an independent master: {info}"
+        );
+    }
+
+    // kill → the port stops answering; start → answers, and the AOF (fsync always) kept the key.
+    {
+        let mut con = connect(&urls[0]).await.unwrap();
+        let _: () = redis::cmd("SET")
+            .arg("ql:compose:persist")
+            .arg("1")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        cluster.kill(0).await.expect("kill");
+        assert!(
+            until_answers(&urls[0], false, Duration::from_secs(10)).await,
+            "killed node still answers"
+        );
+        cluster.start(0).await.expect("start");
+        assert!(answers(&urls[0]).await, "started node does not answer");
+        let mut con = connect(&urls[0]).await.unwrap();
+        let v: Option<String> = redis::cmd("GET")
+            .arg("ql:compose:persist")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(
+            v.as_deref(),
+            Some("1"),
+            "appendfsync always must keep an acknowledged write across SIGKILL"
+        );
+    }
+
+    // pause → an open connection's request times out (and so does a new one); resume → answers.
+    {
+        let mut con = connect(&urls[1]).await.unwrap();
+        cluster.pause(1).await.expect("pause");
+        let r = tokio::time::timeout(
+            Duration::from_millis(1500),
+            redis::cmd("PING").query_async::<String>(&mut con),
+        )
+        .await;
+        assert!(!matches!(r, Ok(Ok(_))), "paused node answered: {r:?}");
+        assert!(
+            !answers(&urls[1]).await,
+            "paused node answered a new connection"
+        );
+        cluster.resume(1).await.expect("resume");
+        assert!(
+            until_answers(&urls[1], true, Duration::from_secs(10)).await,
+            "resumed node does not answer"
+        );
+    }
+
+    // disconnect → no answer (Docker unbinds the published port); reconnect → answers.
+    {
+        let mut con = connect(&urls[2]).await.unwrap();
+        cluster.disconnect(2).await.expect("disconnect");
+        let r =
+            tokio::time::timeout(REQUEST, redis::cmd("PING").query_async::<String>(&mut con)).await;
+        assert!(
+            !matches!(r, Ok(Ok(_))),
+            "disconnected node answered on an open connection: {r:?}"
+        );
+        assert!(
+            !answers(&urls[2]).await,
+            "disconnected node answered a new connection"
+        );
+        cluster.reconnect(2).await.expect("reconnect");
+        assert!(answers(&urls[2]).await, "reconnected node does not answer");
+    }
+
+    // restart with a delay: down during the delay, up afterwards.
+    {
+        let t = Instant::now();
+        let restart = cluster.restart(3, Duration::from_millis(1500));
+        let probe = async {
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            answers(&urls[3]).await
+        };
+        let (r, answered_mid_restart) = tokio::join!(restart, probe);
+        r.expect("restart");
+        assert!(
+            !answered_mid_restart,
+            "node answered during its restart delay"
+        );
+        assert!(t.elapsed() >= Duration::from_millis(1500));
+        assert!(answers(&urls[3]).await, "restarted node does not answer");
+    }
+
+    // The other nodes were never affected.
+    for url in &urls {
+        assert!(answers(url).await, "{url} does not answer after the faults");
+    }
+
+    // Failover profile: replication, then promotion.
+    {
+        let primary = cluster.primary_url().expect("failover profile is up");
+        let replica = cluster.replica_url().expect("failover profile is up");
+        assert_eq!(cluster.url_of(ComposeService::Primary).unwrap(), primary);
+        let mut p = connect(&primary).await.unwrap();
+        let mut r = connect(&replica).await.unwrap();
+        let _: () = redis::cmd("SET")
+            .arg("ql:compose:repl")
+            .arg("v1")
+            .query_async(&mut p)
+            .await
+            .unwrap();
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(5000)
+            .query_async(&mut p)
+            .await
+            .unwrap();
+        assert_eq!(acked, 1, "the replica did not acknowledge the write");
+        let v: Option<String> = redis::cmd("GET")
+            .arg("ql:compose:repl")
+            .query_async(&mut r)
+            .await
+            .unwrap();
+        assert_eq!(v.as_deref(), Some("v1"));
+        let denied = redis::cmd("SET")
+            .arg("ql:compose:x")
+            .arg("1")
+            .query_async::<()>(&mut r)
+            .await;
+        assert!(
+            denied.is_err(),
+            "a replica accepted a write before promotion"
+        );
+
+        cluster
+            .kill_service(ComposeService::Primary)
+            .await
+            .expect("kill primary");
+        cluster.promote_replica().await.expect("promote");
+        let mut r = connect(&replica).await.unwrap();
+        let _: () = redis::cmd("SET")
+            .arg("ql:compose:x")
+            .arg("2")
+            .query_async(&mut r)
+            .await
+            .unwrap();
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut r)
+            .await
+            .unwrap();
+        assert!(
+            info.contains("role:master"),
+            "promoted replica is not a master: {info}"
+        );
+    }
+
+    // Tear down; nothing of the project may remain.
+    cluster.down().await.expect("compose down");
+    let label = format!("label=com.docker.compose.project={project}");
+    assert_eq!(
+        docker_lines(&["ps", "-aq", "--filter", &label]),
+        Vec::<String>::new(),
+        "containers left"
+    );
+    assert_eq!(
+        docker_lines(&["network", "ls", "-q", "--filter", &label]),
+        Vec::<String>::new(),
+        "networks left"
+    );
+    assert_eq!(
+        docker_lines(&["volume", "ls", "-q", "--filter", &label]),
+        Vec::<String>::new(),
+        "volumes left"
+    );
+    for url in &urls {
+        assert!(!answers(url).await, "{url} still answers after down");
+    }
+    eprintln!("compose scenarios done in {:?}", started.elapsed());
+}
