@@ -96,6 +96,13 @@ async fn compose_harness_faults_and_failover() {
         return;
     }
     let started = Instant::now();
+    // Projects of earlier runs that were killed before their teardown.
+    let stale = ComposeCluster::remove_stale("qltest")
+        .await
+        .expect("remove stale projects");
+    if !stale.is_empty() {
+        eprintln!("removed stale compose projects: {stale:?}");
+    }
     let options = ComposeOptions::isolated("qltest")
         .expect("free ports")
         .failover(true);

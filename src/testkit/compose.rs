@@ -183,6 +183,43 @@ pub struct ComposeCluster {
 }
 
 impl ComposeCluster {
+    /// Removes the containers, networks and volumes of projects left behind by earlier runs
+    /// that were killed before they could tear down: projects named by
+    /// [`ComposeOptions::isolated`] with this `prefix` whose process no longer exists.
+    /// Returns the project names removed. Best-effort and bounded in time.
+    pub async fn remove_stale(prefix: &str) -> io::Result<Vec<String>> {
+        let prefix = format!("{}-", sanitize_project(prefix));
+        let mut projects = Vec::new();
+        for kind in [
+            &["ps", "-a"][..],
+            &["network", "ls"][..],
+            &["volume", "ls"][..],
+        ] {
+            let mut args = kind.to_vec();
+            args.extend(["--filter", "label=com.docker.compose.project"]);
+            args.extend(["--format", "{{.Label \"com.docker.compose.project\"}}"]);
+            let out = run("docker", &args, &[], COMMAND_TIMEOUT).await?;
+            for name in out.split_whitespace() {
+                let Some(pid) = name.strip_prefix(&prefix).and_then(|r| r.split('-').next()) else {
+                    continue;
+                };
+                let alive = pid
+                    .parse::<u32>()
+                    .map(|pid| {
+                        pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists()
+                    })
+                    .unwrap_or(true);
+                if !alive && !projects.iter().any(|p| p == name) {
+                    projects.push(name.to_owned());
+                }
+            }
+        }
+        for project in &projects {
+            remove_by_label(project).await?;
+        }
+        Ok(projects)
+    }
+
     /// Whether a Docker engine answers `docker info` within a few seconds. (A compose tool is
     /// looked for by [`up`](Self::up), which fails with a clear error when there is none.)
     pub fn engine_available() -> bool {
@@ -375,37 +412,7 @@ impl ComposeCluster {
         args.extend(down_args());
         let first = self.run_compose(&args, DOWN_TIMEOUT).await;
         // Whatever compose left behind (e.g. after a timeout) is removed by label.
-        let label = format!("label=com.docker.compose.project={project}");
-        let leftovers = run(
-            "docker",
-            &["ps", "-aq", "--filter", &label],
-            &[],
-            COMMAND_TIMEOUT,
-        )
-        .await?;
-        for id in leftovers.split_whitespace() {
-            docker(&["rm", "-f", "-v", id]).await?;
-        }
-        let nets = run(
-            "docker",
-            &["network", "ls", "-q", "--filter", &label],
-            &[],
-            COMMAND_TIMEOUT,
-        )
-        .await?;
-        for id in nets.split_whitespace() {
-            docker(&["network", "rm", id]).await?;
-        }
-        let vols = run(
-            "docker",
-            &["volume", "ls", "-q", "--filter", &label],
-            &[],
-            COMMAND_TIMEOUT,
-        )
-        .await?;
-        for id in vols.split_whitespace() {
-            docker(&["volume", "rm", "-f", id]).await?;
-        }
+        remove_by_label(&project).await?;
         first.map(|_| ())
     }
 
@@ -562,6 +569,42 @@ impl Drop for ComposeCluster {
             }
         }
     }
+}
+
+/// Force-removes every container, network and volume labelled with `project`.
+async fn remove_by_label(project: &str) -> io::Result<()> {
+    let label = format!("label=com.docker.compose.project={project}");
+    let ids = run(
+        "docker",
+        &["ps", "-aq", "--filter", &label],
+        &[],
+        COMMAND_TIMEOUT,
+    )
+    .await?;
+    for id in ids.split_whitespace() {
+        docker(&["rm", "-f", "-v", id]).await?;
+    }
+    let nets = run(
+        "docker",
+        &["network", "ls", "-q", "--filter", &label],
+        &[],
+        COMMAND_TIMEOUT,
+    )
+    .await?;
+    for id in nets.split_whitespace() {
+        docker(&["network", "rm", id]).await?;
+    }
+    let vols = run(
+        "docker",
+        &["volume", "ls", "-q", "--filter", &label],
+        &[],
+        COMMAND_TIMEOUT,
+    )
+    .await?;
+    for id in vols.split_whitespace() {
+        docker(&["volume", "rm", "-f", id]).await?;
+    }
+    Ok(())
 }
 
 fn down_args() -> Vec<String> {
