@@ -1,0 +1,750 @@
+//! Configuration: the builder, the retry policy, the defaults, and validation.
+//!
+//! Everything is validated in [`RedlockBuilder::build`] before any I/O, so a bad
+//! configuration fails at start-up with an [`Error::Config`] naming the field, never
+//! later on a request.
+//!
+//! # Timing, a rule of thumb
+//!
+//! ```text
+//!   node_timeout  ≪  ttl × (1 − drift_factor) − 2 ms
+//!   e.g. ttl 10 s, drift 1 %  →  node_timeout ≤ 200 ms (the default: 2 % of the TTL)
+//! ```
+//!
+//! The per-node timeout bounds what one slow or paused node can cost an attempt; it must
+//! be small against the TTL, or a slow quorum uses the whole validity up. By default it is
+//! derived from each call's TTL (2 % of it, between 5 ms and 250 ms).
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::client::Redlock;
+use crate::error::Error;
+use crate::node::NodeSpec;
+
+/// The most nodes one [`Redlock`] may use.
+pub const MAX_NODES: usize = 64;
+
+/// The default values of every setting, in one place.
+///
+/// # Example
+///
+/// ```
+/// use quorumlock::DEFAULTS;
+/// assert_eq!(DEFAULTS.drift_factor, 0.01);
+/// ```
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Defaults {
+    /// Clock drift allowance as a fraction of the TTL: `0.01`.
+    pub drift_factor: f64,
+    /// Minimum validity for a lock to count as held: zero (any positive validity).
+    pub min_validity: Duration,
+    /// The derived per-node timeout as a fraction of the TTL: `0.02`.
+    pub node_timeout_fraction: f64,
+    /// Lower bound of the derived per-node timeout: 5 ms.
+    pub node_timeout_min: Duration,
+    /// Upper bound of the derived per-node timeout: 250 ms.
+    pub node_timeout_max: Duration,
+    /// Time allowed to open a connection to a node: 1 s.
+    pub connect_timeout: Duration,
+    /// Shortest random delay between attempts of [`Redlock::lock`]: 10 ms.
+    pub retry_delay_min: Duration,
+    /// Longest random delay between attempts: 100 ms.
+    pub retry_delay_max: Duration,
+    /// Longest total wait of [`Redlock::lock`]: 10 s.
+    pub retry_max_wait: Duration,
+    /// Longest TTL accepted: 24 h.
+    pub max_ttl: Duration,
+}
+
+/// The defaults. See [`Defaults`].
+pub const DEFAULTS: Defaults = Defaults {
+    drift_factor: 0.01,
+    min_validity: Duration::ZERO,
+    node_timeout_fraction: 0.02,
+    node_timeout_min: Duration::from_millis(5),
+    node_timeout_max: Duration::from_millis(250),
+    connect_timeout: Duration::from_secs(1),
+    retry_delay_min: Duration::from_millis(10),
+    retry_delay_max: Duration::from_millis(100),
+    retry_max_wait: Duration::from_secs(10),
+    max_ttl: Duration::from_secs(24 * 3600),
+};
+
+/// How [`Redlock::lock`] waits between attempts: a random delay in a range, bounded by
+/// a number of attempts and/or a total wait.
+///
+/// Every policy is bounded: at least one of [`attempts`](Retry::attempts) and
+/// [`max_wait`](Retry::max_wait) is set (the default sets the maximum wait to 10 s and
+/// leaves the count open).
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use quorumlock::Retry;
+///
+/// let retry = Retry::new()
+///     .attempts(20)
+///     .delay(Duration::from_millis(5), Duration::from_millis(50))
+///     .max_wait(Duration::from_secs(2));
+/// assert_eq!(retry.max_attempts(), Some(20));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Retry {
+    pub(crate) attempts: Option<u32>,
+    pub(crate) delay_min: Duration,
+    pub(crate) delay_max: Duration,
+    pub(crate) max_wait: Option<Duration>,
+}
+
+impl Default for Retry {
+    fn default() -> Retry {
+        Retry::new()
+    }
+}
+
+impl Retry {
+    /// The default policy: random delay of 10–100 ms, give up after 10 s.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let r = quorumlock::Retry::new();
+    /// assert_eq!(r.max_wait_time(), Some(std::time::Duration::from_secs(10)));
+    /// ```
+    pub const fn new() -> Retry {
+        Retry {
+            attempts: None,
+            delay_min: DEFAULTS.retry_delay_min,
+            delay_max: DEFAULTS.retry_delay_max,
+            max_wait: Some(DEFAULTS.retry_max_wait),
+        }
+    }
+
+    /// Give up after `n` attempts in total (the first one included). The default is no
+    /// count limit (the maximum wait bounds the loop).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let r = quorumlock::Retry::new().attempts(3);
+    /// assert_eq!(r.max_attempts(), Some(3));
+    /// ```
+    pub const fn attempts(mut self, n: u32) -> Retry {
+        self.attempts = Some(n);
+        self
+    }
+
+    /// The delay before each retry is drawn uniformly from `min..=max` (jitter keeps
+    /// contenders from retrying in lock-step). `max` must be positive and `min ≤ max`.
+    /// The default is 10 ms to 100 ms.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let r = quorumlock::Retry::new().delay(Duration::ZERO, Duration::from_millis(20));
+    /// assert_eq!(r.delay_range(), (Duration::ZERO, Duration::from_millis(20)));
+    /// ```
+    pub const fn delay(mut self, min: Duration, max: Duration) -> Retry {
+        self.delay_min = min;
+        self.delay_max = max;
+        self
+    }
+
+    /// Give up once this much time has passed since the call began. The default is 10 s.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let r = quorumlock::Retry::new().max_wait(Duration::from_secs(30));
+    /// assert_eq!(r.max_wait_time(), Some(Duration::from_secs(30)));
+    /// ```
+    pub const fn max_wait(mut self, d: Duration) -> Retry {
+        self.max_wait = Some(d);
+        self
+    }
+
+    /// Removes the total-wait bound; then [`attempts`](Retry::attempts) must be set.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let r = quorumlock::Retry::new().attempts(5).no_max_wait();
+    /// assert_eq!(r.max_wait_time(), None);
+    /// ```
+    pub const fn no_max_wait(mut self) -> Retry {
+        self.max_wait = None;
+        self
+    }
+
+    /// The attempt limit, if any.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert_eq!(quorumlock::Retry::new().max_attempts(), None);
+    /// ```
+    pub const fn max_attempts(&self) -> Option<u32> {
+        self.attempts
+    }
+
+    /// The delay range.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let (min, max) = quorumlock::Retry::new().delay_range();
+    /// assert!(min <= max);
+    /// ```
+    pub const fn delay_range(&self) -> (Duration, Duration) {
+        (self.delay_min, self.delay_max)
+    }
+
+    /// The total-wait limit, if any.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert!(quorumlock::Retry::new().max_wait_time().is_some());
+    /// ```
+    pub const fn max_wait_time(&self) -> Option<Duration> {
+        self.max_wait
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), Error> {
+        if self.delay_max.is_zero() {
+            return Err(Error::config(
+                "retry.delay",
+                "the longest retry delay is zero; contenders would spin (use at least 1 ms)",
+            ));
+        }
+        if self.delay_min > self.delay_max {
+            return Err(Error::config(
+                "retry.delay",
+                format!(
+                    "min {:?} is greater than max {:?}",
+                    self.delay_min, self.delay_max
+                ),
+            ));
+        }
+        if self.attempts == Some(0) {
+            return Err(Error::config(
+                "retry.attempts",
+                "zero attempts; use at least 1",
+            ));
+        }
+        match (self.attempts, self.max_wait) {
+            (None, None) => Err(Error::config(
+                "retry",
+                "neither an attempt count nor a maximum wait: the wait would be unbounded",
+            )),
+            (_, Some(w)) if w.is_zero() => Err(Error::config(
+                "retry.max_wait",
+                "zero; use try_lock for a single attempt",
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The settings of a [`Redlock`], validated.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) node_timeout: Option<Duration>,
+    pub(crate) drift_factor: f64,
+    pub(crate) min_validity: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) retry: Retry,
+    pub(crate) fencing: bool,
+    pub(crate) max_ttl: Duration,
+    pub(crate) notify: bool,
+}
+
+impl Config {
+    /// The per-node timeout for a call with this TTL.
+    pub(crate) fn node_timeout_for(&self, ttl: Duration) -> Duration {
+        match self.node_timeout {
+            Some(t) => t,
+            None => Duration::try_from_secs_f64(ttl.as_secs_f64() * DEFAULTS.node_timeout_fraction)
+                .unwrap_or(DEFAULTS.node_timeout_max)
+                .clamp(DEFAULTS.node_timeout_min, DEFAULTS.node_timeout_max),
+        }
+    }
+
+    /// Checks a TTL given to a call.
+    pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<(), Error> {
+        if ttl.is_zero() {
+            return Err(Error::invalid("ttl", "zero"));
+        }
+        if ttl > self.max_ttl {
+            return Err(Error::invalid(
+                "ttl",
+                format!("{ttl:?} is longer than the maximum of {:?}", self.max_ttl),
+            ));
+        }
+        if ttl < Duration::from_millis(1) {
+            return Err(Error::invalid(
+                "ttl",
+                format!("{ttl:?}: Redis expires keys in whole milliseconds; use at least 1 ms"),
+            ));
+        }
+        let drift = crate::quorum::drift(ttl, self.drift_factor);
+        let best = crate::quorum::validity(ttl, Duration::ZERO, drift);
+        if best <= self.min_validity {
+            return Err(Error::invalid(
+                "ttl",
+                format!(
+                    "{ttl:?} leaves no validity: the clock drift allowance alone is {drift:?}{}",
+                    if self.min_validity.is_zero() {
+                        String::new()
+                    } else {
+                        format!(" and the minimum validity is {:?}", self.min_validity)
+                    }
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Builds a [`Redlock`]. Created by [`Redlock::builder`].
+///
+/// Every setter consumes and returns the builder, says its default, and is checked in
+/// [`build`](RedlockBuilder::build).
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), quorumlock::Error> {
+/// use std::time::Duration;
+/// use quorumlock::{Redlock, Retry};
+///
+/// let locks = Redlock::builder([
+///     "redis://127.0.0.1:7001",
+///     "redis://127.0.0.1:7002",
+///     "redis://127.0.0.1:7003",
+/// ])
+/// .node_timeout(Duration::from_millis(50))
+/// .drift_factor(0.01)
+/// .retry(Retry::new().max_wait(Duration::from_secs(5)))
+/// .build()
+/// .await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "a builder does nothing until .build().await"]
+#[derive(Clone)]
+pub struct RedlockBuilder {
+    urls: Vec<String>,
+    config: Config,
+}
+
+impl fmt::Debug for RedlockBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let nodes: Vec<String> = self
+            .urls
+            .iter()
+            .enumerate()
+            .map(|(i, u)| match NodeSpec::parse(i, u) {
+                Ok(spec) => spec.addr.to_string(),
+                Err(_) => "<invalid URL>".to_owned(),
+            })
+            .collect();
+        f.debug_struct("RedlockBuilder")
+            .field("nodes", &nodes)
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl RedlockBuilder {
+    pub(crate) fn new<I>(urls: I) -> RedlockBuilder
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        RedlockBuilder {
+            urls: urls.into_iter().map(|u| u.as_ref().to_owned()).collect(),
+            config: Config {
+                node_timeout: None,
+                drift_factor: DEFAULTS.drift_factor,
+                min_validity: DEFAULTS.min_validity,
+                connect_timeout: DEFAULTS.connect_timeout,
+                retry: Retry::new(),
+                fencing: false,
+                max_ttl: DEFAULTS.max_ttl,
+                notify: true,
+            },
+        }
+    }
+
+    /// The time one node may take to answer one request before it counts as timed out.
+    ///
+    /// The default is derived from each call's TTL: 2 % of it, between 5 ms and 250 ms.
+    /// Keep it small against the TTL (see the module docs on timing).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"])
+    ///     .node_timeout(std::time::Duration::from_millis(20))
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn node_timeout(mut self, timeout: std::time::Duration) -> RedlockBuilder {
+        self.config.node_timeout = Some(timeout);
+        self
+    }
+
+    /// The clock drift allowance as a fraction of the TTL; the validity of a lock is
+    /// `TTL − elapsed − (TTL × drift_factor + 2 ms)`. Must be in `0.0..0.5`.
+    ///
+    /// The default is `0.01`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"])
+    ///     .drift_factor(0.02)
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn drift_factor(mut self, factor: f64) -> RedlockBuilder {
+        self.config.drift_factor = factor;
+        self
+    }
+
+    /// A lock counts as held only if its validity after acquisition is above this.
+    /// Useful when the work needs a known minimum time.
+    ///
+    /// The default is zero (any positive validity).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"])
+    ///     .min_validity(std::time::Duration::from_millis(500))
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn min_validity(mut self, min: std::time::Duration) -> RedlockBuilder {
+        self.config.min_validity = min;
+        self
+    }
+
+    /// How [`Redlock::lock`] and [`Redlock::lock_many`] wait between attempts.
+    ///
+    /// The default is [`Retry::new()`]: 10–100 ms random delay, up to 10 s in total.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// use quorumlock::Retry;
+    /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"])
+    ///     .retry(Retry::new().attempts(10))
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn retry(mut self, retry: Retry) -> RedlockBuilder {
+        self.config.retry = retry;
+        self
+    }
+
+    /// Whether waiting callers subscribe to release announcements and retry as soon as a
+    /// release is published (falling back to the retry delay if a message is lost).
+    /// With `false`, waiting is plain polling with the retry delay.
+    ///
+    /// The default is `true`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"])
+    ///     .notify(false)
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn notify(mut self, on: bool) -> RedlockBuilder {
+        self.config.notify = on;
+        self
+    }
+
+    /// Issue a fencing token with every lock (see [`Lock::fencing_token`](crate::Lock::fencing_token)
+    /// and `docs/safety.md`). Costs one more round trip per acquisition.
+    ///
+    /// The default is `false`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"])
+    ///     .fencing(true)
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fencing(mut self, on: bool) -> RedlockBuilder {
+        self.config.fencing = on;
+        self
+    }
+
+    /// The time allowed to open a connection to a node.
+    ///
+    /// The default is 1 s.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"])
+    ///     .connect_timeout(std::time::Duration::from_millis(200))
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn connect_timeout(mut self, timeout: std::time::Duration) -> RedlockBuilder {
+        self.config.connect_timeout = timeout;
+        self
+    }
+
+    /// The longest TTL a call may ask for.
+    ///
+    /// The default is 24 h.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"])
+    ///     .max_ttl(std::time::Duration::from_secs(60))
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn max_ttl(mut self, ttl: std::time::Duration) -> RedlockBuilder {
+        self.config.max_ttl = ttl;
+        self
+    }
+
+    /// Validates the configuration and creates the client.
+    ///
+    /// Connections are opened concurrently; `build` waits for them at most the connect
+    /// timeout and never fails because a node is unreachable: unreachable nodes are
+    /// retried on every request, so a service can start while a minority (or even all)
+    /// of its Redis nodes are down. Each reachable node is checked against the deployment
+    /// contract in the background, with warnings through `tracing`.
+    ///
+    /// Must be called within a Tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an invalid configuration: no nodes, more than 64, a malformed
+    /// URL, the same node twice, a drift factor outside `0.0..0.5`, a zero node or
+    /// connect timeout, an invalid retry policy.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn build(self) -> Result<Redlock, Error> {
+        let specs = self.validate()?;
+        Redlock::connect(specs, self.config).await
+    }
+
+    pub(crate) fn validate(&self) -> Result<Vec<NodeSpec>, Error> {
+        let c = &self.config;
+        if self.urls.is_empty() {
+            return Err(Error::config("nodes", "no nodes given"));
+        }
+        if self.urls.len() > MAX_NODES {
+            return Err(Error::config(
+                "nodes",
+                format!("{} nodes; at most {MAX_NODES}", self.urls.len()),
+            ));
+        }
+        let specs = self
+            .urls
+            .iter()
+            .enumerate()
+            .map(|(i, u)| NodeSpec::parse(i, u))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (i, a) in specs.iter().enumerate() {
+            if let Some(j) = specs[..i].iter().position(|b| b.same_node(a)) {
+                return Err(Error::config(
+                    "nodes",
+                    format!(
+                        "node #{} and node #{} are the same node ({})",
+                        j + 1,
+                        i + 1,
+                        a.addr
+                    ),
+                ));
+            }
+        }
+        if !(c.drift_factor.is_finite() && (0.0..0.5).contains(&c.drift_factor)) {
+            return Err(Error::config(
+                "drift_factor",
+                format!("{} is not in 0.0..0.5", c.drift_factor),
+            ));
+        }
+        if c.node_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(Error::config("node_timeout", "zero"));
+        }
+        if c.connect_timeout.is_zero() {
+            return Err(Error::config("connect_timeout", "zero"));
+        }
+        if c.max_ttl.is_zero() || c.max_ttl > Duration::from_millis(i64::MAX as u64 / 2) {
+            return Err(Error::config(
+                "max_ttl",
+                format!("{:?} is not a usable TTL bound", c.max_ttl),
+            ));
+        }
+        c.retry.validate()?;
+        Ok(specs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(urls: &[&str]) -> RedlockBuilder {
+        RedlockBuilder::new(urls.iter().copied())
+    }
+
+    #[test]
+    fn rejects_bad_configs() {
+        let field = |r: Result<Vec<NodeSpec>, Error>| match r {
+            Err(Error::Config(c)) => c.field().to_owned(),
+            other => panic!("expected a config error, got {:?}", other.map(|v| v.len())),
+        };
+        assert_eq!(field(b(&[]).validate()), "nodes");
+        assert_eq!(field(b(&["nope"]).validate()), "nodes");
+        assert_eq!(field(b(&["http://127.0.0.1:1"]).validate()), "nodes");
+        assert_eq!(
+            field(b(&["redis://127.0.0.1:1", "redis://127.0.0.1:1"]).validate()),
+            "nodes"
+        );
+        let ok = ["redis://127.0.0.1:1"];
+        assert_eq!(
+            field(b(&ok).drift_factor(f64::NAN).validate()),
+            "drift_factor"
+        );
+        assert_eq!(field(b(&ok).drift_factor(-0.1).validate()), "drift_factor");
+        assert_eq!(field(b(&ok).drift_factor(0.5).validate()), "drift_factor");
+        assert_eq!(
+            field(b(&ok).node_timeout(Duration::ZERO).validate()),
+            "node_timeout"
+        );
+        assert_eq!(
+            field(
+                b(&ok)
+                    .retry(Retry::new().delay(Duration::ZERO, Duration::ZERO))
+                    .validate()
+            ),
+            "retry.delay"
+        );
+        assert_eq!(
+            field(
+                b(&ok)
+                    .retry(Retry::new().delay(Duration::from_secs(2), Duration::from_secs(1)))
+                    .validate()
+            ),
+            "retry.delay"
+        );
+        assert_eq!(
+            field(b(&ok).retry(Retry::new().attempts(0)).validate()),
+            "retry.attempts"
+        );
+        assert_eq!(
+            field(b(&ok).retry(Retry::new().no_max_wait()).validate()),
+            "retry"
+        );
+        let many: Vec<String> = (0..65)
+            .map(|i| format!("redis://127.0.0.1:{}", 1000 + i))
+            .collect();
+        assert_eq!(field(RedlockBuilder::new(&many).validate()), "nodes");
+    }
+
+    #[test]
+    fn accepts_good_configs_and_redacts() {
+        let specs = b(&[
+            "redis://user:hunter2@127.0.0.1:7001/2",
+            "redis://:hunter2@127.0.0.1:7002",
+            "redis+unix:///tmp/redis.sock",
+            "redis://[::1]:7003",
+        ])
+        .validate()
+        .unwrap();
+        let shown: Vec<String> = specs.iter().map(|s| s.addr.to_string()).collect();
+        assert_eq!(
+            shown,
+            [
+                "redis://user:<redacted>@127.0.0.1:7001/2",
+                "redis://:<redacted>@127.0.0.1:7002",
+                "redis+unix:///tmp/redis.sock",
+                "redis://[::1]:7003",
+            ]
+        );
+        let dbg = format!("{:?}", b(&["redis://user:hunter2@127.0.0.1:7001"]));
+        assert!(!dbg.contains("hunter2"), "{dbg}");
+        // The same host and port with a different database is a different node.
+        assert!(
+            b(&["redis://127.0.0.1:1/0", "redis://127.0.0.1:1/1"])
+                .validate()
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn ttl_checks() {
+        let c = b(&["redis://127.0.0.1:1"]).config;
+        assert!(c.check_ttl(Duration::ZERO).is_err());
+        assert!(
+            c.check_ttl(Duration::from_millis(2)).is_err(),
+            "2 ms is all drift"
+        );
+        assert!(c.check_ttl(Duration::from_millis(3)).is_ok());
+        assert!(c.check_ttl(Duration::from_secs(25 * 3600)).is_err());
+        assert!(c.check_ttl(Duration::MAX).is_err());
+        assert!(c.check_ttl(Duration::from_micros(500)).is_err());
+    }
+
+    #[test]
+    fn derived_node_timeout() {
+        let c = b(&["redis://127.0.0.1:1"]).config;
+        assert_eq!(
+            c.node_timeout_for(Duration::from_secs(10)),
+            Duration::from_millis(200)
+        );
+        assert_eq!(
+            c.node_timeout_for(Duration::from_millis(10)),
+            Duration::from_millis(5)
+        );
+        assert_eq!(
+            c.node_timeout_for(Duration::from_secs(3600)),
+            Duration::from_millis(250)
+        );
+        assert_eq!(
+            c.node_timeout_for(Duration::MAX),
+            Duration::from_millis(250)
+        );
+    }
+}

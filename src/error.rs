@@ -1,0 +1,544 @@
+//! Errors: one [`Error`] enum, with what every node answered when the error
+//! comes from a vote.
+//!
+//! The variants tell apart the cases a caller acts on differently:
+//!
+//! | variant | what happened | what to do |
+//! | --- | --- | --- |
+//! | [`Error::Held`] | enough nodes answered, but some other holder owns the resource | wait, retry later, or give up |
+//! | [`Error::NoQuorum`] | too few nodes answered (down, paused, cut off, or replied with an error) | check the nodes; retrying may help |
+//! | [`Error::Timeout`] | the time budget ran out: the validity was used up before the quorum, or the maximum wait passed | retry with a longer TTL or wait |
+//! | [`Error::Lost`] | the lock expired or could no longer be confirmed on a quorum | stop the work the lock protected |
+//! | [`Error::Config`] | the builder was given an invalid configuration | fix the configuration |
+//! | [`Error::InvalidInput`] | a call was given an invalid argument (empty resource, zero TTL, …) | fix the call |
+//!
+//! Errors that come from a vote carry a [`Votes`] value: the answer of every node, in the
+//! order the nodes were configured, printed like
+//! `granted 2/5, held 2, timed out 1 (quorum 3)`.
+//!
+//! No error ever prints a password from a node URL or a whole lock token.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::node::NodeAddr;
+
+/// A specialized `Result` for quorumlock operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong when taking, extending or releasing a lock.
+///
+/// The enum is `#[non_exhaustive]`: match on [`Error::kind`] or use the predicates
+/// ([`Error::is_held`], [`Error::is_retryable`], …) to stay compatible with future versions.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), quorumlock::Error> {
+/// use std::time::Duration;
+/// use quorumlock::{Error, Redlock};
+///
+/// let locks = Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+/// match locks.try_lock("orders:42", Duration::from_secs(10)).await {
+///     Ok(lock) => lock.release().await?,
+///     Err(Error::Held(votes)) => println!("busy: {votes}"),
+///     Err(e) if e.is_retryable() => println!("try again later: {e}"),
+///     Err(e) => return Err(e),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The resource is held by someone else: enough nodes answered for a quorum, but too
+    /// many of them already hold another owner's token.
+    #[error("resource is held by another owner: {0}")]
+    Held(Votes),
+    /// Too few nodes answered with a grant for a quorum to be possible (nodes down,
+    /// paused, unreachable, or answering with errors).
+    #[error("no quorum: {0}")]
+    NoQuorum(Votes),
+    /// A time budget ran out: the validity was used up during the acquisition, or the
+    /// maximum wait of the retry policy passed.
+    #[error("{0}")]
+    Timeout(Timeout),
+    /// The lock was lost: it expired before the call, or an extension could not be
+    /// confirmed before the validity ran out.
+    #[error("{0}")]
+    Lost(Lost),
+    /// The builder was given an invalid configuration.
+    #[error("invalid configuration: {0}")]
+    Config(ConfigError),
+    /// A call was given an invalid argument.
+    #[error("invalid input: {0}")]
+    InvalidInput(InvalidInput),
+}
+
+/// The kind of an [`Error`], for matching without the payload.
+///
+/// # Example
+///
+/// ```
+/// use quorumlock::{Error, ErrorKind};
+/// fn should_page_someone(e: &Error) -> bool {
+///     matches!(e.kind(), ErrorKind::NoQuorum | ErrorKind::Config)
+/// }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// See [`Error::Held`].
+    Held,
+    /// See [`Error::NoQuorum`].
+    NoQuorum,
+    /// See [`Error::Timeout`].
+    Timeout,
+    /// See [`Error::Lost`].
+    Lost,
+    /// See [`Error::Config`].
+    Config,
+    /// See [`Error::InvalidInput`].
+    InvalidInput,
+}
+
+impl Error {
+    /// The kind of this error.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use quorumlock::{Error, ErrorKind};
+    /// # fn f(e: Error) {
+    /// if e.kind() == ErrorKind::Held { /* someone else has it */ }
+    /// # }
+    /// ```
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Held(_) => ErrorKind::Held,
+            Error::NoQuorum(_) => ErrorKind::NoQuorum,
+            Error::Timeout(_) => ErrorKind::Timeout,
+            Error::Lost(_) => ErrorKind::Lost,
+            Error::Config(_) => ErrorKind::Config,
+            Error::InvalidInput(_) => ErrorKind::InvalidInput,
+        }
+    }
+
+    /// `true` when the resource is held by another owner.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn f(e: quorumlock::Error) -> bool {
+    /// e.is_held()
+    /// # }
+    /// ```
+    pub fn is_held(&self) -> bool {
+        matches!(self, Error::Held(_))
+    }
+
+    /// `true` when the lock was lost or had expired.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn f(e: quorumlock::Error) -> bool {
+    /// e.is_lost()
+    /// # }
+    /// ```
+    pub fn is_lost(&self) -> bool {
+        matches!(self, Error::Lost(_))
+    }
+
+    /// `true` when the same call may succeed later without any change: the resource was
+    /// held, too few nodes answered, or a time budget ran out. Configuration errors,
+    /// invalid input and lost locks are not retryable.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn f(e: quorumlock::Error) -> bool {
+    /// e.is_retryable()
+    /// # }
+    /// ```
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Error::Held(_) | Error::NoQuorum(_) | Error::Timeout(_)
+        )
+    }
+
+    /// The answers of every node, when the error comes from a vote.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn f(e: quorumlock::Error) {
+    /// if let Some(votes) = e.votes() {
+    ///     println!("{} of {} nodes granted", votes.granted(), votes.len());
+    /// }
+    /// # }
+    /// ```
+    pub fn votes(&self) -> Option<&Votes> {
+        match self {
+            Error::Held(v) | Error::NoQuorum(v) => Some(v),
+            Error::Timeout(t) => t.votes.as_ref(),
+            Error::Lost(l) => l.votes.as_ref(),
+            Error::Config(_) | Error::InvalidInput(_) => None,
+        }
+    }
+
+    pub(crate) fn invalid(what: &'static str, detail: impl Into<String>) -> Error {
+        Error::InvalidInput(InvalidInput {
+            what,
+            detail: detail.into(),
+        })
+    }
+
+    pub(crate) fn config(field: &'static str, detail: impl Into<String>) -> Error {
+        Error::Config(ConfigError {
+            field,
+            detail: detail.into(),
+        })
+    }
+
+    pub(crate) fn lost(reason: LostReason, votes: Option<Votes>) -> Error {
+        Error::Lost(Lost { reason, votes })
+    }
+}
+
+/// What one node answered in a vote.
+///
+/// # Example
+///
+/// ```
+/// use quorumlock::NodeOutcome;
+/// assert_eq!(NodeOutcome::TimedOut.to_string(), "timed out");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NodeOutcome {
+    /// The node did what was asked: set, extended or deleted our key.
+    Granted,
+    /// The node refused: the key is held by another owner (on release and extend: the key
+    /// no longer holds our token).
+    HeldByOther,
+    /// The node answered with an error or the connection failed. The text is the error,
+    /// without credentials.
+    Failed(String),
+    /// The node did not answer within the per-node timeout.
+    TimedOut,
+    /// The decision was already certain before this node answered; its answer was not
+    /// waited for (its command may still run, and is cleaned up if needed).
+    NotAwaited,
+}
+
+impl fmt::Display for NodeOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeOutcome::Granted => f.write_str("granted"),
+            NodeOutcome::HeldByOther => f.write_str("held by another owner"),
+            NodeOutcome::Failed(e) => write!(f, "failed: {e}"),
+            NodeOutcome::TimedOut => f.write_str("timed out"),
+            NodeOutcome::NotAwaited => f.write_str("not awaited"),
+        }
+    }
+}
+
+/// One node's answer, with the node's (password-free) address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeVote {
+    /// The node, as configured (password redacted).
+    pub node: NodeAddr,
+    /// What it answered.
+    pub outcome: NodeOutcome,
+}
+
+/// The answers of every node in one vote, in the order the nodes were configured.
+///
+/// `Display` prints a one-line summary such as `granted 2/5, held 2, timed out 1 (quorum
+/// 3)`; `{:#}` (alternate) adds one line per node.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), quorumlock::Error> {
+/// # use std::time::Duration;
+/// # let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+/// if let Err(e) = locks.try_lock("job", Duration::from_secs(5)).await {
+///     if let Some(votes) = e.votes() {
+///         for vote in votes.iter() {
+///             println!("{}: {}", vote.node, vote.outcome);
+///         }
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Votes {
+    pub(crate) quorum: usize,
+    pub(crate) votes: Vec<NodeVote>,
+    pub(crate) elapsed: Duration,
+}
+
+impl Votes {
+    /// The number of grants needed.
+    pub fn quorum(&self) -> usize {
+        self.quorum
+    }
+    /// The number of nodes.
+    pub fn len(&self) -> usize {
+        self.votes.len()
+    }
+    /// `true` when there are no nodes (never the case for a vote quorumlock made).
+    pub fn is_empty(&self) -> bool {
+        self.votes.is_empty()
+    }
+    /// How many nodes granted.
+    pub fn granted(&self) -> usize {
+        self.count(|o| matches!(o, NodeOutcome::Granted))
+    }
+    /// How many nodes refused because another owner holds the key.
+    pub fn held(&self) -> usize {
+        self.count(|o| matches!(o, NodeOutcome::HeldByOther))
+    }
+    /// How many nodes failed with an error.
+    pub fn failed(&self) -> usize {
+        self.count(|o| matches!(o, NodeOutcome::Failed(_)))
+    }
+    /// How many nodes timed out.
+    pub fn timed_out(&self) -> usize {
+        self.count(|o| matches!(o, NodeOutcome::TimedOut))
+    }
+    /// How long the vote took, from the first request to the decision.
+    pub fn elapsed(&self) -> Duration {
+        self.elapsed
+    }
+    /// Every node's answer, in configuration order.
+    pub fn iter(&self) -> std::slice::Iter<'_, NodeVote> {
+        self.votes.iter()
+    }
+    fn count(&self, f: impl Fn(&NodeOutcome) -> bool) -> usize {
+        self.votes.iter().filter(|v| f(&v.outcome)).count()
+    }
+}
+
+impl<'a> IntoIterator for &'a Votes {
+    type Item = &'a NodeVote;
+    type IntoIter = std::slice::Iter<'a, NodeVote>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.votes.iter()
+    }
+}
+
+impl fmt::Display for Votes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "granted {}/{}", self.granted(), self.len())?;
+        for (n, label) in [
+            (self.held(), "held"),
+            (self.failed(), "failed"),
+            (self.timed_out(), "timed out"),
+            (
+                self.count(|o| matches!(o, NodeOutcome::NotAwaited)),
+                "not awaited",
+            ),
+        ] {
+            if n > 0 {
+                write!(f, ", {label} {n}")?;
+            }
+        }
+        write!(f, " (quorum {})", self.quorum)?;
+        if f.alternate() {
+            for v in &self.votes {
+                write!(f, "\n  {}: {}", v.node, v.outcome)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Which time budget ran out; the payload of [`Error::Timeout`].
+///
+/// # Example
+///
+/// ```
+/// # fn f(e: quorumlock::Error) {
+/// if let quorumlock::Error::Timeout(t) = &e {
+///     println!("gave up after {:?} and {} attempts", t.waited(), t.attempts());
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timeout {
+    pub(crate) budget: TimeoutBudget,
+    pub(crate) waited: Duration,
+    pub(crate) attempts: u32,
+    pub(crate) votes: Option<Votes>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TimeoutBudget {
+    /// Grants reached the quorum but no validity was left.
+    Validity,
+    /// The retry policy's maximum wait (or attempt count) was reached.
+    MaxWait,
+}
+
+impl Timeout {
+    /// `true` when the quorum was reached but the TTL was used up (less the drift)
+    /// before it was: the lock was never valid, and was released.
+    pub fn is_validity(&self) -> bool {
+        self.budget == TimeoutBudget::Validity
+    }
+    /// `true` when the retry policy's maximum wait or attempt count was reached.
+    pub fn is_max_wait(&self) -> bool {
+        self.budget == TimeoutBudget::MaxWait
+    }
+    /// How long the caller waited in total.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+    /// How many attempts were made.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+    /// The last attempt's votes, if any.
+    pub fn votes(&self) -> Option<&Votes> {
+        self.votes.as_ref()
+    }
+}
+
+impl fmt::Display for Timeout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.budget {
+            TimeoutBudget::Validity => write!(
+                f,
+                "timed out: no validity left after reaching the quorum (took {:?})",
+                self.waited
+            )?,
+            TimeoutBudget::MaxWait => write!(
+                f,
+                "timed out: gave up waiting after {:?} and {} attempt(s)",
+                self.waited, self.attempts
+            )?,
+        }
+        if let Some(v) = &self.votes {
+            write!(f, "; last vote: {v}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a lock is lost; the payload of [`Error::Lost`].
+///
+/// # Example
+///
+/// ```
+/// # fn f(e: quorumlock::Error) {
+/// if let quorumlock::Error::Lost(lost) = &e {
+///     if lost.is_expired() { println!("the validity had run out"); }
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lost {
+    pub(crate) reason: LostReason,
+    pub(crate) votes: Option<Votes>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LostReason {
+    /// The validity had run out before the call.
+    Expired,
+    /// A quorum no longer holds our token: the lock cannot be extended.
+    NotHeld,
+    /// Extending was refused or failed and the validity ran out meanwhile.
+    ExtendFailed,
+    /// A watchdog cap (hold time or extension count) was reached.
+    CapReached,
+}
+
+impl Lost {
+    /// `true` when the lock's validity had already run out.
+    pub fn is_expired(&self) -> bool {
+        self.reason == LostReason::Expired
+    }
+    /// The votes of the operation that found the lock lost, if any.
+    pub fn votes(&self) -> Option<&Votes> {
+        self.votes.as_ref()
+    }
+}
+
+impl fmt::Display for Lost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self.reason {
+            LostReason::Expired => "lock lost: its validity had already run out",
+            LostReason::NotHeld => "lock lost: a quorum of nodes no longer holds our token",
+            LostReason::ExtendFailed => "lock lost: it could not be extended before it expired",
+            LostReason::CapReached => "lock lost: the watchdog's hold cap was reached",
+        })?;
+        if let Some(v) = &self.votes {
+            write!(f, "; {v}")?;
+        }
+        Ok(())
+    }
+}
+
+/// An invalid configuration; names the field and the offending value.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo() {
+/// let err = quorumlock::Redlock::builder(["not a url"]).build().await.unwrap_err();
+/// assert!(matches!(err, quorumlock::Error::Config(_)));
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub(crate) field: &'static str,
+    pub(crate) detail: String,
+}
+
+impl ConfigError {
+    /// The configuration field that is invalid (`"nodes"`, `"drift_factor"`, …).
+    pub fn field(&self) -> &str {
+        self.field
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.detail)
+    }
+}
+
+/// An invalid argument to a call; names the argument and the offending value.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), quorumlock::Error> {
+/// # use std::time::Duration;
+/// # let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+/// let err = locks.try_lock("", Duration::from_secs(1)).await.unwrap_err();
+/// assert!(matches!(err, quorumlock::Error::InvalidInput(_)));
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidInput {
+    pub(crate) what: &'static str,
+    pub(crate) detail: String,
+}
+
+impl InvalidInput {
+    /// The argument that is invalid (`"resource"`, `"ttl"`, …).
+    pub fn what(&self) -> &str {
+        self.what
+    }
+}
+
+impl fmt::Display for InvalidInput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.what, self.detail)
+    }
+}

@@ -1,0 +1,255 @@
+//! Fan-out: send one request to every node in parallel, decide as soon as the outcome is
+//! certain, and take care of the stragglers.
+//!
+//! A [`Round`] owns one future per node. [`Round::decide`] feeds their answers, in arrival
+//! order, into a [`Tally`](crate::quorum::Tally) and returns as soon as the quorum is
+//! reached or can no longer be reached; it does not wait for the slowest node. The
+//! futures still running at that point (the stragglers) are handed back to the caller,
+//! who decides what they need:
+//!
+//! * after a successful acquisition, they are drained in the background; a lock's later
+//!   extend/release on such a node waits for that node's acquire to finish first
+//!   ([`InFlight`]), so a release can never overtake the `SET` it deletes;
+//! * after a failed (or cancelled) acquisition, each straggler is awaited in the
+//!   background and its node is then released ([`Cleanup`]), because a timed-out `SET`
+//!   may still land.
+//!
+//! Elapsed time is measured from an [`Instant`] read before the first request.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use tokio::sync::{oneshot, watch};
+
+use crate::error::{NodeOutcome, NodeVote, Votes};
+use crate::node::{Node, Reply};
+use crate::quorum::{Ballot, Decision, Tally};
+
+/// One node's request, tagged with the node's index.
+pub(crate) type NodeFuture = Pin<Box<dyn Future<Output = (usize, Reply)> + Send + 'static>>;
+
+/// The in-flight requests of one round and the answers so far.
+pub(crate) struct Round {
+    started: Instant,
+    pending: FuturesUnordered<NodeFuture>,
+    replies: Vec<Option<Reply>>,
+    tally: Tally,
+}
+
+impl Round {
+    /// Reads the clock, then creates one request per node with `f`. Requests are sent on
+    /// the first poll of [`decide`](Round::decide).
+    pub(crate) fn start<F, Fut>(nodes: &[Node], quorum: usize, mut f: F) -> Round
+    where
+        F: FnMut(usize, &Node) -> Fut,
+        Fut: Future<Output = Reply> + Send + 'static,
+    {
+        let started = Instant::now();
+        let pending = FuturesUnordered::new();
+        for (i, node) in nodes.iter().enumerate() {
+            let fut = f(i, node);
+            pending.push(Box::pin(async move { (i, fut.await) }) as NodeFuture);
+        }
+        Round {
+            started,
+            pending,
+            replies: (0..nodes.len()).map(|_| None).collect(),
+            tally: Tally::new(nodes.len(), quorum),
+        }
+    }
+
+    /// Waits until the outcome is certain. Cancel-safe: answers received so far stay in
+    /// the round, and the pending requests stay owned by it.
+    pub(crate) async fn decide(&mut self, classify: impl Fn(&Reply) -> Ballot) -> Decision {
+        loop {
+            if let Some(d) = self.tally.decision() {
+                return d;
+            }
+            match self.pending.next().await {
+                Some((i, reply)) => {
+                    self.tally.record(classify(&reply));
+                    if let Some(slot) = self.replies.get_mut(i) {
+                        *slot = Some(reply);
+                    }
+                }
+                None => return self.tally.final_decision(),
+            }
+        }
+    }
+
+    /// Time since the clock was read at the start.
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    pub(crate) fn started(&self) -> Instant {
+        self.started
+    }
+
+    pub(crate) fn tally(&self) -> &Tally {
+        &self.tally
+    }
+
+    /// The answers received so far, by node index.
+    pub(crate) fn replies(&self) -> impl Iterator<Item = (usize, &Reply)> {
+        self.replies
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.as_ref().map(|r| (i, r)))
+    }
+
+    /// Every node's outcome (pending ones as [`NodeOutcome::NotAwaited`]).
+    pub(crate) fn votes(&self, nodes: &[Node], outcome: impl Fn(&Reply) -> NodeOutcome) -> Votes {
+        Votes {
+            quorum: self.tally.quorum(),
+            elapsed: self.elapsed(),
+            votes: nodes
+                .iter()
+                .zip(&self.replies)
+                .map(|(node, r)| NodeVote {
+                    node: node.addr.clone(),
+                    outcome: r.as_ref().map_or(NodeOutcome::NotAwaited, &outcome),
+                })
+                .collect(),
+        }
+    }
+
+    /// Takes the requests that are still running.
+    pub(crate) fn take_pending(&mut self) -> FuturesUnordered<NodeFuture> {
+        std::mem::take(&mut self.pending)
+    }
+
+    /// Lets the requests still running finish in the background. Dropping them would be
+    /// safe too (a sent command still runs), but finishing them keeps their connection's
+    /// queue free of abandoned replies and lets tracing see them.
+    pub(crate) fn detach(&mut self) {
+        let mut pending = self.take_pending();
+        if pending.is_empty() {
+            return;
+        }
+        spawn(async move { while pending.next().await.is_some() {} });
+    }
+}
+
+/// Spawns on the current Tokio runtime, if there is one. Without one (a runtime shutting
+/// down, a `Drop` outside any runtime) the work is skipped: keys then expire by TTL.
+pub(crate) fn spawn<F>(fut: F) -> bool
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) => {
+            drop(h.spawn(fut));
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// Which nodes still have an acquire request running, one bit per node.
+///
+/// A lock created at quorum may still have `SET`s in flight on the other nodes. Any later
+/// request of that lock to such a node first waits until the node's acquire finished (at
+/// most the acquire's per-node timeout), so its commands reach the node in order.
+#[derive(Clone, Debug)]
+pub(crate) struct InFlight {
+    rx: watch::Receiver<u64>,
+}
+
+impl InFlight {
+    /// Drains the round's pending requests in the background and tracks which nodes are
+    /// done. Returns `None` when nothing is pending.
+    pub(crate) fn track(round: &mut Round) -> Option<InFlight> {
+        let mask = round
+            .replies
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.is_none())
+            .fold(0u64, |m, (i, _)| m | bit(i));
+        let mut pending = round.take_pending();
+        if pending.is_empty() || mask == 0 {
+            return None;
+        }
+        let (tx, rx) = watch::channel(mask);
+        let spawned = spawn(async move {
+            while let Some((i, _)) = pending.next().await {
+                tx.send_modify(|m| *m &= !bit(i));
+            }
+            tx.send_replace(0);
+        });
+        spawned.then_some(InFlight { rx })
+    }
+
+    /// Waits until node `i`'s acquire has finished.
+    pub(crate) async fn wait(&self, i: usize) {
+        let b = bit(i);
+        let mut rx = self.rx.clone();
+        // Err means the tracker ended, which happens only after clearing every bit.
+        let _ = rx.wait_for(|m| m & b == 0).await;
+    }
+}
+
+fn bit(i: usize) -> u64 {
+    1u64.checked_shl(u32::try_from(i).unwrap_or(u32::MAX))
+        .unwrap_or(0)
+}
+
+/// The clean-up after a failed or cancelled acquisition: release on every node that may
+/// hold our key, each only after that node's acquire request has finished.
+pub(crate) struct Cleanup {
+    /// Nodes that granted: released first; the caller may wait for these.
+    pub(crate) first: Vec<usize>,
+    /// Nodes whose answer leaves our key possible (failed, timed out).
+    pub(crate) now: Vec<usize>,
+    /// Requests still running; each node is released once its request finishes, unless
+    /// it was refused (the `SET NX` did nothing).
+    pub(crate) later: FuturesUnordered<NodeFuture>,
+}
+
+impl Cleanup {
+    /// Runs the clean-up in a background task with `release(node_index)`. The returned
+    /// receiver completes once the `first` nodes are released; the rest goes on in the
+    /// background even if the receiver is dropped.
+    pub(crate) fn spawn<R, Fut>(
+        self,
+        refused: fn(&Reply) -> bool,
+        release: R,
+    ) -> oneshot::Receiver<()>
+    where
+        R: Fn(usize) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Reply> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let Cleanup {
+            first,
+            now,
+            mut later,
+        } = self;
+        spawn(async move {
+            let mut firsts: FuturesUnordered<_> = first.into_iter().map(&release).collect();
+            let mut others: FuturesUnordered<_> = now.into_iter().map(&release).collect();
+            let mut done = Some(tx);
+            loop {
+                if firsts.is_empty() {
+                    if let Some(tx) = done.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                tokio::select! {
+                    Some(_) = firsts.next(), if !firsts.is_empty() => {}
+                    Some(_) = others.next(), if !others.is_empty() => {}
+                    Some((i, reply)) = later.next(), if !later.is_empty() => {
+                        if !refused(&reply) {
+                            others.push(release(i));
+                        }
+                    }
+                    else => break,
+                }
+            }
+        });
+        rx
+    }
+}

@@ -1,0 +1,127 @@
+//! quorumlock is **Redlock** for Rust: a mutual-exclusion lock held on a majority of N
+//! independent Redis masters, so that it survives the crash of any minority of them.
+//!
+//! It decides as soon as the outcome is certain (it does not wait for a slow node),
+//! cleans up every key a failed attempt may have left (even a `SET` that lands late),
+//! never deletes a lock whose extension missed the quorum, and is tested under process
+//! kills, pauses, restarts, failovers and cut links with a checker that can fail.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use quorumlock::{Error, Redlock};
+//!
+//! # async fn demo() -> Result<(), Error> {
+//! let locks = Redlock::builder([
+//!     "redis://127.0.0.1:7001",
+//!     "redis://127.0.0.1:7002",
+//!     "redis://127.0.0.1:7003",
+//!     "redis://127.0.0.1:7004",
+//!     "redis://127.0.0.1:7005",
+//! ])
+//! .build()
+//! .await?;
+//!
+//! // One attempt; fails fast with Error::Held if someone else has it.
+//! let mut lock = locks.try_lock("coupon:last", Duration::from_secs(10)).await?;
+//! // ... work, strictly within lock.remaining() ...
+//! lock.extend(Duration::from_secs(10)).await?;
+//! lock.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Contents
+//!
+//! * [Which method should you use?](#which-method-should-you-use)
+//! * [When not to use Redlock](#when-not-to-use-redlock)
+//! * [How the algorithm maps to the code](#how-the-algorithm-maps-to-the-code)
+//! * [Cancel safety](#cancel-safety)
+//! * [Deployment contract](#deployment-contract)
+//! * [Crate features](#crate-features)
+//!
+//! # Which method should you use?
+//!
+//! | you want | call |
+//! | --- | --- |
+//! | one attempt, fail fast if busy (cron job on one machine) | [`Redlock::try_lock`] |
+//! | wait until it is free, bounded (work queue, hand-off) | [`Redlock::lock`] (or [`Redlock::lock_with`] for a per-call [`Retry`]) |
+//! | several resources atomically (move stock between two bins) | [`Redlock::try_lock_many`], [`Redlock::lock_many`] |
+//! | a number the storage can check against stale writers | [`RedlockBuilder::fencing`] and [`Lock::fencing_token`] |
+//!
+//! # When not to use Redlock
+//!
+//! Redlock's safety rests on timing: bounded clock drift, and a holder that stops working
+//! before its validity ends. A process that pauses (GC, swap, `SIGSTOP`) longer than its
+//! validity can still act as if it held the lock. If correctness must not depend on
+//! timing, use fencing tokens with a storage that checks them (this crate issues them),
+//! or a consensus system (etcd, ZooKeeper). If one Redis instance is enough for you (a
+//! crash may let two holders in), a single-instance lock is simpler and faster.
+//!
+//! # How the algorithm maps to the code
+//!
+//! | step | module |
+//! | --- | --- |
+//! | builder, defaults, validation | `config` |
+//! | one node: connection, timeout, scripts, URL redaction | `node` |
+//! | vote counting, validity = TTL − elapsed − drift (pure) | `quorum` |
+//! | parallel requests, early decision, stragglers | `fanout` |
+//! | one attempt and its clean-up | `client` |
+//! | the held lock: extend, release, drop | `lock` |
+//! | retry and notify waiting | `wait` |
+//! | fencing tokens | `fencing` |
+//! | resource names → keys | `resource` |
+//! | lock tokens | `token` |
+//! | errors | [`error`](crate::error) |
+//!
+//! # Cancel safety
+//!
+//! * [`Redlock::try_lock`], [`Redlock::lock`] and the `_many` variants: cancel-safe. If
+//!   dropped, no [`Lock`] is returned and every key the attempt may have set (a sent `SET`
+//!   can still land) is released in the background.
+//! * [`Lock::extend`]: cancel-safe; the deadline moves only after a quorum confirmed.
+//! * [`Lock::release`]: consumes the guard; if dropped midway, the release is sent again in
+//!   the background, and unreachable nodes keep the key until its TTL.
+//! * Dropping a [`Lock`]: released in the background on the current runtime.
+//!
+//! # Deployment contract
+//!
+//! Redlock is safe only if the nodes are **independent masters** (not replicas of each
+//! other), N is odd (3, 5, 7), `maxmemory-policy noeviction`, and a crashed node either
+//! persists every write (`appendfsync always`) or restarts only after the longest TTL.
+//! Clocks must not jump. [`RedlockBuilder::build`] checks what it can and warns through
+//! `tracing`. See `docs/operations.md`.
+//!
+//! # Crate features
+//!
+//! * `testkit`: [`testkit`], real `redis-server` processes, fault proxies, a history
+//!   checker, for your own tests too.
+//! * `cli`: the `quorumlock` binary.
+//! * `tls-rustls`, `tls-native-tls`: `rediss://` URLs through redis-rs.
+#![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod client;
+mod config;
+pub mod error;
+mod fanout;
+mod fencing;
+mod lock;
+mod node;
+mod quorum;
+mod resource;
+mod token;
+mod wait;
+
+#[cfg(feature = "testkit")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
+pub mod testkit;
+
+pub use client::Redlock;
+pub use config::{DEFAULTS, Defaults, MAX_NODES, RedlockBuilder, Retry};
+pub use error::{
+    ConfigError, Error, ErrorKind, InvalidInput, Lost, NodeOutcome, NodeVote, Result, Timeout,
+    Votes,
+};
+pub use lock::Lock;
+pub use node::NodeAddr;
+pub use resource::{MAX_RESOURCE_LEN, MAX_RESOURCES};
+pub use wait::NOTIFY_STAGGER;

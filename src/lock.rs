@@ -1,0 +1,518 @@
+//! The lock guard: what a held lock knows (its token, its deadline) and what it can do
+//! (extend, release), and what happens when it is dropped.
+//!
+//! A [`Lock`]'s deadline is the instant until which a quorum is guaranteed to hold it
+//! (under the deployment contract): the time the acquisition or the last extension
+//! *started*, plus the TTL, minus the time that round took, minus the drift allowance.
+//! [`Lock::remaining`] never over-reports: the deadline only moves after a quorum
+//! confirmed an extension.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+use tracing::{Instrument, field};
+
+use crate::client::{Inner, outcome, release_call};
+use crate::error::{Error, LostReason, Timeout, TimeoutBudget};
+use crate::fanout::{InFlight, Round};
+use crate::node::{EXTEND, Reply, ScriptCall};
+use crate::quorum::{self, Ballot, Decision};
+use crate::resource::Resources;
+use crate::token::Token;
+
+/// A held lock.
+///
+/// Created by [`Redlock::try_lock`](crate::Redlock::try_lock) and friends. It is held
+/// until [`remaining`](Lock::remaining) reaches zero, unless [`extend`](Lock::extend)ed.
+///
+/// # Dropping
+///
+/// Release it with [`release`](Lock::release). A `Lock` dropped without `release` is
+/// released **in the background** on the current Tokio runtime (best effort, never
+/// blocking the executor); outside a runtime, or if the runtime shuts down first, its keys
+/// simply expire after the TTL. Either way, no one else can take the resource before the
+/// keys are gone: drop is never *unsafe*, only possibly slow to free the resource.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), quorumlock::Error> {
+/// use std::time::Duration;
+/// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+/// let mut lock = locks.try_lock("orders:42", Duration::from_secs(10)).await?;
+/// assert!(lock.is_valid());
+/// if lock.remaining() < Duration::from_secs(5) {
+///     lock.extend(Duration::from_secs(10)).await?;
+/// }
+/// lock.release().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "a Lock dropped at once is released in the background; keep it while the work runs"]
+pub struct Lock {
+    inner: Arc<Inner>,
+    res: Resources,
+    token: Token,
+    ttl: Duration,
+    deadline: Instant,
+    inflight: Option<InFlight>,
+    fencing: Option<u64>,
+    released: bool,
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lock")
+            .field("resources", &self.res.names())
+            .field("token", &self.token)
+            .field("remaining", &self.remaining())
+            .field("fencing_token", &self.fencing)
+            .finish()
+    }
+}
+
+impl Lock {
+    pub(crate) fn new(
+        inner: Arc<Inner>,
+        res: Resources,
+        token: Token,
+        ttl: Duration,
+        deadline: Instant,
+        inflight: Option<InFlight>,
+        fencing: Option<u64>,
+    ) -> Lock {
+        Lock {
+            inner,
+            res,
+            token,
+            ttl,
+            deadline,
+            inflight,
+            fencing,
+            released: false,
+        }
+    }
+
+    /// The guaranteed validity left; zero once expired.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// # use std::time::Duration;
+    /// # let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+    /// let lock = locks.try_lock("job", Duration::from_secs(10)).await?;
+    /// assert!(lock.remaining() <= Duration::from_secs(10));
+    /// # Ok(()) }
+    /// ```
+    pub fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// `remaining() > 0`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// # use std::time::Duration;
+    /// # let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+    /// let lock = locks.try_lock("job", Duration::from_secs(10)).await?;
+    /// assert!(lock.is_valid());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_valid(&self) -> bool {
+        !self.remaining().is_zero()
+    }
+
+    /// The instant the guaranteed validity ends.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// # use std::time::Duration;
+    /// # let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+    /// let lock = locks.try_lock("job", Duration::from_secs(10)).await?;
+    /// tokio::time::sleep_until(lock.deadline().into()).await; // the lock has now expired
+    /// # Ok(()) }
+    /// ```
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// The TTL of the acquisition or the last extension.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// # use std::time::Duration;
+    /// # let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+    /// let lock = locks.try_lock("job", Duration::from_secs(10)).await?;
+    /// assert_eq!(lock.ttl(), Duration::from_secs(10));
+    /// # Ok(()) }
+    /// ```
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The resource names, sorted.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// # use std::time::Duration;
+    /// # let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+    /// let lock = locks.try_lock_many(["b", "a"], Duration::from_secs(10)).await?;
+    /// assert_eq!(lock.resources(), ["a", "b"]);
+    /// # Ok(()) }
+    /// ```
+    pub fn resources(&self) -> &[String] {
+        self.res.names()
+    }
+
+    /// The lock's token, the random value stored on every node (32 hex characters).
+    ///
+    /// Anyone who knows it can release or extend the lock: do not log it. `Debug` shows
+    /// only its first 8 characters.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// # use std::time::Duration;
+    /// # let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+    /// let lock = locks.try_lock("job", Duration::from_secs(10)).await?;
+    /// assert_eq!(lock.token().len(), 32);
+    /// # Ok(()) }
+    /// ```
+    pub fn token(&self) -> &str {
+        std::str::from_utf8(self.token.as_bytes()).unwrap_or("")
+    }
+
+    /// The fencing token, when the client was built with
+    /// [`fencing(true)`](crate::RedlockBuilder::fencing): a number that strictly
+    /// increases across successive holders of each of this lock's resources. Pass it to
+    /// the storage the lock protects, which must refuse writes with a token below the
+    /// largest it has seen. `None` when fencing is off.
+    ///
+    /// A multi-resource lock has one token that is valid for every one of its resources.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// # use std::time::Duration;
+    /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).fencing(true).build().await?;
+    /// let lock = locks.try_lock("ledger", Duration::from_secs(10)).await?;
+    /// let token: u64 = lock.fencing_token().expect("fencing is on");
+    /// # Ok(()) }
+    /// ```
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.fencing
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+
+    /// Extends the lock: sets a new TTL on every node that still holds our token. The
+    /// new validity is measured from the start of this call.
+    ///
+    /// On success the deadline moves to `start + ttl − elapsed − drift`. If fewer than a
+    /// quorum confirm, nothing is deleted anywhere and the lock keeps its old deadline.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::Lost`]: the lock had already expired, or a quorum of nodes no longer
+    ///   holds our token (the lock is then marked expired);
+    /// * [`Error::NoQuorum`]: too few nodes answered; the lock keeps its old deadline
+    ///   and may be extended again;
+    /// * [`Error::Timeout`]: the quorum confirmed too late for any validity;
+    /// * [`Error::InvalidInput`]: an invalid TTL.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: the deadline moves only after a quorum confirmed, so
+    /// [`remaining`](Lock::remaining) never over-reports; some nodes may already have
+    /// been extended.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// # use std::time::Duration;
+    /// # let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+    /// let mut lock = locks.try_lock("job", Duration::from_secs(10)).await?;
+    /// lock.extend(Duration::from_secs(30)).await?;
+    /// assert!(lock.remaining() > Duration::from_secs(10));
+    /// # Ok(()) }
+    /// ```
+    pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
+        self.inner.config.check_ttl(ttl)?;
+        if !self.is_valid() {
+            return Err(Error::lost(LostReason::Expired, None));
+        }
+        let span = tracing::debug_span!(
+            "quorumlock.extend",
+            resource = %self.res.label(),
+            nodes = self.inner.nodes.len(),
+            quorum = self.inner.quorum,
+            ttl_ms = quorum::millis_ceil(ttl),
+            token = %self.token,
+            granted = field::Empty,
+            elapsed_us = field::Empty,
+            validity_ms = field::Empty,
+            outcome = field::Empty,
+        );
+        self.extend_inner(ttl).instrument(span).await
+    }
+
+    async fn extend_inner(&mut self, ttl: Duration) -> Result<(), Error> {
+        let inner = self.inner.clone();
+        let node_timeout = inner.config.node_timeout_for(ttl);
+        let call = Arc::new(ScriptCall::new(
+            &EXTEND,
+            self.res.lock_keys().to_vec(),
+            vec![
+                self.token.as_bytes().to_vec(),
+                quorum::millis_ceil(ttl).to_string().into_bytes(),
+            ],
+        ));
+        let inflight = self.inflight.clone();
+        let mut round = Round::start(&inner.nodes, inner.quorum, |i, node| {
+            let node = node.clone();
+            let call = call.clone();
+            let inflight = inflight.clone();
+            async move {
+                ordered(
+                    i,
+                    inflight.as_ref(),
+                    node_timeout,
+                    node.eval(&call, node_timeout),
+                )
+                .await
+            }
+        });
+        let decision = round.decide(extend_ballot).await;
+        let elapsed = round.elapsed();
+        let validity =
+            quorum::validity(ttl, elapsed, quorum::drift(ttl, inner.config.drift_factor));
+        let span = tracing::Span::current();
+        span.record("granted", round.tally().granted());
+        span.record(
+            "elapsed_us",
+            u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+        );
+        span.record(
+            "validity_ms",
+            u64::try_from(validity.as_millis()).unwrap_or(u64::MAX),
+        );
+        let votes = round.votes(&inner.nodes, outcome(extend_ballot));
+        let refused = round.tally().refused();
+        let started = round.started();
+        round.detach();
+        if quorum::is_held(decision, validity, inner.config.min_validity) {
+            span.record("outcome", "extended");
+            self.deadline = started + validity;
+            self.ttl = ttl;
+            return Ok(());
+        }
+        if decision == Decision::Reached {
+            span.record("outcome", "no validity left");
+            return Err(Error::Timeout(Timeout {
+                budget: TimeoutBudget::Validity,
+                waited: elapsed,
+                attempts: 1,
+                votes: Some(votes),
+            }));
+        }
+        if refused > inner.nodes.len().saturating_sub(inner.quorum) {
+            // Fewer than a quorum can still hold our token: the lock is gone.
+            span.record("outcome", "lost");
+            tracing::warn!(resource = %self.res.label(), %votes, "quorumlock: lock lost: a quorum no longer holds its token");
+            self.deadline = Instant::now();
+            return Err(Error::lost(LostReason::NotHeld, Some(votes)));
+        }
+        if !self.is_valid() {
+            span.record("outcome", "expired");
+            return Err(Error::lost(LostReason::ExtendFailed, Some(votes)));
+        }
+        span.record("outcome", "no quorum");
+        Err(Error::NoQuorum(votes))
+    }
+
+    /// Releases the lock on every node: deletes each key only where it still holds our
+    /// token (never another owner's), and announces the release to waiters.
+    ///
+    /// Returns as soon as a quorum confirmed; the other nodes are released in the
+    /// background.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::Lost`]: the lock had already expired (its keys were still deleted
+    ///   where they held our token), or a quorum no longer held our token;
+    /// * [`Error::NoQuorum`]: too few nodes confirmed; their keys expire by TTL.
+    ///
+    /// # Cancel safety
+    ///
+    /// The guard is consumed. If the future is dropped before a quorum confirmed, the
+    /// release is sent again in the background (as on drop); nodes that cannot be reached
+    /// keep the key until its TTL.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// # use std::time::Duration;
+    /// # let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+    /// let lock = locks.try_lock("job", Duration::from_secs(10)).await?;
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn release(mut self) -> Result<(), Error> {
+        let span = tracing::debug_span!(
+            "quorumlock.release",
+            resource = %self.res.label(),
+            nodes = self.inner.nodes.len(),
+            quorum = self.inner.quorum,
+            token = %self.token,
+            granted = field::Empty,
+            elapsed_us = field::Empty,
+            outcome = field::Empty,
+        );
+        let expired = !self.is_valid();
+        let mut round = self.release_round();
+        let decision = round
+            .decide(release_ballot_for(self.res.len()))
+            .instrument(span.clone())
+            .await;
+        self.released = true;
+        let inner = self.inner.clone();
+        let votes = round.votes(&inner.nodes, |r| outcome_for_release(self.res.len(), r));
+        let refused = round.tally().refused();
+        span.record("granted", round.tally().granted());
+        span.record(
+            "elapsed_us",
+            u64::try_from(round.elapsed().as_micros()).unwrap_or(u64::MAX),
+        );
+        round.detach();
+        if expired {
+            span.record("outcome", "expired");
+            return Err(Error::lost(LostReason::Expired, Some(votes)));
+        }
+        match decision {
+            Decision::Reached => {
+                span.record("outcome", "released");
+                Ok(())
+            }
+            Decision::Impossible if refused > inner.nodes.len().saturating_sub(inner.quorum) => {
+                span.record("outcome", "lost");
+                Err(Error::lost(LostReason::NotHeld, Some(votes)))
+            }
+            Decision::Impossible => {
+                span.record("outcome", "no quorum");
+                Err(Error::NoQuorum(votes))
+            }
+        }
+    }
+
+    fn release_round(&self) -> Round {
+        let announce = self.inner.config.notify;
+        let call = Arc::new(release_call(&self.res, &self.token, announce));
+        let timeout = self.inner.config.node_timeout_for(self.ttl);
+        let inflight = self.inflight.clone();
+        Round::start(&self.inner.nodes, self.inner.quorum, |i, node| {
+            let node = node.clone();
+            let call = call.clone();
+            let inflight = inflight.clone();
+            async move { ordered(i, inflight.as_ref(), timeout, node.eval(&call, timeout)).await }
+        })
+    }
+
+    pub(crate) fn resources_ref(&self) -> &Resources {
+        &self.res
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        self.released = true;
+        if !self.is_valid() {
+            // Expired: nothing of ours is guaranteed to be left, but clean up anyway.
+            tracing::debug!(resource = %self.res.label(), "quorumlock: expired lock dropped");
+        }
+        let mut round = self.release_round();
+        let quorum = self.inner.quorum;
+        let resources = self.res.len();
+        let spawned = crate::fanout::spawn(async move {
+            let _ = round.decide(release_ballot_for(resources)).await;
+            round.detach();
+            let _ = quorum;
+        });
+        if !spawned {
+            tracing::debug!(resource = %self.res.label(), "quorumlock: lock dropped outside a Tokio runtime; its keys expire by TTL");
+        }
+    }
+}
+
+/// Runs `fut` on node `i` only after that node's acquire request finished, all within
+/// `timeout` (so a node stuck in its acquire counts as timed out here too).
+async fn ordered<F>(i: usize, inflight: Option<&InFlight>, timeout: Duration, fut: F) -> Reply
+where
+    F: std::future::Future<Output = Reply>,
+{
+    match inflight {
+        None => fut.await,
+        Some(f) => match tokio::time::timeout(timeout, f.wait(i)).await {
+            Ok(()) => fut.await,
+            Err(_) => Reply::TimedOut,
+        },
+    }
+}
+
+fn extend_ballot(r: &Reply) -> Ballot {
+    match r {
+        Reply::Value(Value::Int(1)) => Ballot::Granted,
+        Reply::Value(Value::Int(0)) => Ballot::Refused,
+        _ => Ballot::Failed,
+    }
+}
+
+/// A node confirms a release when every key was ours and is now deleted; it refuses when
+/// some key no longer held our token.
+fn release_ballot_for(keys: usize) -> fn(&Reply) -> Ballot {
+    // Function pointers cannot capture; the count is encoded by choosing one of two.
+    if keys == 1 {
+        release_ballot_one
+    } else {
+        release_ballot_many
+    }
+}
+
+fn release_ballot_one(r: &Reply) -> Ballot {
+    match r {
+        Reply::Value(Value::Int(1)) => Ballot::Granted,
+        Reply::Value(Value::Int(0)) => Ballot::Refused,
+        _ => Ballot::Failed,
+    }
+}
+
+fn release_ballot_many(r: &Reply) -> Ballot {
+    match r {
+        // Any deletion counts: the keys that were missing had expired on that node.
+        Reply::Value(Value::Int(n)) if *n > 0 => Ballot::Granted,
+        Reply::Value(Value::Int(0)) => Ballot::Refused,
+        _ => Ballot::Failed,
+    }
+}
+
+fn outcome_for_release(keys: usize, r: &Reply) -> crate::error::NodeOutcome {
+    outcome(release_ballot_for(keys))(r)
+}

@@ -1,0 +1,457 @@
+//! Talking to one Redis node: its address, its connection, its timeout, its scripts.
+//!
+//! Each node has exactly **one** multiplexed connection (redis-rs's
+//! [`ConnectionManager`], which reconnects by itself), so every command quorumlock sends
+//! to a node is written to one socket in the order it was issued. That ordering is what
+//! lets the clean-up after a failed acquisition be sure its release lands *after* the
+//! `SET` it cleans up: a release is only issued once that node's acquire future has
+//! completed (answered, failed, or timed out — and a timed-out command was already
+//! queued ahead of the release on the same connection).
+//!
+//! Every command is bounded by the per-node timeout. A timed-out command may still run
+//! on the server; callers treat its outcome as unknown and clean up accordingly.
+//!
+//! Scripts are sent with `EVALSHA`, falling back to `EVAL` on `NOSCRIPT` (a node that
+//! restarted, or `SCRIPT FLUSH`), on the same connection. Keys and values only ever
+//! travel as `KEYS`/`ARGV`.
+
+use std::fmt;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError, Value};
+
+use crate::error::Error;
+
+/// A Lua script: its source and its SHA1, computed once.
+pub(crate) struct Lua {
+    code: &'static str,
+    hash: LazyLock<String>,
+}
+
+impl Lua {
+    pub(crate) const fn new(code: &'static str, hash: fn() -> String) -> Lua {
+        Lua {
+            code,
+            hash: LazyLock::new(hash),
+        }
+    }
+}
+
+macro_rules! lua {
+    ($file:literal) => {
+        $crate::node::Lua::new(include_str!($file), || {
+            redis::Script::new(include_str!($file))
+                .get_hash()
+                .to_owned()
+        })
+    };
+}
+pub(crate) use lua;
+
+/// The acquire script for multi-resource locks (every key or none).
+pub(crate) static ACQUIRE_MANY: Lua = lua!("scripts/acquire.lua");
+/// Compare-and-delete (and announce the release).
+pub(crate) static RELEASE: Lua = lua!("scripts/release.lua");
+/// Compare-and-extend.
+pub(crate) static EXTEND: Lua = lua!("scripts/extend.lua");
+
+/// A node's address, printed without its password.
+///
+/// This is how nodes appear in [`Votes`](crate::Votes), in `Debug` output and in tracing:
+/// `redis://user:<redacted>@127.0.0.1:7001/0`. It never contains a password.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), quorumlock::Error> {
+/// let locks = quorumlock::Redlock::builder(["redis://app:s3cret@127.0.0.1:7001"]).build().await?;
+/// let shown = locks.nodes()[0].to_string();
+/// assert_eq!(shown, "redis://app:<redacted>@127.0.0.1:7001");
+/// assert!(!format!("{locks:?}").contains("s3cret"));
+/// # Ok(()) }
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct NodeAddr {
+    shown: Arc<str>,
+    host: Arc<str>,
+    port: Option<u16>,
+}
+
+impl NodeAddr {
+    pub(crate) fn from_info(info: &ConnectionInfo) -> NodeAddr {
+        let rs = info.redis_settings();
+        let user = match (rs.username(), rs.password()) {
+            (Some(u), Some(_)) => format!("{u}:<redacted>@"),
+            (None, Some(_)) => ":<redacted>@".to_owned(),
+            (Some(u), None) => format!("{u}@"),
+            (None, None) => String::new(),
+        };
+        let db = if rs.db() != 0 {
+            format!("/{}", rs.db())
+        } else {
+            String::new()
+        };
+        let (scheme, host, port) = match info.addr() {
+            ConnectionAddr::Tcp(h, p) => ("redis", h.clone(), Some(*p)),
+            ConnectionAddr::TcpTls { host, port, .. } => ("rediss", host.clone(), Some(*port)),
+            ConnectionAddr::Unix(p) => ("redis+unix", p.display().to_string(), None),
+            _ => ("redis", "?".to_owned(), None),
+        };
+        let shown = match port {
+            Some(p) if host.contains(':') => format!("{scheme}://{user}[{host}]:{p}{db}"),
+            Some(p) => format!("{scheme}://{user}{host}:{p}{db}"),
+            None if user.is_empty() && db.is_empty() => format!("{scheme}://{host}"),
+            None => format!("{scheme}://{user}{host}{db}"),
+        };
+        NodeAddr {
+            shown: shown.into(),
+            host: host.into(),
+            port,
+        }
+    }
+
+    /// The host name or IP address (or the socket path for `redis+unix://`).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+    /// assert_eq!(locks.nodes()[0].host(), "127.0.0.1");
+    /// # Ok(()) }
+    /// ```
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The TCP port, `None` for a Unix socket.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+    /// assert_eq!(locks.nodes()[0].port(), Some(7001));
+    /// # Ok(()) }
+    /// ```
+    pub fn port(&self) -> Option<u16> {
+        self.port
+    }
+}
+
+impl fmt::Display for NodeAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.shown)
+    }
+}
+
+impl fmt::Debug for NodeAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.shown)
+    }
+}
+
+/// A parsed, validated node URL, not yet connected.
+#[derive(Clone)]
+pub(crate) struct NodeSpec {
+    pub(crate) addr: NodeAddr,
+    pub(crate) info: ConnectionInfo,
+}
+
+impl NodeSpec {
+    /// Parses one URL. The error never repeats the URL (it may hold a password).
+    pub(crate) fn parse(index: usize, url: &str) -> Result<NodeSpec, Error> {
+        let url = url.trim();
+        if url.is_empty() {
+            return Err(Error::config(
+                "nodes",
+                format!("node #{} has an empty URL", index + 1),
+            ));
+        }
+        let scheme_ok = ["redis://", "rediss://", "redis+unix://", "unix://"]
+            .iter()
+            .any(|s| url.starts_with(s));
+        if !scheme_ok {
+            return Err(Error::config(
+                "nodes",
+                format!(
+                    "node #{} is not a redis://, rediss:// or redis+unix:// URL",
+                    index + 1
+                ),
+            ));
+        }
+        let info = url.into_connection_info().map_err(|e| {
+            Error::config(
+                "nodes",
+                format!(
+                    "node #{} is not a valid Redis URL ({})",
+                    index + 1,
+                    e.kind_str()
+                ),
+            )
+        })?;
+        if let ConnectionAddr::TcpTls { .. } = info.addr() {
+            if !cfg!(any(feature = "tls-rustls", feature = "tls-native-tls")) {
+                return Err(Error::config(
+                    "nodes",
+                    format!(
+                        "node #{} uses rediss:// but quorumlock was built without TLS \
+                         (enable the `tls-rustls` or `tls-native-tls` feature)",
+                        index + 1
+                    ),
+                ));
+            }
+        }
+        Ok(NodeSpec {
+            addr: NodeAddr::from_info(&info),
+            info,
+        })
+    }
+
+    /// Whether two specs name the same node (same address and database).
+    pub(crate) fn same_node(&self, other: &NodeSpec) -> bool {
+        self.info.addr() == other.info.addr()
+            && self.info.redis_settings().db() == other.info.redis_settings().db()
+    }
+}
+
+trait KindStr {
+    fn kind_str(&self) -> &'static str;
+}
+impl KindStr for RedisError {
+    fn kind_str(&self) -> &'static str {
+        match self.kind() {
+            redis::ErrorKind::InvalidClientConfig => "invalid client configuration",
+            _ => "unparseable",
+        }
+    }
+}
+
+/// What one command on one node came back with.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    /// The node answered.
+    Value(Value),
+    /// The node answered with an error, or the connection failed.
+    Error(RedisError),
+    /// No answer within the per-node timeout: outcome unknown.
+    TimedOut,
+}
+
+impl Reply {
+    /// The error text of a failed reply, for [`NodeOutcome::Failed`](crate::NodeOutcome).
+    pub(crate) fn error_text(e: &RedisError) -> String {
+        // redis-rs errors carry the server's message or the I/O error; never the URL.
+        let s = e.to_string();
+        if s.len() > 200 {
+            let mut cut = 200;
+            while !s.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            format!("{}…", &s[..cut])
+        } else {
+            s
+        }
+    }
+}
+
+/// One connected node.
+#[derive(Clone)]
+pub(crate) struct Node {
+    pub(crate) addr: NodeAddr,
+    conn: ConnectionManager,
+}
+
+impl fmt::Debug for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.addr.fmt(f)
+    }
+}
+
+impl Node {
+    /// Creates the node's connection manager without connecting (the first command
+    /// connects; a failed connection is retried on the next command).
+    pub(crate) fn new(spec: &NodeSpec, connect_timeout: Duration) -> Result<Node, Error> {
+        let client = redis::Client::open(spec.info.clone())
+            .map_err(|e| Error::config("nodes", format!("{}: {}", spec.addr, e.kind_str())))?;
+        let config = ConnectionManagerConfig::new()
+            // We bound every command ourselves; the manager must not drop a connection
+            // because one reply is slow (that would reorder commands across sockets).
+            .set_response_timeout(None)
+            .set_connection_timeout(Some(connect_timeout))
+            // One connection attempt per reconnect: a dead node fails fast instead of
+            // making every command wait out a backoff loop.
+            .set_number_of_retries(0)
+            .set_min_delay(Duration::from_millis(1))
+            .set_max_delay(Duration::from_millis(100));
+        let conn = ConnectionManager::new_lazy_with_config(client, config)
+            .map_err(|e| Error::config("nodes", format!("{}: {}", spec.addr, e.kind_str())))?;
+        Ok(Node {
+            addr: spec.addr.clone(),
+            conn,
+        })
+    }
+
+    /// Sends one command, bounded by `timeout`.
+    pub(crate) async fn query(&self, cmd: &Cmd, timeout: Duration) -> Reply {
+        let mut conn = self.conn.clone();
+        match tokio::time::timeout(timeout, conn.send_packed_command(cmd)).await {
+            Ok(Ok(v)) => Reply::Value(v),
+            Ok(Err(e)) => Reply::Error(e),
+            Err(_) => Reply::TimedOut,
+        }
+    }
+
+    /// Sends a pipeline of commands, bounded by `timeout`; one reply per command.
+    pub(crate) async fn pipeline(
+        &self,
+        pipe: &redis::Pipeline,
+        count: usize,
+        timeout: Duration,
+    ) -> Result<Vec<Value>, Reply> {
+        let mut conn = self.conn.clone();
+        match tokio::time::timeout(timeout, conn.send_packed_commands(pipe, 0, count)).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(Reply::Error(e)),
+            Err(_) => Err(Reply::TimedOut),
+        }
+    }
+
+    /// Runs a script by `EVALSHA`, falling back to `EVAL` on `NOSCRIPT`; the whole
+    /// exchange is bounded by `timeout`.
+    pub(crate) async fn eval(&self, call: &ScriptCall, timeout: Duration) -> Reply {
+        let mut conn = self.conn.clone();
+        let run = async {
+            match conn.send_packed_command(&call.evalsha).await {
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    conn.send_packed_command(&call.eval()).await
+                }
+                other => other,
+            }
+        };
+        match tokio::time::timeout(timeout, run).await {
+            Ok(Ok(v)) => Reply::Value(v),
+            Ok(Err(e)) => Reply::Error(e),
+            Err(_) => Reply::TimedOut,
+        }
+    }
+}
+
+/// One prepared request, shared by every node of a round.
+pub(crate) enum Request {
+    /// A plain command (`SET … NX PX …`).
+    Cmd(Cmd),
+    /// A script.
+    Script(ScriptCall),
+}
+
+impl Node {
+    /// Sends a prepared request, bounded by `timeout`.
+    pub(crate) async fn request(&self, req: &Request, timeout: Duration) -> Reply {
+        match req {
+            Request::Cmd(c) => self.query(c, timeout).await,
+            Request::Script(s) => self.eval(s, timeout).await,
+        }
+    }
+}
+
+/// A prepared script invocation (keys and arguments), shared by every node of a round.
+pub(crate) struct ScriptCall {
+    code: &'static str,
+    evalsha: Cmd,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl ScriptCall {
+    pub(crate) fn new(script: &'static Lua, keys: Vec<Vec<u8>>, args: Vec<Vec<u8>>) -> ScriptCall {
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha.arg(script.hash.as_str()).arg(keys.len());
+        for k in &keys {
+            evalsha.arg(k.as_slice());
+        }
+        for a in &args {
+            evalsha.arg(a.as_slice());
+        }
+        ScriptCall {
+            code: script.code,
+            evalsha,
+            keys,
+            args,
+        }
+    }
+
+    fn eval(&self) -> Cmd {
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(self.code).arg(self.keys.len());
+        for k in &self.keys {
+            eval.arg(k.as_slice());
+        }
+        for a in &self.args {
+            eval.arg(a.as_slice());
+        }
+        eval
+    }
+}
+
+/// Checks a node against the deployment contract and warns through `tracing` about
+/// every breach it can see. Never fails: a node that cannot be checked (down, `CONFIG`
+/// disabled by ACL) is only noted at debug level.
+pub(crate) async fn check_deployment(node: &Node, timeout: Duration) {
+    let addr = &node.addr;
+    match node.query(&redis::cmd("PING"), timeout).await {
+        Reply::Value(_) => {}
+        Reply::Error(e) => {
+            tracing::warn!(node = %addr, error = %Reply::error_text(&e), "quorumlock: node unreachable at start-up; it will be retried on every request");
+            return;
+        }
+        Reply::TimedOut => {
+            tracing::warn!(node = %addr, "quorumlock: node did not answer at start-up; it will be retried on every request");
+            return;
+        }
+    }
+    let config_get = |name: &str| {
+        let mut c = redis::cmd("CONFIG");
+        c.arg("GET").arg(name);
+        c
+    };
+    let get = |reply: Reply| -> Option<String> {
+        match reply {
+            Reply::Value(v) => {
+                let pairs: Vec<String> = redis::from_redis_value(v).ok()?;
+                pairs.get(1).cloned()
+            }
+            _ => None,
+        }
+    };
+    match get(node.query(&config_get("maxmemory-policy"), timeout).await) {
+        Some(p) if p == "noeviction" => {}
+        Some(p) => tracing::warn!(node = %addr, maxmemory_policy = %p,
+            "quorumlock: node evicts keys under memory pressure (maxmemory-policy is not noeviction): a held lock can silently disappear"),
+        None => {
+            tracing::debug!(node = %addr, "quorumlock: could not read maxmemory-policy (CONFIG disabled?)")
+        }
+    }
+    let aof = get(node.query(&config_get("appendonly"), timeout).await);
+    let fsync = get(node.query(&config_get("appendfsync"), timeout).await);
+    match (aof.as_deref(), fsync.as_deref()) {
+        (Some("yes"), Some("always")) => {}
+        (Some(_), Some(_)) => tracing::warn!(node = %addr, appendonly = ?aof, appendfsync = ?fsync,
+            "quorumlock: node does not persist every write (appendfsync always): after a crash, restart it only once the longest TTL has passed"),
+        _ => tracing::debug!(node = %addr, "quorumlock: could not read persistence settings"),
+    }
+    if let Reply::Value(v) = node
+        .query(redis::cmd("INFO").arg("replication"), timeout)
+        .await
+    {
+        let text: String = redis::from_redis_value(v).unwrap_or_default();
+        if text.lines().any(|l| l.trim() == "role:slave") {
+            tracing::warn!(node = %addr,
+                "quorumlock: node is a replica; Redlock needs independent masters (writes will fail with READONLY)");
+        }
+    }
+}

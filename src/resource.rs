@@ -1,0 +1,200 @@
+//! Resource names and the Redis keys they map to.
+//!
+//! Every resource maps to its own keys under fixed prefixes, so the mapping is
+//! unambiguous by construction:
+//!
+//! | key | holds |
+//! | --- | --- |
+//! | `quorumlock:lock:{name}` | the lock token, with the TTL |
+//! | `quorumlock:fence:{name}` | the fence counter (fencing only; never expires) |
+//! | `quorumlock:unseeded:{name}` | fencing only: set while a fence counter awaits re-seeding |
+//! | `quorumlock:released:{name}` | the pub/sub channel announcing releases |
+//!
+//! Names are arbitrary non-empty byte strings (up to 4 KiB); nothing is concatenated, so no
+//! two different names share a key, and the `lock`/`fence`/`released` namespaces never
+//! collide because the prefixes differ before the name starts. A multi-resource lock is a
+//! *set*: its keys are the keys of its names, sorted; duplicates are refused, so two
+//! different sets never map to the same keys, and `["a", "b"]` and `["b", "a"]` are the
+//! same lock.
+
+use std::sync::Arc;
+
+use crate::error::Error;
+
+const LOCK_PREFIX: &[u8] = b"quorumlock:lock:";
+const FENCE_PREFIX: &[u8] = b"quorumlock:fence:";
+const CHANNEL_PREFIX: &[u8] = b"quorumlock:released:";
+const UNSEEDED_PREFIX: &[u8] = b"quorumlock:unseeded:";
+
+/// The longest resource name accepted, in bytes.
+pub const MAX_RESOURCE_LEN: usize = 4096;
+/// The most resources one multi-resource lock may take.
+pub const MAX_RESOURCES: usize = 1024;
+
+/// The validated resources of one lock, sorted, with their keys.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Resources {
+    names: Arc<[String]>,
+    lock_keys: Arc<[Vec<u8>]>,
+}
+
+impl Resources {
+    /// Validates one or more names.
+    pub(crate) fn new<S: AsRef<str>>(names: &[S]) -> Result<Resources, Error> {
+        if names.is_empty() {
+            return Err(Error::invalid(
+                "resources",
+                "the list of resources is empty",
+            ));
+        }
+        if names.len() > MAX_RESOURCES {
+            return Err(Error::invalid(
+                "resources",
+                format!(
+                    "{} resources in one lock; at most {MAX_RESOURCES}",
+                    names.len()
+                ),
+            ));
+        }
+        let mut sorted: Vec<String> = Vec::with_capacity(names.len());
+        for n in names {
+            let n = n.as_ref();
+            if n.is_empty() {
+                return Err(Error::invalid("resource", "a resource name is empty"));
+            }
+            if n.len() > MAX_RESOURCE_LEN {
+                return Err(Error::invalid(
+                    "resource",
+                    format!("a name of {} bytes; at most {MAX_RESOURCE_LEN}", n.len()),
+                ));
+            }
+            sorted.push(n.to_owned());
+        }
+        sorted.sort_unstable();
+        if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+            return Err(Error::invalid(
+                "resources",
+                format!("{:?} appears more than once", shorten(&w[0])),
+            ));
+        }
+        let lock_keys = sorted.iter().map(|n| key(LOCK_PREFIX, n)).collect();
+        Ok(Resources {
+            names: sorted.into(),
+            lock_keys,
+        })
+    }
+
+    pub(crate) fn names(&self) -> &[String] {
+        &self.names
+    }
+    pub(crate) fn lock_keys(&self) -> &[Vec<u8>] {
+        &self.lock_keys
+    }
+    pub(crate) fn fence_keys(&self) -> Vec<Vec<u8>> {
+        self.names.iter().map(|n| key(FENCE_PREFIX, n)).collect()
+    }
+    pub(crate) fn unseeded_keys(&self) -> Vec<Vec<u8>> {
+        self.names.iter().map(|n| key(UNSEEDED_PREFIX, n)).collect()
+    }
+    pub(crate) fn channels(&self) -> Vec<Vec<u8>> {
+        self.names.iter().map(|n| channel(n)).collect()
+    }
+    pub(crate) fn len(&self) -> usize {
+        self.names.len()
+    }
+    /// A short human label for tracing: the name, or the first name and a count.
+    pub(crate) fn label(&self) -> String {
+        match self.names.len() {
+            1 => shorten(&self.names[0]).to_owned(),
+            n => format!("{}(+{})", shorten(&self.names[0]), n - 1),
+        }
+    }
+}
+
+/// The lock key of one resource name.
+pub(crate) fn lock_key(name: &str) -> Vec<u8> {
+    key(LOCK_PREFIX, name)
+}
+/// The fence counter key of one resource name.
+pub(crate) fn fence_key(name: &str) -> Vec<u8> {
+    key(FENCE_PREFIX, name)
+}
+/// The release channel of one resource name.
+pub(crate) fn channel(name: &str) -> Vec<u8> {
+    key(CHANNEL_PREFIX, name)
+}
+
+fn key(prefix: &[u8], name: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(prefix.len() + name.len());
+    k.extend_from_slice(prefix);
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+fn shorten(name: &str) -> &str {
+    match name.char_indices().nth(64) {
+        Some((i, _)) => &name[..i],
+        None => name,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn rejects_bad_lists() {
+        assert!(Resources::new::<&str>(&[]).is_err());
+        assert!(Resources::new(&[""]).is_err());
+        assert!(Resources::new(&["a", "a"]).is_err());
+        assert!(Resources::new(&["x".repeat(MAX_RESOURCE_LEN + 1)]).is_err());
+        assert!(Resources::new(&["x".repeat(MAX_RESOURCE_LEN)]).is_ok());
+    }
+
+    #[test]
+    fn order_does_not_matter() {
+        assert_eq!(
+            Resources::new(&["b", "a"]).unwrap(),
+            Resources::new(&["a", "b"]).unwrap()
+        );
+    }
+
+    #[test]
+    fn concatenation_does_not_collide() {
+        // The classic defect: ["ab", "c"] and ["a", "bc"] joined without a separator.
+        let x = Resources::new(&["ab", "c"]).unwrap();
+        let y = Resources::new(&["a", "bc"]).unwrap();
+        assert_ne!(x.lock_keys(), y.lock_keys());
+    }
+
+    #[test]
+    fn namespaces_are_disjoint() {
+        assert_ne!(lock_key("fence:x"), fence_key("x"));
+        assert_ne!(lock_key("x"), channel("x"));
+        assert!(lock_key("x").starts_with(b"quorumlock:lock:"));
+    }
+
+    proptest! {
+        /// Different sets of names never map to the same set of keys; equal sets always do.
+        #[test]
+        fn different_sets_different_keys(
+            a in prop::collection::btree_set("[a-c:]{1,4}", 1..5),
+            b in prop::collection::btree_set("[a-c:]{1,4}", 1..5),
+        ) {
+            let ra = Resources::new(&a.iter().collect::<Vec<_>>()).unwrap();
+            let rb = Resources::new(&b.iter().collect::<Vec<_>>()).unwrap();
+            let ka: BTreeSet<_> = ra.lock_keys().iter().cloned().collect();
+            let kb: BTreeSet<_> = rb.lock_keys().iter().cloned().collect();
+            prop_assert_eq!(a == b, ka == kb);
+            for n in &a {
+                for m in &b {
+                    prop_assert_ne!(lock_key(n), fence_key(m));
+                    prop_assert_ne!(lock_key(n), channel(m));
+                    prop_assert_ne!(fence_key(n), channel(m));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,365 @@
+//! Waiting strategies: retry after a random delay, and wake on release announcements.
+//!
+//! [`Redlock::lock`](crate::Redlock::lock) makes one attempt; if the resource is held (or
+//! too few nodes answered) it waits and tries again, until the [`Retry`] policy's attempt
+//! count or maximum wait is reached. Two strategies decide *when* to try again:
+//!
+//! * **Polling**: after a random delay drawn from the policy's range. Jitter keeps
+//!   contenders out of lock-step; the expected hand-off latency is half the mean delay.
+//! * **Notify** (the default): every release publishes on the resource's channel
+//!   (`quorumlock:released:{name}`) on every node. Waiters of a [`Redlock`](crate::Redlock)
+//!   share one subscription connection per node ([`Notifier`]) and try again as soon as
+//!   any node announces a release. The random delay stays as a fallback timer, so a lost
+//!   message (a cut subscription link, a node down) only delays a waiter, never strands it.
+//!
+//! Waking every waiter at once would split the votes: each node grants a different
+//! waiter and none reaches the quorum. Two measures keep hand-offs clean:
+//!
+//! 1. within one `Redlock`, only one waiter per resource tries at a time (the others keep
+//!    waiting for the next release or their fallback timer);
+//! 2. each woken waiter first sleeps a short random stagger (0–[`NOTIFY_STAGGER`]), so
+//!    waiters in different processes reach the nodes one after another.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use rand::Rng;
+use tokio::sync::{mpsc, watch};
+
+use crate::client::{Inner, acquire_once};
+use crate::config::Retry;
+use crate::error::{Error, Timeout, TimeoutBudget, Votes};
+use crate::lock::Lock;
+use crate::node::NodeSpec;
+use crate::resource::Resources;
+
+/// The longest random pause a waiter takes after a release announcement before trying.
+pub const NOTIFY_STAGGER: Duration = Duration::from_micros(1500);
+
+/// How long a channel stays subscribed after its last waiter left (saves a SUBSCRIBE
+/// round trip for the next waiter, and closes the missed-release window).
+const LINGER: Duration = Duration::from_secs(5);
+
+/// A random delay in `min..=max`.
+pub(crate) fn jitter(min: Duration, max: Duration) -> Duration {
+    if max <= min {
+        return min;
+    }
+    let span = u64::try_from((max - min).as_nanos()).unwrap_or(u64::MAX);
+    min.saturating_add(Duration::from_nanos(rand::rng().random_range(0..=span)))
+}
+
+/// Acquires with retries, per `retry`.
+pub(crate) async fn acquire_waiting(
+    inner: &Arc<Inner>,
+    res: &Resources,
+    ttl: Duration,
+    retry: &Retry,
+) -> Result<Lock, Error> {
+    let start = Instant::now();
+    let give_up_at = retry.max_wait.map(|w| {
+        start
+            .checked_add(w)
+            .unwrap_or(start + Duration::from_secs(86_400 * 365))
+    });
+    let mut attempts: u32 = 0;
+    let mut interest: Option<Interest> = None;
+    let mut last: Option<Votes>;
+    loop {
+        attempts = attempts.saturating_add(1);
+        let gate = interest.as_ref().map(|i| i.gate.clone());
+        let guard = match &gate {
+            Some(g) => g.try_lock().ok(),
+            None => None,
+        };
+        if gate.is_some() && guard.is_none() {
+            // Another waiter of this Redlock is trying right now; wait for the next
+            // release instead of splitting the vote with it.
+            last = None;
+        } else {
+            match acquire_once(inner, res, ttl, attempts).await {
+                Ok(lock) => return Ok(lock),
+                Err(e) if !e.is_retryable() => return Err(e),
+                Err(e) => last = e.votes().cloned(),
+            }
+        }
+        drop(guard);
+        if retry.attempts.is_some_and(|n| attempts >= n) {
+            return Err(gave_up(start, attempts, last));
+        }
+        if interest.is_none() {
+            interest = inner.notifier.as_ref().map(|n| n.interest(res));
+        }
+        let mut delay = jitter(retry.delay_min, retry.delay_max);
+        if let Some(at) = give_up_at {
+            let left = at.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(gave_up(start, attempts, last));
+            }
+            delay = delay.min(left);
+        }
+        match interest.as_mut() {
+            Some(i) => {
+                tokio::select! {
+                    () = i.released() => {
+                        tokio::time::sleep(jitter(Duration::ZERO, NOTIFY_STAGGER)).await;
+                    }
+                    () = tokio::time::sleep(delay) => {}
+                }
+            }
+            None => tokio::time::sleep(delay).await,
+        }
+        if give_up_at.is_some_and(|at| Instant::now() >= at) {
+            // One last look is not taken: the budget is spent.
+            return Err(gave_up(start, attempts, last));
+        }
+    }
+}
+
+fn gave_up(start: Instant, attempts: u32, votes: Option<Votes>) -> Error {
+    Error::Timeout(Timeout {
+        budget: TimeoutBudget::MaxWait,
+        waited: start.elapsed(),
+        attempts,
+        votes,
+    })
+}
+
+/// Release announcements for one [`Redlock`](crate::Redlock): one subscription
+/// connection per node, shared by every waiter, started on first use.
+pub(crate) struct Notifier {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    channels: Mutex<HashMap<Vec<u8>, Channel>>,
+    nodes: Vec<mpsc::UnboundedSender<SubCmd>>,
+}
+
+struct Channel {
+    tx: watch::Sender<u64>,
+    recent: VecDeque<Vec<u8>>,
+    interest: usize,
+    idle_since: Option<Instant>,
+    gate: Arc<tokio::sync::Mutex<()>>,
+}
+
+enum SubCmd {
+    Subscribe(Vec<u8>),
+}
+
+impl Notifier {
+    pub(crate) fn new(specs: &[NodeSpec]) -> Notifier {
+        let mut senders = Vec::with_capacity(specs.len());
+        let mut receivers = Vec::with_capacity(specs.len());
+        for _ in specs {
+            let (tx, rx) = mpsc::unbounded_channel();
+            senders.push(tx);
+            receivers.push(rx);
+        }
+        let shared = Arc::new(Shared {
+            channels: Mutex::new(HashMap::new()),
+            nodes: senders,
+        });
+        for (spec, rx) in specs.iter().zip(receivers) {
+            let client = redis::Client::open(spec.info.clone()).ok();
+            let weak = Arc::downgrade(&shared);
+            let addr = spec.addr.clone();
+            if let Some(client) = client {
+                crate::fanout::spawn(subscriber(client, addr, weak, rx));
+            }
+        }
+        Notifier { shared }
+    }
+
+    /// Registers interest in a lock's resources (subscribing on every node if new).
+    fn interest(&self, res: &Resources) -> Interest {
+        let mut rxs = Vec::new();
+        let mut gate = None;
+        let channels = res.channels();
+        if let Ok(mut map) = self.shared.channels.lock() {
+            for ch in &channels {
+                let entry = map.entry(ch.clone()).or_insert_with(|| {
+                    for node in &self.shared.nodes {
+                        let _ = node.send(SubCmd::Subscribe(ch.clone()));
+                    }
+                    Channel {
+                        tx: watch::channel(0).0,
+                        recent: VecDeque::new(),
+                        interest: 0,
+                        idle_since: None,
+                        gate: Arc::new(tokio::sync::Mutex::new(())),
+                    }
+                });
+                entry.interest += 1;
+                entry.idle_since = None;
+                rxs.push(entry.tx.subscribe());
+                gate.get_or_insert_with(|| entry.gate.clone());
+            }
+        }
+        Interest {
+            shared: Arc::downgrade(&self.shared),
+            channels,
+            rxs,
+            gate: gate.unwrap_or_default(),
+        }
+    }
+}
+
+/// One waiter's registration.
+struct Interest {
+    shared: Weak<Shared>,
+    channels: Vec<Vec<u8>>,
+    rxs: Vec<watch::Receiver<u64>>,
+    gate: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Interest {
+    /// Completes at the next release announced for any of the resources.
+    async fn released(&mut self) {
+        if self.rxs.is_empty() {
+            return std::future::pending().await;
+        }
+        let waits = self.rxs.iter_mut().map(|rx| Box::pin(rx.changed()));
+        let (res, _, _) = futures::future::select_all(waits).await;
+        if res.is_err() {
+            // The notifier is gone; only the fallback timer is left.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Drop for Interest {
+    fn drop(&mut self) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        if let Ok(mut map) = shared.channels.lock() {
+            for ch in &self.channels {
+                if let Some(c) = map.get_mut(ch) {
+                    c.interest = c.interest.saturating_sub(1);
+                    if c.interest == 0 {
+                        c.idle_since = Some(Instant::now());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One node's subscription connection: (re)connects, subscribes to every channel with
+/// interest, turns messages into wake-ups, and unsubscribes channels idle for a while.
+async fn subscriber(
+    client: redis::Client,
+    addr: crate::node::NodeAddr,
+    shared: Weak<Shared>,
+    mut cmds: mpsc::UnboundedReceiver<SubCmd>,
+) {
+    let mut backoff = Duration::from_millis(20);
+    let mut sweep = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        let conn = tokio::time::timeout(Duration::from_secs(1), client.get_async_pubsub()).await;
+        let pubsub = match conn {
+            Ok(Ok(p)) => p,
+            _ => {
+                tracing::debug!(node = %addr, "quorumlock: release subscription unavailable; waiters fall back to their retry delay");
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    cmd = cmds.recv() => if cmd.is_none() { return },
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(20);
+        let (mut sink, mut stream) = pubsub.split();
+        let mut subscribed: std::collections::HashSet<Vec<u8>> = std::collections::HashSet::new();
+        // Subscribe to everything that currently has a channel entry.
+        let wanted: Vec<Vec<u8>> = match shared.upgrade() {
+            Some(s) => s
+                .channels
+                .lock()
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default(),
+            None => return,
+        };
+        let mut ok = true;
+        for ch in wanted {
+            if sink.subscribe(ch.as_slice()).await.is_err() {
+                ok = false;
+                break;
+            }
+            subscribed.insert(ch);
+        }
+        while ok {
+            tokio::select! {
+                msg = stream.next() => match msg {
+                    Some(msg) => {
+                        let Some(s) = shared.upgrade() else { return };
+                        let name = msg.get_channel_name().as_bytes().to_vec();
+                        let id = msg.get_payload_bytes().to_vec();
+                        if let Ok(mut map) = s.channels.lock() {
+                            if let Some(c) = map.get_mut(&name) {
+                                if !c.recent.contains(&id) {
+                                    if c.recent.len() >= 16 {
+                                        c.recent.pop_front();
+                                    }
+                                    c.recent.push_back(id);
+                                    c.tx.send_modify(|g| *g = g.wrapping_add(1));
+                                }
+                            }
+                        }
+                    }
+                    None => ok = false,
+                },
+                cmd = cmds.recv() => match cmd {
+                    Some(SubCmd::Subscribe(ch)) => {
+                        if subscribed.contains(&ch) {
+                            continue;
+                        }
+                        if sink.subscribe(ch.as_slice()).await.is_err() {
+                            ok = false;
+                        }
+                        subscribed.insert(ch);
+                    }
+                    None => return,
+                },
+                _ = sweep.tick() => {
+                    let Some(s) = shared.upgrade() else { return };
+                    // Drop channels idle for LINGER from the shared map (whichever node's
+                    // task sees it first), then unsubscribe here whatever the map lost.
+                    let gone: Vec<Vec<u8>> = s.channels.lock().map(|mut m| {
+                        m.retain(|_, c| !(c.interest == 0 && c.idle_since.is_some_and(|t| t.elapsed() >= LINGER)));
+                        subscribed.iter().filter(|ch| !m.contains_key(*ch)).cloned().collect()
+                    }).unwrap_or_default();
+                    for ch in gone {
+                        let _ = sink.unsubscribe(ch.as_slice()).await;
+                        subscribed.remove(&ch);
+                    }
+                }
+            }
+        }
+        tracing::debug!(node = %addr, "quorumlock: release subscription lost; reconnecting");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_in_range() {
+        for _ in 0..1000 {
+            let d = jitter(Duration::from_millis(10), Duration::from_millis(20));
+            assert!(d >= Duration::from_millis(10) && d <= Duration::from_millis(20));
+        }
+        assert_eq!(
+            jitter(Duration::from_millis(5), Duration::from_millis(5)),
+            Duration::from_millis(5)
+        );
+        assert_eq!(jitter(Duration::ZERO, Duration::ZERO), Duration::ZERO);
+        let _ = jitter(Duration::ZERO, Duration::MAX);
+    }
+}
