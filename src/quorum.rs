@@ -218,7 +218,7 @@ mod tests {
             (
                 &[Granted, Granted, Refused, Refused],
                 3,
-                2,
+                3,
                 Decision::Impossible,
             ),
         ]
