@@ -1,0 +1,488 @@
+//! [`History`]: a thread-safe recorder of what lock clients did and believed, on one
+//! monotonic clock, for the [`checker`].
+//!
+//! Every time in an [`Event`] is an offset from the history's start (one
+//! [`std::time::Instant`] taken by [`History::new`]), so all events, and the deadlines that
+//! clients report, are on one monotonic clock. Timestamps are taken while the recorder's lock
+//! is held, so the recording order (`seq`) and the time order agree.
+//!
+//! # What to record
+//!
+//! One [`ClientId`] is one sequential actor (a task that takes, uses and releases locks one
+//! after another). For each attempt on a resource:
+//!
+//! | when | record | notes |
+//! | --- | --- | --- |
+//! | before calling `try_lock`/`lock` | [`acquire_invoked`](ClientRecorder::acquire_invoked) | optional, for reading |
+//! | it returned a lock | [`acquired`](ClientRecorder::acquired) with `Instant::now() + lock.remaining()` and the fencing token | opens a hold |
+//! | it returned an error | [`acquire_failed`](ClientRecorder::acquire_failed) | not a hold |
+//! | it timed out or was cancelled | [`acquire_unknown`](ClientRecorder::acquire_unknown) | not a hold: the client does not believe it holds the lock |
+//! | `extend` succeeded | [`extended`](ClientRecorder::extended) with the new deadline | moves the hold's end |
+//! | the lost signal fired | [`lost`](ClientRecorder::lost) | ends the hold there |
+//! | before calling `release` | [`release_invoked`](ClientRecorder::release_invoked) | ends the hold there |
+//! | the protected work starts / ends | [`work_started`](ClientRecorder::work_started) / [`work_ended`](ClientRecorder::work_ended) | must lie inside the hold |
+//! | the storage accepted / rejected a fenced write | [`write_accepted`](ClientRecorder::write_accepted) / [`write_rejected`](ClientRecorder::write_rejected) | accepted tokens must not go down |
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use quorumlock::testkit::History;
+//!
+//! let history = History::new();
+//! let alice = history.client(1);
+//! alice.acquire_invoked("orders:42");
+//! alice.acquired("orders:42", Instant::now() + Duration::from_secs(10), Some(7));
+//! alice.work_started("orders:42");
+//! alice.work_ended("orders:42");
+//! alice.release_invoked("orders:42");
+//! alice.released("orders:42");
+//! assert!(history.check().is_clean());
+//! ```
+
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::checker::{self, Report};
+
+/// Identifies one sequential client (task) in a [`History`].
+pub type ClientId = u64;
+
+/// What happened, in an [`Event`]. Deadlines are offsets from the history's start, like
+/// [`Event::at`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum EventKind {
+    /// The client called an acquire method.
+    AcquireInvoked,
+    /// The client got the lock and believes it holds it until `deadline`.
+    Acquired {
+        /// The end of the validity the client believes in (`now + lock.remaining()`).
+        deadline: Duration,
+        /// The lock's fencing token, when fencing is on.
+        fencing_token: Option<u64>,
+    },
+    /// The acquire returned an error: the client does not hold the lock.
+    AcquireFailed,
+    /// The acquire timed out or was cancelled: outcome unknown on the nodes, but the client
+    /// does not believe it holds the lock, so it is not a hold.
+    AcquireUnknown,
+    /// An extension succeeded: the client now believes it holds the lock until `deadline`.
+    Extended {
+        /// The new end of validity.
+        deadline: Duration,
+    },
+    /// An extension failed; the hold keeps its previous deadline.
+    ExtendFailed,
+    /// The client learned that the lock is lost (the lost signal fired): the hold ends here.
+    Lost,
+    /// The client called release: the hold ends here.
+    ReleaseInvoked,
+    /// The release returned successfully.
+    Released,
+    /// The release returned an error.
+    ReleaseFailed,
+    /// The work protected by the lock started.
+    WorkStarted,
+    /// The work protected by the lock ended.
+    WorkEnded,
+    /// The protected storage accepted a write carrying `token`.
+    WriteAccepted {
+        /// The fencing token the write carried.
+        token: Option<u64>,
+    },
+    /// The protected storage rejected a write carrying `token` as stale.
+    WriteRejected {
+        /// The fencing token the write carried.
+        token: Option<u64>,
+    },
+}
+
+/// One recorded event.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Event {
+    /// Recording order, from 0.
+    pub seq: u64,
+    /// When it happened, as an offset from the history's start.
+    pub at: Duration,
+    /// Who.
+    pub client: ClientId,
+    /// Which resource (lock name).
+    pub resource: Arc<str>,
+    /// What.
+    pub kind: EventKind,
+}
+
+/// Formats an offset from the history's start as `+12.345ms`.
+pub(crate) fn offset(d: Duration) -> String {
+    format!("+{:.3}ms", d.as_secs_f64() * 1000.0)
+}
+
+impl fmt::Display for EventKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let token = |t: &Option<u64>| t.map_or_else(|| "none".to_owned(), |t| t.to_string());
+        match self {
+            EventKind::AcquireInvoked => f.write_str("acquire invoked"),
+            EventKind::Acquired {
+                deadline,
+                fencing_token,
+            } => write!(
+                f,
+                "acquired (deadline {}, token {})",
+                offset(*deadline),
+                token(fencing_token)
+            ),
+            EventKind::AcquireFailed => f.write_str("acquire failed"),
+            EventKind::AcquireUnknown => f.write_str("acquire outcome unknown"),
+            EventKind::Extended { deadline } => {
+                write!(f, "extended (deadline {})", offset(*deadline))
+            }
+            EventKind::ExtendFailed => f.write_str("extend failed"),
+            EventKind::Lost => f.write_str("lost"),
+            EventKind::ReleaseInvoked => f.write_str("release invoked"),
+            EventKind::Released => f.write_str("released"),
+            EventKind::ReleaseFailed => f.write_str("release failed"),
+            EventKind::WorkStarted => f.write_str("work started"),
+            EventKind::WorkEnded => f.write_str("work ended"),
+            EventKind::WriteAccepted { token: t } => {
+                write!(f, "write accepted (token {})", token(t))
+            }
+            EventKind::WriteRejected { token: t } => {
+                write!(f, "write rejected (token {})", token(t))
+            }
+        }
+    }
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "#{} {} client {} {:?} {}",
+            self.seq,
+            offset(self.at),
+            self.client,
+            &*self.resource,
+            self.kind
+        )
+    }
+}
+
+struct Inner {
+    start: Instant,
+    events: Mutex<Vec<Event>>,
+}
+
+/// A cheap-clone, thread-safe event recorder. Clones share the same events.
+///
+/// See the [module docs](self) for what to record and an example.
+#[derive(Clone)]
+pub struct History {
+    inner: Arc<Inner>,
+}
+
+impl Default for History {
+    fn default() -> Self {
+        History::new()
+    }
+}
+
+impl fmt::Debug for History {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("History")
+            .field("events", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One event per line, in time order.
+impl fmt::Display for History {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for e in self.events() {
+            writeln!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl History {
+    /// An empty history whose clock starts now.
+    pub fn new() -> History {
+        History {
+            inner: Arc::new(Inner {
+                start: Instant::now(),
+                events: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    fn events_lock(&self) -> MutexGuard<'_, Vec<Event>> {
+        self.inner
+            .events
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The instant the history's clock starts at.
+    pub fn start(&self) -> Instant {
+        self.inner.start
+    }
+
+    /// Time since the start.
+    pub fn now(&self) -> Duration {
+        self.inner.start.elapsed()
+    }
+
+    /// `at` as an offset from the start (zero for an instant before it).
+    pub fn offset(&self, at: Instant) -> Duration {
+        at.saturating_duration_since(self.inner.start)
+    }
+
+    /// The instant `offset` after the start, e.g. to build deadlines in unit tests.
+    pub fn instant(&self, offset: Duration) -> Instant {
+        self.inner.start + offset
+    }
+
+    /// Records an event happening now and returns it.
+    pub fn record(&self, client: ClientId, resource: &str, kind: EventKind) -> Event {
+        let mut events = self.events_lock();
+        let at = self.now(); // under the lock: seq order == time order
+        Self::push(&mut events, at, client, resource, kind)
+    }
+
+    /// Records an event at a given offset (for histories built by hand, e.g. in tests of a
+    /// checker). Events are ordered by `(at, seq)` when read back.
+    pub fn record_at(
+        &self,
+        at: Duration,
+        client: ClientId,
+        resource: &str,
+        kind: EventKind,
+    ) -> Event {
+        let mut events = self.events_lock();
+        Self::push(&mut events, at, client, resource, kind)
+    }
+
+    fn push(
+        events: &mut Vec<Event>,
+        at: Duration,
+        client: ClientId,
+        resource: &str,
+        kind: EventKind,
+    ) -> Event {
+        let event = Event {
+            seq: events.len() as u64,
+            at,
+            client,
+            resource: Arc::from(resource),
+            kind,
+        };
+        events.push(event.clone());
+        event
+    }
+
+    /// A copy of every event, ordered by `(at, seq)`.
+    pub fn events(&self) -> Vec<Event> {
+        let mut events = self.events_lock().clone();
+        events.sort_by_key(|e| (e.at, e.seq));
+        events
+    }
+
+    /// Number of events.
+    pub fn len(&self) -> usize {
+        self.events_lock().len()
+    }
+
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A recorder for client `id`.
+    pub fn client(&self, id: ClientId) -> ClientRecorder {
+        ClientRecorder {
+            history: self.clone(),
+            client: id,
+        }
+    }
+
+    /// Runs every invariant of the [`checker`] over the events so far.
+    pub fn check(&self) -> Report {
+        checker::check(self)
+    }
+}
+
+/// Records events for one client; from [`History::client`]. Cheap to clone.
+///
+/// Every method records an event happening now and returns it.
+#[derive(Clone, Debug)]
+pub struct ClientRecorder {
+    history: History,
+    client: ClientId,
+}
+
+impl ClientRecorder {
+    /// This client's id.
+    pub fn id(&self) -> ClientId {
+        self.client
+    }
+
+    /// The history this recorder writes to.
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    fn rec(&self, resource: &str, kind: EventKind) -> Event {
+        self.history.record(self.client, resource, kind)
+    }
+
+    /// [`EventKind::AcquireInvoked`].
+    pub fn acquire_invoked(&self, resource: &str) -> Event {
+        self.rec(resource, EventKind::AcquireInvoked)
+    }
+
+    /// [`EventKind::Acquired`]: the client holds `resource` until `deadline`.
+    pub fn acquired(&self, resource: &str, deadline: Instant, fencing_token: Option<u64>) -> Event {
+        let deadline = self.history.offset(deadline);
+        self.rec(
+            resource,
+            EventKind::Acquired {
+                deadline,
+                fencing_token,
+            },
+        )
+    }
+
+    /// [`EventKind::Acquired`] with the deadline `remaining` from now (pass
+    /// `lock.remaining()`; the recorded deadline is at most a few microseconds late).
+    pub fn acquired_for(
+        &self,
+        resource: &str,
+        remaining: Duration,
+        fencing_token: Option<u64>,
+    ) -> Event {
+        self.acquired(resource, Instant::now() + remaining, fencing_token)
+    }
+
+    /// [`EventKind::AcquireFailed`].
+    pub fn acquire_failed(&self, resource: &str) -> Event {
+        self.rec(resource, EventKind::AcquireFailed)
+    }
+
+    /// [`EventKind::AcquireUnknown`].
+    pub fn acquire_unknown(&self, resource: &str) -> Event {
+        self.rec(resource, EventKind::AcquireUnknown)
+    }
+
+    /// [`EventKind::Extended`]: the hold now lasts until `deadline`.
+    pub fn extended(&self, resource: &str, deadline: Instant) -> Event {
+        let deadline = self.history.offset(deadline);
+        self.rec(resource, EventKind::Extended { deadline })
+    }
+
+    /// [`EventKind::Extended`] with the deadline `remaining` from now.
+    pub fn extended_for(&self, resource: &str, remaining: Duration) -> Event {
+        self.extended(resource, Instant::now() + remaining)
+    }
+
+    /// [`EventKind::ExtendFailed`].
+    pub fn extend_failed(&self, resource: &str) -> Event {
+        self.rec(resource, EventKind::ExtendFailed)
+    }
+
+    /// [`EventKind::Lost`].
+    pub fn lost(&self, resource: &str) -> Event {
+        self.rec(resource, EventKind::Lost)
+    }
+
+    /// [`EventKind::ReleaseInvoked`].
+    pub fn release_invoked(&self, resource: &str) -> Event {
+        self.rec(resource, EventKind::ReleaseInvoked)
+    }
+
+    /// [`EventKind::Released`].
+    pub fn released(&self, resource: &str) -> Event {
+        self.rec(resource, EventKind::Released)
+    }
+
+    /// [`EventKind::ReleaseFailed`].
+    pub fn release_failed(&self, resource: &str) -> Event {
+        self.rec(resource, EventKind::ReleaseFailed)
+    }
+
+    /// [`EventKind::WorkStarted`].
+    pub fn work_started(&self, resource: &str) -> Event {
+        self.rec(resource, EventKind::WorkStarted)
+    }
+
+    /// [`EventKind::WorkEnded`].
+    pub fn work_ended(&self, resource: &str) -> Event {
+        self.rec(resource, EventKind::WorkEnded)
+    }
+
+    /// [`EventKind::WriteAccepted`].
+    pub fn write_accepted(&self, resource: &str, token: Option<u64>) -> Event {
+        self.rec(resource, EventKind::WriteAccepted { token })
+    }
+
+    /// [`EventKind::WriteRejected`].
+    pub fn write_rejected(&self, resource: &str, token: Option<u64>) -> Event {
+        self.rec(resource, EventKind::WriteRejected { token })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_in_order_on_one_clock() {
+        let h = History::new();
+        let c = h.client(3);
+        let a = c.acquire_invoked("r");
+        let b = c.acquired_for("r", Duration::from_millis(100), Some(1));
+        assert_eq!((a.seq, b.seq), (0, 1));
+        assert!(a.at <= b.at);
+        match b.kind {
+            EventKind::Acquired { deadline, .. } => {
+                let ms100 = Duration::from_millis(100);
+                assert!(deadline >= a.at + ms100 && deadline <= b.at + ms100);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let clone = h.clone();
+        clone.client(4).work_started("r");
+        assert_eq!(h.len(), 3);
+        assert!(h.to_string().contains("client 4 \"r\" work started"));
+    }
+
+    #[test]
+    fn record_at_sorts_by_time_then_seq() {
+        let h = History::new();
+        h.record_at(Duration::from_millis(5), 1, "r", EventKind::Released);
+        h.record_at(Duration::from_millis(1), 1, "r", EventKind::AcquireInvoked);
+        h.record_at(Duration::from_millis(5), 1, "r", EventKind::WorkEnded);
+        let seqs: Vec<u64> = h.events().iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [1, 0, 2]);
+    }
+
+    #[test]
+    fn instants_before_start_saturate() {
+        let h = History::new();
+        if let Some(before) = h.start().checked_sub(Duration::from_millis(1)) {
+            assert_eq!(h.offset(before), Duration::ZERO);
+        }
+        assert_eq!(
+            h.offset(h.instant(Duration::from_millis(7))),
+            Duration::from_millis(7)
+        );
+    }
+
+    #[test]
+    fn history_is_send_sync() {
+        fn bounds<T: Send + Sync + Clone + 'static>() {}
+        bounds::<History>();
+        bounds::<ClientRecorder>();
+    }
+}

@@ -1,0 +1,131 @@
+//! The fault-injection test kit (feature `testkit`): real Redis servers you can kill, pause and
+//! cut off, a recorder of what lock clients believed, and a checker that says whether mutual
+//! exclusion held.
+//!
+//! It is what quorumlock's own fault tests use, and it is meant for yours: enable the
+//! `testkit` feature in your `[dev-dependencies]` and test your service's critical sections
+//! against the failures of SPEC §8 (a node crashing mid-lease, a restart without persistence,
+//! a pause, a partition, a failover to a lagging replica, a paused holder).
+//!
+//! # Contents
+//!
+//! | problem | tool |
+//! | --- | --- |
+//! | N Redis masters on loopback, killed on drop | [`LocalCluster`] ([`LocalCluster::launch`], [`LocalCluster::builder`]) |
+//! | crash, restart (now or later, with or without AOF), SIGSTOP/SIGCONT | [`LocalCluster::kill`], [`start`](LocalCluster::start), [`restart`](LocalCluster::restart), [`pause`](LocalCluster::pause), [`resume`](LocalCluster::resume) |
+//! | delay, stall, blackhole (one way or both) or cut a client's link | [`FaultProxy`] with a [`ProxyMode`], via [`LocalCluster::proxy`] |
+//! | a node that fails over to a replica which missed writes | [`LocalClusterBuilder::replicated`], [`LocalCluster::replication_link`], [`LocalCluster::promote_replica`] |
+//! | the same faults on the Docker Compose harness (`compose/`) | [`compose::ComposeCluster`], through the [`Faults`] trait |
+//! | scripted or seeded random fault schedules | [`nemesis::Schedule`], [`nemesis::RandomNemesis`] |
+//! | what clients did and believed, on one clock | [`History`], [`ClientRecorder`] |
+//! | did two holders overlap? work outside a hold? fencing tokens going down? | [`checker::check`] → [`checker::Report`] |
+//!
+//! # Requirements
+//!
+//! Linux (or another Unix), a tokio runtime, and `redis-server` 7.0 or newer: Debian's
+//! `redis-server` package (`scripts/install-deps.sh` installs it), or any binary named by
+//! `QUORUMLOCK_REDIS_SERVER`. When it is missing, [`LocalCluster::launch`] fails with a
+//! `NotFound` error that says so.
+//!
+//! # Example
+//!
+//! Three nodes, one crashes and comes back empty, another is paused, a third is cut off:
+//!
+//! ```no_run
+//! use std::time::{Duration, Instant};
+//! use quorumlock::testkit::{History, LocalCluster, ProxyMode};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let cluster = LocalCluster::builder(3).proxies(true).launch().await?;
+//! let urls = cluster.urls(); // hand these to the code under test
+//!
+//! cluster.kill(0).await?; // SIGKILL; node 0 stays down
+//! cluster.start(0).await?; // same port, empty again (no persistence)
+//! cluster.pause(1).await?; // SIGSTOP: connections open, no answers
+//! cluster.resume(1).await?;
+//! cluster.proxy(2)?.set_mode(ProxyMode::Delay(Duration::from_millis(20)));
+//! cluster.disconnect(2).await?; // blackhole both ways
+//! cluster.reconnect(2).await?;
+//!
+//! // Record what each client believed, then check it.
+//! let history = History::new();
+//! let client = history.client(1);
+//! client.acquired("orders:42", Instant::now() + Duration::from_secs(1), None);
+//! client.work_started("orders:42");
+//! client.work_ended("orders:42");
+//! client.release_invoked("orders:42");
+//! let report = history.check();
+//! assert!(report.is_clean(), "{report}");
+//! # let _ = urls;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Writing your own backend
+//!
+//! Implement [`Faults`]; [`nemesis`] schedules then run against it unchanged.
+
+pub mod checker;
+pub mod cluster;
+pub mod compose;
+pub mod history;
+pub mod nemesis;
+pub mod proxy;
+mod resp;
+
+use std::future::Future;
+use std::io;
+use std::time::Duration;
+
+pub use checker::{Report, Violation, ViolationKind};
+pub use cluster::{LocalCluster, LocalClusterBuilder, Persistence, REDIS_SERVER_ENV};
+pub use history::{ClientId, ClientRecorder, Event, EventKind, History};
+pub use nemesis::{Fault, RandomNemesis, Schedule};
+pub use proxy::{FaultProxy, ProxyMode};
+
+/// The fault interface shared by every backend: [`LocalCluster`] (local processes) and
+/// [`compose::ComposeCluster`] (Docker Compose) implement it, and so can yours. Nodes are numbered `0..len()`.
+///
+/// Every operation returns `InvalidInput` for a node index out of range and
+/// `Unsupported` when the backend cannot do it (e.g. [`disconnect`](Faults::disconnect)
+/// without a proxy). Healing operations ([`start`](Faults::start),
+/// [`resume`](Faults::resume), [`reconnect`](Faults::reconnect)) and
+/// [`kill`](Faults::kill) are idempotent, so a nemesis can always heal.
+///
+/// The futures are `Send`, so faults can be injected from a spawned task while the code
+/// under test runs.
+pub trait Faults: Send + Sync {
+    /// Node URLs clients should connect to, e.g. `redis://127.0.0.1:PORT` (through the node's
+    /// proxy when the backend has one).
+    fn urls(&self) -> Vec<String>;
+
+    /// Number of nodes.
+    fn len(&self) -> usize;
+
+    /// Whether there are no nodes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Kills the node (SIGKILL); it stays down. A no-op when it is down.
+    fn kill(&self, node: usize) -> impl Future<Output = io::Result<()>> + Send;
+
+    /// (Re)starts a killed node on the same address and waits until it answers `PING`. A
+    /// no-op when it is running.
+    fn start(&self, node: usize) -> impl Future<Output = io::Result<()>> + Send;
+
+    /// Kills the node, waits `delay`, starts it again.
+    fn restart(&self, node: usize, delay: Duration) -> impl Future<Output = io::Result<()>> + Send;
+
+    /// Pauses the node (SIGSTOP): connections stay open, nothing is answered.
+    fn pause(&self, node: usize) -> impl Future<Output = io::Result<()>> + Send;
+
+    /// Resumes a paused node (SIGCONT). A no-op when it is not paused.
+    fn resume(&self, node: usize) -> impl Future<Output = io::Result<()>> + Send;
+
+    /// Cuts the client's link to the node: nothing passes in either direction (blackhole).
+    fn disconnect(&self, node: usize) -> impl Future<Output = io::Result<()>> + Send;
+
+    /// Restores the client's link to the node.
+    fn reconnect(&self, node: usize) -> impl Future<Output = io::Result<()>> + Send;
+}

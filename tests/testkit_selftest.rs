@@ -1,0 +1,362 @@
+//! Self-test of the fault-injection kit against real `redis-server` processes: every fault it
+//! offers must have the observable effect it promises.
+#![cfg(feature = "testkit")]
+
+use std::io;
+use std::time::Duration;
+
+use quorumlock::testkit::nemesis::{FaultKind, RandomNemesis};
+use quorumlock::testkit::{Faults, LocalCluster, Persistence, ProxyMode};
+use redis::AsyncCommands;
+use redis::aio::MultiplexedConnection;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// Shorter than redis-rs' own 500 ms response timeout, so "no answer" shows as `Elapsed`.
+const NO_ANSWER: Duration = Duration::from_millis(300);
+/// Upper bound for anything that should succeed.
+const PATIENCE: Duration = Duration::from_secs(5);
+
+async fn connect(url: &str) -> redis::RedisResult<MultiplexedConnection> {
+    redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await
+}
+
+async fn ping(con: &mut MultiplexedConnection) -> redis::RedisResult<String> {
+    redis::cmd("PING").query_async(con).await
+}
+
+/// PING within `PATIENCE`, as an error string on failure.
+async fn ping_ok(con: &mut MultiplexedConnection) -> Result<(), String> {
+    match tokio::time::timeout(PATIENCE, ping(con)).await {
+        Ok(Ok(pong)) if pong == "PONG" => Ok(()),
+        Ok(Ok(other)) => Err(format!("PING answered {other:?}")),
+        Ok(Err(e)) => Err(format!("PING failed: {e}")),
+        Err(_) => Err("PING timed out".into()),
+    }
+}
+
+/// Whether a PING gets no answer at all within `NO_ANSWER` (neither reply nor error).
+async fn ping_silent(con: &mut MultiplexedConnection) -> bool {
+    tokio::time::timeout(NO_ANSWER, ping(con)).await.is_err()
+}
+
+/// Polls a fresh connection to `url` until it answers PING (bounded by count and time).
+async fn wait_answers(url: &str) -> Result<MultiplexedConnection, String> {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let mut last = String::new();
+    for _ in 0..500 {
+        match tokio::time::timeout(NO_ANSWER, connect(url)).await {
+            Ok(Ok(mut con)) => match ping_ok(&mut con).await {
+                Ok(()) => return Ok(con),
+                Err(e) => last = e,
+            },
+            Ok(Err(e)) => last = e.to_string(),
+            Err(_) => last = "connect timed out".into(),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Err(format!("{url} never answered: {last}"))
+}
+
+#[tokio::test]
+async fn every_node_answers_ping() -> TestResult {
+    let cluster = LocalCluster::launch(3).await?;
+    assert_eq!(cluster.len(), 3);
+    let urls = cluster.urls();
+    assert_eq!(urls.len(), 3);
+    for (i, url) in urls.iter().enumerate() {
+        assert!(url.starts_with("redis://127.0.0.1:"), "{url}");
+        assert_eq!(url, &cluster.direct_url(i)?, "no proxies: urls are direct");
+        let mut con = connect(url).await?;
+        ping_ok(&mut con).await?;
+        let policy: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("maxmemory-policy")
+            .query_async(&mut con)
+            .await?;
+        assert_eq!(policy, ["maxmemory-policy", "noeviction"]);
+    }
+    let ports: std::collections::HashSet<u16> =
+        (0..3).map(|i| cluster.port(i)).collect::<io::Result<_>>()?;
+    assert_eq!(ports.len(), 3, "distinct ports");
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_node_index_is_an_error_not_a_panic() -> TestResult {
+    let cluster = LocalCluster::launch(1).await?;
+    assert_eq!(
+        cluster.kill(5).await.unwrap_err().kind(),
+        io::ErrorKind::InvalidInput
+    );
+    assert_eq!(
+        cluster.proxy(0).unwrap_err().kind(),
+        io::ErrorKind::Unsupported
+    );
+    assert_eq!(
+        cluster.disconnect(0).await.unwrap_err().kind(),
+        io::ErrorKind::Unsupported
+    );
+    assert_eq!(
+        cluster.replication_link(0).unwrap_err().kind(),
+        io::ErrorKind::Unsupported
+    );
+    let err = LocalCluster::launch(0).await.unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+    Ok(())
+}
+
+#[tokio::test]
+async fn kill_and_restart_without_persistence_loses_data() -> TestResult {
+    let cluster = LocalCluster::launch(3).await?;
+    let url = cluster.url(0)?;
+    let port = cluster.port(0)?;
+    let mut con = connect(&url).await?;
+    let _: () = con.set("k", "v").await?;
+
+    cluster.kill(0).await?;
+    assert_eq!(cluster.pid(0)?, None);
+    let down = tokio::time::timeout(PATIENCE, connect(&url)).await?;
+    assert!(down.is_err(), "a killed node refuses connections");
+    cluster.kill(0).await?; // idempotent
+
+    cluster.start(0).await?;
+    assert_eq!(cluster.port(0)?, port, "same port after restart");
+    let mut con = connect(&url).await?;
+    let v: Option<String> = con.get("k").await?;
+    assert_eq!(v, None, "no persistence: the node comes back empty");
+
+    // Other nodes were untouched.
+    let mut other = connect(&cluster.url(1)?).await?;
+    ping_ok(&mut other).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn restart_with_aof_always_keeps_data() -> TestResult {
+    let cluster = LocalCluster::builder(3)
+        .persistence(Persistence::AofAlways)
+        .node_persistence(2, Persistence::None)
+        .launch()
+        .await?;
+    for i in [0, 2] {
+        let mut con = connect(&cluster.url(i)?).await?;
+        let _: () = con.set("k", "v").await?;
+        cluster.restart(i, Duration::from_millis(20)).await?;
+        let mut con = connect(&cluster.url(i)?).await?;
+        let v: Option<String> = con.get("k").await?;
+        let expected = (i == 0).then(|| "v".to_owned());
+        assert_eq!(v, expected, "node {i}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn pause_silences_a_node_until_resume() -> TestResult {
+    let cluster = LocalCluster::launch(3).await?;
+    let mut con = connect(&cluster.url(1)?).await?;
+    ping_ok(&mut con).await?;
+
+    cluster.pause(1).await?;
+    assert!(ping_silent(&mut con).await, "a paused node must not answer");
+    let mut other = connect(&cluster.url(0)?).await?;
+    ping_ok(&mut other).await?;
+
+    cluster.resume(1).await?;
+    cluster.resume(1).await?; // idempotent
+    let mut fresh = wait_answers(&cluster.url(1)?).await?;
+    let v: Option<String> = fresh.get("nothing").await?;
+    assert_eq!(v, None);
+    Ok(())
+}
+
+#[tokio::test]
+async fn proxy_blackhole_stall_delay_reset_on_a_live_connection() -> TestResult {
+    let cluster = LocalCluster::builder(3).proxies(true).launch().await?;
+    let url = cluster.url(0)?;
+    assert_ne!(url, cluster.direct_url(0)?, "urls go through the proxy");
+    let proxy = cluster.proxy(0)?;
+    let mut con = connect(&url).await?;
+    ping_ok(&mut con).await?;
+    assert_eq!(proxy.live_connections(), 1);
+
+    // Stall: silent, nothing lost; the same connection works again after the heal.
+    proxy.set_mode(ProxyMode::Stall);
+    assert!(ping_silent(&mut con).await, "stall: no answer");
+    proxy.set_mode(ProxyMode::Pass);
+    ping_ok(&mut con).await?;
+
+    // Blackhole: silent; the connection lost a request, so it is reset on the heal and a
+    // new connection works.
+    cluster.disconnect(0).await?;
+    assert!(ping_silent(&mut con).await, "blackhole: no answer");
+    // New connections are accepted, but nothing reaches the node (a raw socket: redis-rs'
+    // own handshake would wait for replies).
+    let mut during = tokio::net::TcpStream::connect(proxy.addr()).await?;
+    during.write_all(b"PING\r\n").await?;
+    let mut buf = [0u8; 16];
+    let read = tokio::time::timeout(NO_ANSWER, during.read(&mut buf)).await;
+    assert!(
+        read.is_err(),
+        "blackhole: new connections are silent too: {read:?}"
+    );
+    cluster.reconnect(0).await?;
+    let broken = tokio::time::timeout(PATIENCE, ping(&mut con)).await?;
+    assert!(
+        broken.is_err(),
+        "a connection that lost bytes is reset: {broken:?}"
+    );
+    let mut con = wait_answers(&url).await?;
+
+    // Delay: each way, so a round trip takes at least twice the delay.
+    proxy.set_mode(ProxyMode::Delay(Duration::from_millis(60)));
+    let t0 = std::time::Instant::now();
+    ping_ok(&mut con).await?;
+    let rtt = t0.elapsed();
+    assert!(
+        rtt >= Duration::from_millis(120),
+        "round trip {rtt:?} under 2 x 60 ms"
+    );
+    proxy.set_mode(ProxyMode::Pass);
+    ping_ok(&mut con).await?;
+
+    // Blackholed replies: the command runs on the node, the client never hears back.
+    proxy.set_mode(ProxyMode::BlackholeReplies);
+    let set = tokio::time::timeout(NO_ANSWER, con.set::<_, _, ()>("landed", "1")).await;
+    assert!(set.is_err(), "reply must be dropped");
+    let mut direct = connect(&cluster.direct_url(0)?).await?;
+    let mut landed = None;
+    for _ in 0..100 {
+        landed = direct.get::<_, Option<String>>("landed").await?;
+        if landed.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(landed.as_deref(), Some("1"), "the write reached the node");
+    proxy.set_mode(ProxyMode::Pass);
+
+    // Reset: live connections are cut, new ones refused until the mode changes.
+    let mut con = wait_answers(&url).await?;
+    proxy.set_mode(ProxyMode::Reset);
+    let cut = tokio::time::timeout(PATIENCE, ping(&mut con)).await?;
+    assert!(cut.is_err(), "reset: live connection errors: {cut:?}");
+    let refused = tokio::time::timeout(PATIENCE, async {
+        let mut c = connect(&url).await?;
+        ping(&mut c).await
+    })
+    .await?;
+    assert!(refused.is_err(), "reset: new connections fail: {refused:?}");
+    proxy.set_mode(ProxyMode::Pass);
+    wait_answers(&url).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn promoted_replica_misses_writes_made_while_its_link_was_blackholed() -> TestResult {
+    let cluster = LocalCluster::builder(3).replicated(0).launch().await?;
+    let url = cluster.url(0)?;
+    let mut con = connect(&url).await?;
+
+    // Link in pass mode: writes replicate.
+    let _: () = con.set("before", "1").await?;
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(PATIENCE.as_millis() as u64)
+        .query_async(&mut con)
+        .await?;
+    assert_eq!(acked, 1, "the replica acknowledged the write");
+    let mut replica = connect(&cluster.replica_url(0)?).await?;
+    let replicated: Option<String> = replica.get("before").await?;
+    assert_eq!(replicated.as_deref(), Some("1"));
+
+    // Link blackholed: the next write stays on the master, which then dies.
+    cluster.replication_link(0)?.blackhole();
+    let _: () = con.set("x", "1").await?;
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(200)
+        .query_async(&mut con)
+        .await?;
+    assert_eq!(acked, 0, "the replica must not have the write");
+    cluster.kill(0).await?;
+    cluster.promote_replica(0).await?;
+
+    let mut con = wait_answers(&url).await?;
+    let role: redis::Value = redis::cmd("ROLE").query_async(&mut con).await?;
+    assert!(format!("{role:?}").contains("master"), "{role:?}");
+    let x: Option<String> = con.get("x").await?;
+    assert_eq!(x, None, "the promoted replica never got x");
+    let before: Option<String> = con.get("before").await?;
+    assert_eq!(before.as_deref(), Some("1"));
+    assert_eq!(cluster.port(0)?, cluster.replica_port(0)?);
+    // The promoted replica is writable.
+    let _: () = con.set("after", "1").await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn random_nemesis_heals_every_node() -> TestResult {
+    let cluster = LocalCluster::builder(3).proxies(true).launch().await?;
+    let nemesis = RandomNemesis::new(11)
+        .duration(Duration::from_millis(800))
+        .interval(Duration::from_millis(20), Duration::from_millis(100))
+        .kinds(&[
+            FaultKind::Kill,
+            FaultKind::Pause,
+            FaultKind::Disconnect,
+            FaultKind::Restart,
+        ]);
+    let log = nemesis.run(&cluster).await?;
+    assert_eq!(
+        log.faults(),
+        nemesis
+            .plan(3)
+            .into_iter()
+            .map(|(_, f)| f)
+            .collect::<Vec<_>>()
+    );
+    for url in Faults::urls(&cluster) {
+        wait_answers(&url).await?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn dropping_the_cluster_kills_and_reaps_every_server() -> TestResult {
+    let cluster = LocalCluster::builder(2).replicated(1).launch().await?;
+    let mut pids = Vec::new();
+    for i in 0..2 {
+        pids.extend(cluster.pid(i)?);
+    }
+    cluster.pause(0).await?; // a stopped process must die too
+    assert_eq!(pids.len(), 2);
+    drop(cluster);
+    for pid in pids {
+        // Reaped: not even a zombie entry is left.
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "redis-server {pid} survived the drop"
+        );
+    }
+    Ok(())
+}
+
+/// Faults can be injected from a spawned task: the futures are `Send`.
+#[test]
+fn fault_futures_are_send() {
+    fn send<T: Send>(_: &T) {}
+    fn check(cluster: &LocalCluster, nemesis: &RandomNemesis) {
+        send(&cluster.kill(0));
+        send(&cluster.promote_replica(0));
+        send(&Faults::pause(cluster, 0));
+        send(&nemesis.run(cluster));
+    }
+    let _ = check;
+}
