@@ -191,23 +191,78 @@ async fn compose_harness_faults_and_failover() {
         );
     }
 
-    // disconnect → no answer (Docker unbinds the published port); reconnect → answers.
+    // disconnect (blackhole) → TCP still connects but nothing is answered, on an open
+    // connection or a new one; it survives a kill/start; reconnect → answers.
     {
         let mut con = connect(&urls[2]).await.unwrap();
         cluster.disconnect(2).await.expect("disconnect");
+        cluster
+            .disconnect(2)
+            .await
+            .expect("disconnect is idempotent");
         let r =
             tokio::time::timeout(REQUEST, redis::cmd("PING").query_async::<String>(&mut con)).await;
         assert!(
             !matches!(r, Ok(Ok(_))),
-            "disconnected node answered on an open connection: {r:?}"
+            "blackholed node answered on an open connection: {r:?}"
         );
         assert!(
             !answers(&urls[2]).await,
-            "disconnected node answered a new connection"
+            "blackholed node answered a new connection"
+        );
+        cluster
+            .restart(2, Duration::ZERO)
+            .await
+            .expect("restart while blackholed");
+        assert!(
+            !answers(&urls[2]).await,
+            "the blackhole did not survive a restart"
         );
         cluster.reconnect(2).await.expect("reconnect");
+        cluster.reconnect(2).await.expect("reconnect is idempotent");
         assert!(answers(&urls[2]).await, "reconnected node does not answer");
     }
+
+    // unplug (docker network disconnect) → Docker unbinds the published port: refused at once.
+    {
+        let mut con = connect(&urls[4]).await.unwrap();
+        cluster
+            .unplug_service(ComposeService::Node(4))
+            .await
+            .expect("unplug");
+        let t = Instant::now();
+        let r =
+            tokio::time::timeout(REQUEST, redis::cmd("PING").query_async::<String>(&mut con)).await;
+        assert!(
+            matches!(r, Ok(Err(_))),
+            "an open connection to an unplugged node must fail, got {r:?}"
+        );
+        assert!(
+            !answers(&urls[4]).await,
+            "unplugged node answered a new connection"
+        );
+        assert!(
+            t.elapsed() < REQUEST,
+            "unplugging should fail fast, took {:?}",
+            t.elapsed()
+        );
+        cluster
+            .plug_service(ComposeService::Node(4))
+            .await
+            .expect("plug");
+        assert!(answers(&urls[4]).await, "plugged node does not answer");
+    }
+
+    // The healing operations and kill are idempotent (the Faults contract).
+    cluster.resume(0).await.expect("resume of a running node");
+    cluster.start(0).await.expect("start of a running node");
+    cluster.kill(0).await.expect("kill");
+    cluster.kill(0).await.expect("kill of a dead node");
+    cluster.start(0).await.expect("start");
+    cluster.pause(0).await.expect("pause");
+    cluster.start(0).await.expect("start heals a pause");
+    assert!(answers(&urls[0]).await);
+    assert!(cluster.kill(9).await.is_err(), "out-of-range node");
 
     // restart with a delay: down during the delay, up afterwards.
     {

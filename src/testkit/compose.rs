@@ -14,9 +14,12 @@
 //! | [`start`](Faults::start) | `docker start`, then wait for `PING` | answers again (AOF data kept) |
 //! | [`pause`](Faults::pause) | `docker pause` (cgroup freezer) | TCP connects, requests time out |
 //! | [`resume`](Faults::resume) | `docker unpause` | queued requests are answered |
-//! | [`disconnect`](Faults::disconnect) | `docker network disconnect` | the published port is unbound: open connections get EOF, new ones are refused |
-//! | [`reconnect`](Faults::reconnect) | `docker network connect --alias SERVICE` | the port is bound again and answers |
+//! | [`disconnect`](Faults::disconnect) | `iptables` DROP on port 6379 inside the container's network namespace (via `nsenter`) | blackhole: TCP connects (Docker's port proxy), nothing passes either way, open connections hang |
+//! | [`reconnect`](Faults::reconnect) | the DROP rules deleted | answers again |
+//! | [`ComposeCluster::unplug_service`] | `docker network disconnect` | Docker unbinds the published port: open connections get EOF, new ones are refused |
+//! | [`ComposeCluster::plug_service`] | `docker network connect --alias SERVICE` | the port is bound again and answers |
 //!
+//! [`kill`](Faults::kill) and the healing operations are idempotent, as [`Faults`] asks.
 //! Every command and every wait is bounded in time; the cluster is torn down with
 //! `down -v --remove-orphans` by [`ComposeCluster::down`] or, best-effort, on drop.
 
@@ -24,6 +27,7 @@ use std::future::Future;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -179,6 +183,8 @@ pub struct ComposeCluster {
     nodes: Vec<Container>,
     primary: Option<Container>,
     replica: Option<Container>,
+    /// Container ids under [`ComposeCluster::disconnect_service`].
+    blackholed: Mutex<Vec<String>>,
     torn_down: AtomicBool,
 }
 
@@ -255,6 +261,7 @@ impl ComposeCluster {
             nodes: Vec::new(),
             primary: None,
             replica: None,
+            blackholed: Mutex::new(Vec::new()),
             torn_down: AtomicBool::new(false),
         };
         // On any error below, `cluster` is dropped and Drop tears the project down.
@@ -356,47 +363,136 @@ impl ComposeCluster {
         Ok(())
     }
 
-    /// `docker kill -s KILL` on any container of the cluster.
+    /// `docker kill -s KILL` on any container of the cluster (paused or not). A no-op when it
+    /// is not running.
     pub async fn kill_service(&self, service: ComposeService) -> io::Result<()> {
         let c = self.container(service)?;
+        if !matches!(
+            state(c).await?.0.as_str(),
+            "running" | "paused" | "restarting"
+        ) {
+            return Ok(());
+        }
         docker(&["kill", "-s", "KILL", &c.id]).await
     }
 
-    /// `docker start` on any container of the cluster, then waits (bounded by
-    /// [`ComposeOptions::ready_timeout`]) until it answers `PING` on its published port.
+    /// Makes any container of the cluster answer again: `docker start` when it is stopped,
+    /// `docker unpause` when it is paused, nothing when it runs; then waits (bounded by
+    /// [`ComposeOptions::ready_timeout`]) until it answers `PING` on its published port. A
+    /// container that was [`disconnect`](Self::disconnect_service)ed stays cut off: the
+    /// blackhole is put back before the wait, which then pings from inside the container.
     pub async fn start_service(&self, service: ComposeService) -> io::Result<()> {
         let c = self.container(service)?;
-        docker(&["start", &c.id]).await?;
-        wait_ping(c, Instant::now() + self.options.ready_timeout).await
+        match state(c).await?.0.as_str() {
+            "running" => {}
+            "paused" => docker(&["unpause", &c.id]).await?,
+            _ => docker(&["start", &c.id]).await?,
+        }
+        let deadline = Instant::now() + self.options.ready_timeout;
+        if self.is_blackholed(c) {
+            blackhole(c, true).await?;
+            wait_inner_ping(c, deadline).await
+        } else {
+            wait_ping(c, deadline).await
+        }
     }
 
-    /// `docker pause` on any container of the cluster.
+    /// `docker pause` (cgroup freezer) on any container of the cluster: TCP connections are
+    /// still accepted, nothing is answered. A no-op when it is already paused.
     pub async fn pause_service(&self, service: ComposeService) -> io::Result<()> {
-        docker(&["pause", &self.container(service)?.id]).await
+        let c = self.container(service)?;
+        if state(c).await?.0 == "paused" {
+            return Ok(());
+        }
+        docker(&["pause", &c.id]).await
     }
 
-    /// `docker unpause` on any container of the cluster.
+    /// `docker unpause` on any container of the cluster. A no-op when it is not paused.
     pub async fn resume_service(&self, service: ComposeService) -> io::Result<()> {
-        docker(&["unpause", &self.container(service)?.id]).await
+        let c = self.container(service)?;
+        if state(c).await?.0 != "paused" {
+            return Ok(());
+        }
+        docker(&["unpause", &c.id]).await
     }
 
-    /// `docker network disconnect` of any container of the cluster from the project network:
-    /// Docker unbinds its published port, so open client connections are closed and new
-    /// ones refused; a replica also loses its link to the primary.
+    /// Blackholes the container's Redis port: `iptables` DROP rules for TCP port 6379 (in
+    /// and out, loopback excepted) inside **the container's own network namespace**
+    /// (`nsenter -t PID -n iptables …`; the host's rules are never touched). A client on
+    /// `127.0.0.1` still connects (to Docker's port proxy) but nothing passes in either
+    /// direction, on new and on open connections; a replica of a blackholed primary loses
+    /// its link too. Survives [`kill`](Self::kill_service)/[`start`](Self::start_service).
+    /// Needs root, `nsenter` and `iptables` on the host, else `Unsupported`.
     pub async fn disconnect_service(&self, service: ComposeService) -> io::Result<()> {
         let c = self.container(service)?;
+        self.set_blackholed(c, true);
+        if state(c).await?.1 == 0 {
+            return Ok(()); // not running: applied when it starts
+        }
+        blackhole(c, true).await
+    }
+
+    /// Lifts the blackhole of [`disconnect`](Self::disconnect_service) and, when the
+    /// container runs and is not paused, waits until it answers `PING` on its published port.
+    /// A no-op when it is not disconnected.
+    pub async fn reconnect_service(&self, service: ComposeService) -> io::Result<()> {
+        let c = self.container(service)?;
+        self.set_blackholed(c, false);
+        let (status, pid) = state(c).await?;
+        if pid == 0 {
+            return Ok(());
+        }
+        blackhole(c, false).await?;
+        if status == "running" {
+            wait_ping(c, Instant::now() + self.options.ready_timeout).await?;
+        }
+        Ok(())
+    }
+
+    /// Unplugs the container from the project network (`docker network disconnect`). Unlike
+    /// the blackhole of [`disconnect`](Self::disconnect_service), Docker then **unbinds the
+    /// published port**: open client connections get EOF at once and new ones are refused
+    /// (a fast, visible failure). A replica loses its link to the primary. A no-op when
+    /// already unplugged.
+    pub async fn unplug_service(&self, service: ComposeService) -> io::Result<()> {
+        let c = self.container(service)?;
+        if !networks(c).await?.iter().any(|n| n == &c.network) {
+            return Ok(());
+        }
         docker(&["network", "disconnect", &c.network, &c.id]).await
     }
 
-    /// `docker network connect` (with the service name as DNS alias, so that replication by
-    /// name keeps working) and waits until the node answers `PING` on its published port.
-    pub async fn reconnect_service(&self, service: ComposeService) -> io::Result<()> {
+    /// Plugs the container back (`docker network connect --alias SERVICE`, so replication by
+    /// service name keeps working); Docker binds the published port again. Waits until it
+    /// answers `PING` when it runs and is not blackholed. A no-op when plugged in.
+    pub async fn plug_service(&self, service: ComposeService) -> io::Result<()> {
         let c = self.container(service)?;
-        docker(&[
-            "network", "connect", "--alias", &c.service, &c.network, &c.id,
-        ])
-        .await?;
-        wait_ping(c, Instant::now() + self.options.ready_timeout).await
+        if !networks(c).await?.iter().any(|n| n == &c.network) {
+            docker(&[
+                "network", "connect", "--alias", &c.service, &c.network, &c.id,
+            ])
+            .await?;
+        }
+        if state(c).await?.0 == "running" && !self.is_blackholed(c) {
+            wait_ping(c, Instant::now() + self.options.ready_timeout).await?;
+        }
+        Ok(())
+    }
+
+    fn is_blackholed(&self, c: &Container) -> bool {
+        self.blackholed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|id| id == &c.id)
+    }
+
+    fn set_blackholed(&self, c: &Container, on: bool) {
+        let mut set = self.blackholed.lock().unwrap_or_else(|e| e.into_inner());
+        set.retain(|id| id != &c.id);
+        if on {
+            set.push(c.id.clone());
+        }
     }
 
     /// Tears the project down: unpauses what is paused, then `compose down -v
@@ -569,6 +665,92 @@ impl Drop for ComposeCluster {
             }
         }
     }
+}
+
+/// `(status, pid)` of a container: `running`, `paused`, `exited`, …; pid 0 when not running.
+async fn state(c: &Container) -> io::Result<(String, u32)> {
+    let out = run(
+        "docker",
+        &["inspect", "-f", "{{.State.Status}} {{.State.Pid}}", &c.id],
+        &[],
+        COMMAND_TIMEOUT,
+    )
+    .await?;
+    let mut parts = out.split_whitespace();
+    let status = parts.next().unwrap_or("unknown").to_owned();
+    let pid = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    Ok((status, pid))
+}
+
+/// Names of the networks a container is attached to.
+async fn networks(c: &Container) -> io::Result<Vec<String>> {
+    let out = run(
+        "docker",
+        &[
+            "inspect",
+            "-f",
+            "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}",
+            &c.id,
+        ],
+        &[],
+        COMMAND_TIMEOUT,
+    )
+    .await?;
+    Ok(out.split_whitespace().map(str::to_owned).collect())
+}
+
+/// The DROP rules of the blackhole, in the container's network namespace.
+const BLACKHOLE_RULES: [[&str; 11]; 2] = [
+    [
+        "INPUT", "!", "-i", "lo", "-p", "tcp", "-m", "tcp", "--dport", "6379", "-j",
+    ],
+    [
+        "OUTPUT", "!", "-o", "lo", "-p", "tcp", "-m", "tcp", "--sport", "6379", "-j",
+    ],
+];
+
+/// Inserts (`on`) or deletes the blackhole rules in the container's network namespace;
+/// idempotent.
+async fn blackhole(c: &Container, on: bool) -> io::Result<()> {
+    let (_, pid) = state(c).await?;
+    if pid == 0 {
+        return Ok(());
+    }
+    let pid = pid.to_string();
+    for rule in BLACKHOLE_RULES {
+        let iptables = |op: &'static str| {
+            let mut args = vec!["-t", pid.as_str(), "-n", "iptables", "-w", "5", op];
+            args.extend(rule);
+            args.push("DROP");
+            args.iter().map(|a| a.to_string()).collect::<Vec<String>>()
+        };
+        let present = |args: Vec<String>| async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            run("nsenter", &args, &[], COMMAND_TIMEOUT).await.is_ok()
+        };
+        // At most a few rounds: a rule may have been inserted twice by hand.
+        for _ in 0..4 {
+            let has = present(iptables("-C")).await;
+            if has == on {
+                break;
+            }
+            let args = iptables(if on { "-I" } else { "-D" });
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            run("nsenter", &args, &[], COMMAND_TIMEOUT)
+                .await
+                .map_err(|e| {
+                    io::Error::new(
+                        io::ErrorKind::Unsupported,
+                        format!(
+                            "blackholing {} needs root, nsenter and iptables on the host \
+                         (use unplug_service for a port-unbinding cut instead): {e}",
+                            c.service
+                        ),
+                    )
+                })?;
+        }
+    }
+    Ok(())
 }
 
 /// Force-removes every container, network and volume labelled with `project`.
@@ -903,6 +1085,33 @@ async fn wait_ping(c: &Container, deadline: Instant) -> io::Result<()> {
                 format!(
                     "{} (127.0.0.1:{}) not answering PING: {last}",
                     c.service, c.port
+                ),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Polls `redis-cli PING` inside the container (over its loopback, which the blackhole
+/// spares) until `PONG` or the deadline.
+async fn wait_inner_ping(c: &Container, deadline: Instant) -> io::Result<()> {
+    loop {
+        let r = run(
+            "docker",
+            &["exec", &c.id, "redis-cli", "-p", "6379", "PING"],
+            &[],
+            Duration::from_secs(5),
+        )
+        .await;
+        if matches!(&r, Ok(out) if out.trim() == "PONG") {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "{} not answering PING inside its container: {r:?}",
+                    c.service
                 ),
             ));
         }
