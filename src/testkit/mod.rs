@@ -84,7 +84,8 @@ pub use nemesis::{Fault, RandomNemesis, Schedule};
 pub use proxy::{FaultProxy, ProxyMode};
 
 /// The fault interface shared by every backend: [`LocalCluster`] (local processes) and
-/// [`compose::ComposeCluster`] (Docker Compose) implement it, and so can yours. Nodes are numbered `0..len()`.
+/// [`compose::ComposeCluster`] (Docker Compose) implement it, and so can yours. Nodes are
+/// numbered `0..len()`.
 ///
 /// Every operation returns `InvalidInput` for a node index out of range and
 /// `Unsupported` when the backend cannot do it (e.g. [`disconnect`](Faults::disconnect)
