@@ -193,12 +193,12 @@ impl NodeSpec {
             )
         })?;
         if let ConnectionAddr::TcpTls { .. } = info.addr() {
-            if !cfg!(any(feature = "tls-rustls", feature = "tls-native-tls")) {
+            if !cfg!(feature = "tls-rustls") {
                 return Err(Error::config(
                     "nodes",
                     format!(
                         "node #{} uses rediss:// but quorumlock was built without TLS \
-                         (enable the `tls-rustls` or `tls-native-tls` feature)",
+                         (enable the `tls-rustls` feature)",
                         index + 1
                     ),
                 ));
@@ -241,6 +241,15 @@ pub(crate) enum Reply {
 }
 
 impl Reply {
+    /// A command's result; a server error reply (`-ERR …`) becomes [`Reply::Error`].
+    pub(crate) fn from_result(r: redis::RedisResult<Value>) -> Reply {
+        match r {
+            Ok(Value::ServerError(e)) => Reply::Error(e.into()),
+            Ok(v) => Reply::Value(v),
+            Err(e) => Reply::Error(e),
+        }
+    }
+
     /// The error text of a failed reply, for [`NodeOutcome::Failed`](crate::NodeOutcome).
     pub(crate) fn error_text(e: &RedisError) -> String {
         // redis-rs errors carry the server's message or the I/O error; never the URL.
@@ -298,8 +307,7 @@ impl Node {
     pub(crate) async fn query(&self, cmd: &Cmd, timeout: Duration) -> Reply {
         let mut conn = self.conn.clone();
         match tokio::time::timeout(timeout, conn.send_packed_command(cmd)).await {
-            Ok(Ok(v)) => Reply::Value(v),
-            Ok(Err(e)) => Reply::Error(e),
+            Ok(r) => Reply::from_result(r),
             Err(_) => Reply::TimedOut,
         }
     }
@@ -324,18 +332,17 @@ impl Node {
     pub(crate) async fn eval(&self, call: &ScriptCall, timeout: Duration) -> Reply {
         let mut conn = self.conn.clone();
         let run = async {
-            match conn.send_packed_command(&call.evalsha).await {
-                Err(e)
+            match Reply::from_result(conn.send_packed_command(&call.evalsha).await) {
+                Reply::Error(e)
                     if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
                 {
-                    conn.send_packed_command(&call.eval()).await
+                    Reply::from_result(conn.send_packed_command(&call.eval()).await)
                 }
                 other => other,
             }
         };
         match tokio::time::timeout(timeout, run).await {
-            Ok(Ok(v)) => Reply::Value(v),
-            Ok(Err(e)) => Reply::Error(e),
+            Ok(r) => r,
             Err(_) => Reply::TimedOut,
         }
     }

@@ -1,0 +1,78 @@
+//! Shared helpers for the integration tests: raw access to a node, bounded polling.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use quorumlock::testkit::LocalCluster;
+use redis::AsyncCommands;
+use redis::aio::MultiplexedConnection;
+
+/// The lock key of a resource (mirrors `src/resource.rs`).
+pub fn lock_key(resource: &str) -> String {
+    format!("quorumlock:lock:{resource}")
+}
+
+/// A raw connection to node `i`, bypassing any proxy.
+pub async fn raw(cluster: &LocalCluster, i: usize) -> MultiplexedConnection {
+    let url = cluster.direct_url(i).expect("node index");
+    let client = redis::Client::open(url).expect("url");
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        client.get_multiplexed_async_connection(),
+    )
+    .await
+    .expect("connect timed out")
+    .expect("connect")
+}
+
+/// The value of `key` on node `i` (None if absent).
+pub async fn get(cluster: &LocalCluster, i: usize, key: &str) -> Option<String> {
+    let mut c = raw(cluster, i).await;
+    c.get(key).await.expect("GET")
+}
+
+/// On how many of `nodes` the key exists.
+pub async fn count_key(
+    cluster: &LocalCluster,
+    nodes: impl IntoIterator<Item = usize>,
+    key: &str,
+) -> usize {
+    let mut n = 0;
+    for i in nodes {
+        if get(cluster, i, key).await.is_some() {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Polls `check` until it returns true, at most `limit` long (every 10 ms). Returns
+/// whether it became true.
+pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let end = Instant::now() + limit;
+    loop {
+        if check().await {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A 5-node cluster with proxies (so links can be cut).
+pub async fn cluster5() -> LocalCluster {
+    LocalCluster::builder(5)
+        .proxies(true)
+        .launch()
+        .await
+        .expect(
+            "start 5 redis-server nodes (is redis-server installed? run scripts/install-deps.sh)",
+        )
+}
