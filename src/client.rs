@@ -57,6 +57,8 @@ pub(crate) struct Inner {
     pub(crate) quorum: usize,
     pub(crate) config: Config,
     pub(crate) notifier: Option<Notifier>,
+    /// The watchdog's registry of kept locks and its task, started on first use.
+    pub(crate) watchdog: std::sync::OnceLock<crate::watchdog::Registry>,
 }
 
 impl fmt::Debug for Redlock {
@@ -136,6 +138,7 @@ impl Redlock {
                 quorum: quorum::quorum(n),
                 config,
                 notifier,
+                watchdog: std::sync::OnceLock::new(),
             }),
         })
     }

@@ -45,6 +45,7 @@
 //! | one attempt, fail fast if busy (cron job on one machine) | [`Redlock::try_lock`] |
 //! | wait until it is free, bounded (work queue, hand-off) | [`Redlock::lock`] (or [`Redlock::lock_with`] for a per-call [`Retry`]) |
 //! | several resources atomically (move stock between two bins) | [`Redlock::try_lock_many`], [`Redlock::lock_many`] |
+//! | keep it alive while the work runs, stop when it is lost | [`Lock::keep_alive`] → [`KeptLock`] ([`KeptLock::lost`]), or scoped: [`Redlock::with_lock`] |
 //! | a number the storage can check against stale writers | [`RedlockBuilder::fencing`] and [`Lock::fencing_token`] |
 //!
 //! # When not to use Redlock
@@ -67,6 +68,7 @@
 //! | one attempt and its clean-up | `client` |
 //! | the held lock: extend, release, drop | `lock` |
 //! | retry and notify waiting | `wait` |
+//! | watchdog (batched extensions), lost signal, scoped use | `watchdog` |
 //! | fencing tokens | `fencing` |
 //! | resource names → keys | `resource` |
 //! | lock tokens | `token` |
@@ -95,7 +97,7 @@
 //! * `testkit`: [`testkit`], real `redis-server` processes, fault proxies, a history
 //!   checker, for your own tests too.
 //! * `cli`: the `quorumlock` binary.
-//! * `tls-rustls`, `tls-native-tls`: `rediss://` URLs through redis-rs.
+//! * `tls-rustls`: `rediss://` URLs through redis-rs (rustls).
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -110,6 +112,7 @@ mod quorum;
 mod resource;
 mod token;
 mod wait;
+mod watchdog;
 
 #[cfg(feature = "testkit")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
@@ -125,3 +128,4 @@ pub use lock::Lock;
 pub use node::NodeAddr;
 pub use resource::{MAX_RESOURCE_LEN, MAX_RESOURCES};
 pub use wait::NOTIFY_STAGGER;
+pub use watchdog::{KeptLock, LockContext, LostSignal, Watchdog};

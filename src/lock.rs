@@ -215,6 +215,11 @@ impl Lock {
         self.fencing
     }
 
+    /// Moves the deadline (the watchdog confirmed extensions the guard did not see).
+    pub(crate) fn set_deadline(&mut self, deadline: Instant) {
+        self.deadline = deadline;
+    }
+
     pub(crate) fn inner(&self) -> &Arc<Inner> {
         &self.inner
     }

@@ -300,16 +300,17 @@ async fn subscriber(
                         let Some(s) = shared.upgrade() else { return };
                         let name = msg.get_channel_name().as_bytes().to_vec();
                         let id = msg.get_payload_bytes().to_vec();
-                        if let Ok(mut map) = s.channels.lock() {
-                            if let Some(c) = map.get_mut(&name) {
-                                if !c.recent.contains(&id) {
-                                    if c.recent.len() >= 16 {
-                                        c.recent.pop_front();
-                                    }
-                                    c.recent.push_back(id);
-                                    c.tx.send_modify(|g| *g = g.wrapping_add(1));
-                                }
+                        // One release is announced on every node with the same id:
+                        // wake the waiters once.
+                        if let Ok(mut map) = s.channels.lock()
+                            && let Some(c) = map.get_mut(&name)
+                            && !c.recent.contains(&id)
+                        {
+                            if c.recent.len() >= 16 {
+                                c.recent.pop_front();
                             }
+                            c.recent.push_back(id);
+                            c.tx.send_modify(|g| *g = g.wrapping_add(1));
                         }
                     }
                     None => ok = false,

@@ -1,0 +1,994 @@
+//! Held locks that look after themselves: the [`Watchdog`] policy, the [`KeptLock`]
+//! guard, the [`LostSignal`] future, and scoped use ([`Redlock::with_lock`]).
+//!
+//! # How it works
+//!
+//! ```text
+//!  Lock::keep_alive ──▶ KeptLock ──registers──▶ Registry (one per Redlock)
+//!                                                   │  one task, woken at the earliest due time
+//!                                                   ▼
+//!                     per node: one pipeline  SCRIPT LOAD; EVALSHA extend × k   (one round per tick)
+//!                                                   │  replies counted per lock (Tally)
+//!                                                   ▼
+//!                     quorum ⇒ deadline = start + ttl − elapsed − drift;  else retry next tick
+//!
+//!  LostSignal: a timer at (deadline − safety margin), re-armed whenever the deadline moves;
+//!              it fires whatever the extension requests are doing (even if they hang).
+//! ```
+//!
+//! A failed extension never deletes anything (the extend script only sets a TTL where our
+//! token still is); it is retried while validity remains. Once the lost signal fired, the
+//! lock is never extended again: [`KeptLock::is_lost`] never goes back to `false`.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use redis::Value;
+use tokio::sync::{Notify, watch};
+
+use crate::client::Redlock;
+use crate::error::{Error, LostReason};
+use crate::lock::Lock;
+use crate::node::Node;
+use crate::quorum::{self, Ballot, Tally};
+
+/// The extend script (compare-and-extend), sent as `SCRIPT LOAD` + `EVALSHA` in each pipeline.
+const EXTEND_CODE: &str = include_str!("scripts/extend.lua");
+static EXTEND_HASH: LazyLock<String> =
+    LazyLock::new(|| redis::Script::new(EXTEND_CODE).get_hash().to_owned());
+
+/// Policy for keeping a lock alive: when to extend it, when to stop, and how early the
+/// lost signal fires.
+///
+/// * **Refresh point**: the lock is extended (by its own TTL) once its guaranteed validity
+///   left drops below `ttl × fraction`. The default fraction is **0.5** (extend at half-life:
+///   a failed extension still leaves half a TTL of retries).
+/// * **Safety margin**: the [`LostSignal`] fires at `deadline − margin` if no extension
+///   confirmed by then. The default is **`ttl / 10`**. The margin is capped at half the
+///   refresh window (`ttl × fraction / 2`) so that there is always time to extend before the
+///   signal fires.
+/// * **Caps**: [`max_hold`](Watchdog::max_hold) (total time since the watchdog started) and
+///   [`max_extensions`](Watchdog::max_extensions). When a cap stops extension, the lost
+///   signal fires with a "cap reached" [`Lost`](crate::Lost) error. No cap by default.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), quorumlock::Error> {
+/// use std::time::Duration;
+/// use quorumlock::{Redlock, Watchdog};
+///
+/// let locks = Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+/// let lock = locks.lock("report", Duration::from_secs(10)).await?;
+/// let kept = lock.keep_alive(
+///     Watchdog::new()
+///         .refresh_at(0.5)
+///         .max_hold(Duration::from_secs(3600))
+///         .safety_margin(Duration::from_secs(1)),
+/// );
+/// // ... work while !kept.is_lost() ...
+/// kept.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Watchdog {
+    fraction: f64,
+    max_hold: Option<Duration>,
+    max_extensions: Option<u32>,
+    margin: Option<Duration>,
+}
+
+impl Default for Watchdog {
+    fn default() -> Watchdog {
+        Watchdog {
+            fraction: 0.5,
+            max_hold: None,
+            max_extensions: None,
+            margin: None,
+        }
+    }
+}
+
+impl Watchdog {
+    /// The default policy: extend at half the TTL, margin `ttl / 10`, no caps.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert_eq!(quorumlock::Watchdog::new(), quorumlock::Watchdog::default());
+    /// ```
+    pub fn new() -> Watchdog {
+        Watchdog::default()
+    }
+
+    /// Extends once the validity left is below `ttl × fraction`. Values outside
+    /// `0.05..=0.95` (and NaN) are clamped into it. The default for this is 0.5.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let w = quorumlock::Watchdog::new().refresh_at(0.7); // extend with 70 % left
+    /// # let _ = w;
+    /// ```
+    pub fn refresh_at(mut self, fraction: f64) -> Watchdog {
+        self.fraction = if fraction.is_nan() {
+            0.5
+        } else {
+            fraction.clamp(0.05, 0.95)
+        };
+        self
+    }
+
+    /// Stops extending once this much time has passed since
+    /// [`keep_alive`](crate::Lock::keep_alive); the lost signal fires then (or earlier, at
+    /// `deadline − margin`, if the last extension does not reach that far). No cap by
+    /// default.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let w = quorumlock::Watchdog::new().max_hold(std::time::Duration::from_secs(600));
+    /// # let _ = w;
+    /// ```
+    pub fn max_hold(mut self, d: Duration) -> Watchdog {
+        self.max_hold = Some(d);
+        self
+    }
+
+    /// Extends at most `n` times; when the next extension is due after that, the lost
+    /// signal fires. No cap by default.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let w = quorumlock::Watchdog::new().max_extensions(100);
+    /// # let _ = w;
+    /// ```
+    pub fn max_extensions(mut self, n: u32) -> Watchdog {
+        self.max_extensions = Some(n);
+        self
+    }
+
+    /// How long before the end of the guaranteed validity the lost signal fires when no
+    /// extension confirmed. The default for this is `ttl / 10`; it is capped at
+    /// `ttl × fraction / 2`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let w = quorumlock::Watchdog::new().safety_margin(std::time::Duration::from_millis(500));
+    /// # let _ = w;
+    /// ```
+    pub fn safety_margin(mut self, d: Duration) -> Watchdog {
+        self.margin = Some(d);
+        self
+    }
+
+    fn refresh_window(&self, ttl: Duration) -> Duration {
+        ttl.mul_f64(self.fraction)
+    }
+
+    fn margin_for(&self, ttl: Duration) -> Duration {
+        let cap = self.refresh_window(ttl) / 2;
+        self.margin.unwrap_or(ttl / 10).min(cap)
+    }
+}
+
+/// What the watchdog task and the guard share about one kept lock.
+struct Entry {
+    state: Mutex<State>,
+    /// Bumped whenever the deadline moves or the lock is lost or stopped.
+    changed: watch::Sender<u64>,
+    keys: Vec<Vec<u8>>,
+    token: Vec<u8>,
+    ttl: Duration,
+    refresh: Duration,
+    margin: Duration,
+    max_extensions: Option<u32>,
+    hold_end: Option<Instant>,
+}
+
+struct State {
+    deadline: Instant,
+    lost: Option<Error>,
+    stopped: bool,
+    extensions: u32,
+    /// When the task should next try to extend.
+    next_try: Instant,
+    in_round: bool,
+}
+
+impl Entry {
+    /// When the lost signal fires if nothing changes, and why.
+    fn fire_at(&self, deadline: Instant) -> (Instant, LostReason) {
+        let by_validity = deadline.checked_sub(self.margin).unwrap_or(deadline);
+        match self.hold_end {
+            Some(h) if h < by_validity => (h, LostReason::CapReached),
+            _ => (by_validity, LostReason::ExtendFailed),
+        }
+    }
+
+    /// Marks the lock lost if its time is up; returns the error if it is lost.
+    fn check(&self, now: Instant) -> Option<Error> {
+        let mut st = self.state.lock().ok()?;
+        if st.lost.is_none() && !st.stopped {
+            let (at, reason) = self.fire_at(st.deadline);
+            if now >= at {
+                self.mark_lost(&mut st, Error::lost(reason, None));
+            }
+        }
+        st.lost.clone()
+    }
+
+    fn mark_lost(&self, st: &mut State, e: Error) {
+        if st.lost.is_none() {
+            tracing::warn!(ttl_ms = quorum::millis_ceil(self.ttl), error = %e, "quorumlock: watchdog: lock lost");
+            st.lost = Some(e);
+            self.changed.send_modify(|g| *g = g.wrapping_add(1));
+        }
+    }
+
+    fn deadline(&self) -> Instant {
+        self.state
+            .lock()
+            .map(|s| s.deadline)
+            .unwrap_or_else(|_| Instant::now())
+    }
+}
+
+/// A future that completes with an [`Error::Lost`] when a [`KeptLock`] is lost: no
+/// extension confirmed by `deadline − safety margin`, a quorum no longer holds the lock, or
+/// a [`Watchdog`] cap stopped extension.
+///
+/// It fires **before** the guaranteed validity ends, driven by its own timer, so hanging
+/// extension requests cannot delay it. It never completes once the lock was released
+/// (or the [`KeptLock`] dropped) without being lost. `Send + 'static`; clone it freely
+/// (each clone is an independent future).
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), quorumlock::Error> {
+/// use std::time::Duration;
+/// use quorumlock::Watchdog;
+/// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+/// let kept = locks.lock("job", Duration::from_secs(10)).await?.keep_alive(Watchdog::new());
+/// tokio::select! {
+///     () = tokio::time::sleep(Duration::from_secs(60)) => kept.release().await?,
+///     e = kept.lost() => eprintln!("stop: {e}"),
+/// }
+/// # Ok(()) }
+/// ```
+#[must_use = "futures do nothing unless polled"]
+pub struct LostSignal {
+    entry: Arc<Entry>,
+    fut: Option<BoxFuture<'static, Error>>,
+}
+
+impl Clone for LostSignal {
+    fn clone(&self) -> LostSignal {
+        LostSignal {
+            entry: self.entry.clone(),
+            fut: None,
+        }
+    }
+}
+
+impl fmt::Debug for LostSignal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LostSignal").finish_non_exhaustive()
+    }
+}
+
+impl Future for LostSignal {
+    type Output = Error;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Error> {
+        let this = &mut *self;
+        let fut = this
+            .fut
+            .get_or_insert_with(|| wait_lost(this.entry.clone()).boxed());
+        fut.as_mut().poll(cx)
+    }
+}
+
+async fn wait_lost(entry: Arc<Entry>) -> Error {
+    let mut rx = entry.changed.subscribe();
+    loop {
+        rx.borrow_and_update();
+        if let Some(e) = entry.check(Instant::now()) {
+            return e;
+        }
+        let read = entry
+            .state
+            .lock()
+            .ok()
+            .map(|st| (entry.fire_at(st.deadline).0, st.stopped));
+        let Some((at, stopped)) = read else {
+            return std::future::pending().await;
+        };
+        if stopped {
+            return std::future::pending().await;
+        }
+        tokio::select! {
+            r = rx.changed() => if r.is_err() { return std::future::pending().await },
+            () = tokio::time::sleep_until(at.into()) => {}
+        }
+    }
+}
+
+/// Scoped-use context handed to the closure of [`Redlock::with_lock`]: the fencing token,
+/// the validity left and the lost signal. Cheap to clone.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), quorumlock::Error> {
+/// use std::time::Duration;
+/// use quorumlock::Watchdog;
+/// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+/// locks.with_lock("job", Duration::from_secs(10), Watchdog::new(), |ctx| async move {
+///     println!("fencing token {:?}, {:?} left", ctx.fencing_token(), ctx.remaining());
+/// }).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LockContext {
+    entry: Arc<Entry>,
+    fencing: Option<u64>,
+}
+
+impl fmt::Debug for LockContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockContext")
+            .field("remaining", &self.remaining())
+            .field("fencing_token", &self.fencing)
+            .finish()
+    }
+}
+
+impl LockContext {
+    /// The fencing token, when fencing is on (see [`Lock::fencing_token`]).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(ctx: quorumlock::LockContext) { let t: Option<u64> = ctx.fencing_token(); }
+    /// ```
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.fencing
+    }
+
+    /// The guaranteed validity left (it grows with each extension).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(ctx: quorumlock::LockContext) { let _ = ctx.remaining(); }
+    /// ```
+    pub fn remaining(&self) -> Duration {
+        self.entry
+            .deadline()
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the lock is lost (see [`KeptLock::is_lost`]).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(ctx: quorumlock::LockContext) { if ctx.is_lost() { return; } }
+    /// ```
+    pub fn is_lost(&self) -> bool {
+        self.entry.check(Instant::now()).is_some()
+    }
+
+    /// The lost signal (see [`KeptLock::lost`]).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(ctx: quorumlock::LockContext) { let e = ctx.lost().await; }
+    /// ```
+    pub fn lost(&self) -> LostSignal {
+        LostSignal {
+            entry: self.entry.clone(),
+            fut: None,
+        }
+    }
+}
+
+/// A lock kept alive by a [`Watchdog`]: extended in the background (batched with every
+/// other kept lock of the same [`Redlock`]) until released, lost or capped.
+///
+/// Created by [`Lock::keep_alive`]. Dropping it stops the watchdog and releases the lock
+/// in the background (as dropping a [`Lock`]).
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), quorumlock::Error> {
+/// use std::time::Duration;
+/// use quorumlock::Watchdog;
+/// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+/// let kept = locks.try_lock("job", Duration::from_secs(5)).await?.keep_alive(Watchdog::new());
+/// let lost = kept.lost();
+/// tokio::select! {
+///     () = tokio::time::sleep(Duration::from_secs(30)) => {}
+///     e = lost => return Err(e),
+/// }
+/// kept.release().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "a KeptLock dropped at once stops its watchdog and is released in the background"]
+pub struct KeptLock {
+    entry: Arc<Entry>,
+    lock: Option<Lock>,
+}
+
+impl fmt::Debug for KeptLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeptLock")
+            .field("lock", &self.lock)
+            .field("remaining", &self.remaining())
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
+impl Lock {
+    /// Hands the lock to the [`Redlock`]'s watchdog, which extends it (by its TTL) before
+    /// its validity runs out, per `policy`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// use std::time::Duration;
+    /// use quorumlock::Watchdog;
+    /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+    /// let lock = locks.lock("job", Duration::from_secs(10)).await?;
+    /// let kept = lock.keep_alive(Watchdog::new().max_extensions(10));
+    /// kept.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn keep_alive(self, policy: Watchdog) -> KeptLock {
+        let ttl = self.ttl();
+        let refresh = policy.refresh_window(ttl);
+        let deadline = self.deadline();
+        let now = Instant::now();
+        let entry = Arc::new(Entry {
+            state: Mutex::new(State {
+                deadline,
+                lost: None,
+                stopped: false,
+                extensions: 0,
+                next_try: deadline.checked_sub(refresh).unwrap_or(now),
+                in_round: false,
+            }),
+            changed: watch::channel(0).0,
+            keys: self.resources_ref().lock_keys().to_vec(),
+            token: self.token().as_bytes().to_vec(),
+            ttl,
+            refresh,
+            margin: policy.margin_for(ttl),
+            max_extensions: policy.max_extensions,
+            hold_end: policy.max_hold.and_then(|h| now.checked_add(h)),
+        });
+        let inner = self.inner().clone();
+        let registry = inner
+            .watchdog
+            .get_or_init(|| Registry::start(&inner.nodes, inner.quorum, &inner.config));
+        registry.add(entry.clone());
+        KeptLock {
+            entry,
+            lock: Some(self),
+        }
+    }
+}
+
+impl KeptLock {
+    /// The lost signal: completes with [`Error::Lost`] before the guaranteed validity ends
+    /// when the lock could not be extended, a quorum no longer holds it, or a cap was
+    /// reached. See [`LostSignal`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(kept: quorumlock::KeptLock) {
+    /// let e = kept.lost().await;
+    /// assert!(e.is_lost());
+    /// # }
+    /// ```
+    pub fn lost(&self) -> LostSignal {
+        LostSignal {
+            entry: self.entry.clone(),
+            fut: None,
+        }
+    }
+
+    /// Whether the lost signal has fired (or its time has come). Once `true`, stays
+    /// `true`. Cheap: a mutex and a clock read.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(kept: &quorumlock::KeptLock) {
+    /// while !kept.is_lost() { /* one step of work */ break; }
+    /// # }
+    /// ```
+    pub fn is_lost(&self) -> bool {
+        self.entry.check(Instant::now()).is_some()
+    }
+
+    /// The guaranteed validity left; grows with each extension.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(kept: &quorumlock::KeptLock) { let _ = kept.remaining(); }
+    /// ```
+    pub fn remaining(&self) -> Duration {
+        self.entry
+            .deadline()
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// The fencing token (see [`Lock::fencing_token`]).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(kept: &quorumlock::KeptLock) { let _ = kept.fencing_token(); }
+    /// ```
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.lock.as_ref().and_then(Lock::fencing_token)
+    }
+
+    /// The resource names, sorted.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(kept: &quorumlock::KeptLock) { println!("{:?}", kept.resources()); }
+    /// ```
+    pub fn resources(&self) -> &[String] {
+        self.lock.as_ref().map(Lock::resources).unwrap_or(&[])
+    }
+
+    /// The context [`Redlock::with_lock`] hands its closure.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(kept: &quorumlock::KeptLock) { let ctx = kept.context(); let _ = ctx.remaining(); }
+    /// ```
+    pub fn context(&self) -> LockContext {
+        LockContext {
+            entry: self.entry.clone(),
+            fencing: self.fencing_token(),
+        }
+    }
+
+    fn stop(&self) {
+        if let Ok(mut st) = self.entry.state.lock() {
+            st.stopped = true;
+        }
+        self.entry.changed.send_modify(|g| *g = g.wrapping_add(1));
+    }
+
+    /// Stops the watchdog and releases the lock (see [`Lock::release`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::release`]: [`Error::Lost`] when the validity had run out,
+    /// [`Error::NoQuorum`] when too few nodes confirmed.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Lock::release`]: the watchdog is stopped at once; if dropped midway the
+    /// release continues in the background.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(kept: quorumlock::KeptLock) -> Result<(), quorumlock::Error> {
+    /// kept.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn release(mut self) -> Result<(), Error> {
+        self.stop();
+        let deadline = self.entry.deadline();
+        match self.lock.take() {
+            Some(mut lock) => {
+                lock.set_deadline(deadline);
+                lock.release().await
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for KeptLock {
+    fn drop(&mut self) {
+        self.stop();
+        if let Some(mut lock) = self.lock.take() {
+            lock.set_deadline(self.entry.deadline());
+            drop(lock); // released in the background
+        }
+    }
+}
+
+/// The kept locks of one [`Redlock`] and the one task that extends them.
+pub(crate) struct Registry {
+    entries: Arc<Mutex<Vec<Arc<Entry>>>>,
+    wake: Arc<Notify>,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        self.wake.notify_one();
+    }
+}
+
+impl Registry {
+    fn start(nodes: &Arc<[Node]>, quorum: usize, config: &crate::config::Config) -> Registry {
+        let entries = Arc::new(Mutex::new(Vec::new()));
+        let wake = Arc::new(Notify::new());
+        let task = Task {
+            entries: Arc::downgrade(&entries),
+            wake: wake.clone(),
+            nodes: nodes.clone(),
+            quorum,
+            drift_factor: config.drift_factor,
+            node_timeout: {
+                let c = config.clone();
+                Arc::new(move |ttl| c.node_timeout_for(ttl))
+            },
+        };
+        crate::fanout::spawn(task.run());
+        Registry { entries, wake }
+    }
+
+    fn add(&self, entry: Arc<Entry>) {
+        if let Ok(mut v) = self.entries.lock() {
+            v.push(entry);
+        }
+        self.wake.notify_one();
+    }
+}
+
+type NodeTimeout = Arc<dyn Fn(Duration) -> Duration + Send + Sync>;
+
+struct Task {
+    entries: Weak<Mutex<Vec<Arc<Entry>>>>,
+    wake: Arc<Notify>,
+    nodes: Arc<[Node]>,
+    quorum: usize,
+    drift_factor: f64,
+    node_timeout: NodeTimeout,
+}
+
+/// How long after its own due time an entry may be swept into a round (batching window).
+fn coalesce(e: &Entry) -> Duration {
+    e.refresh / 4
+}
+
+impl Task {
+    async fn run(self) {
+        loop {
+            let Some(entries) = self.entries.upgrade() else {
+                return;
+            };
+            let now = Instant::now();
+            let (due, next) = self.collect(&entries, now);
+            drop(entries);
+            if !due.is_empty() {
+                self.round(due).await;
+                continue;
+            }
+            let notified = self.wake.notified();
+            match next {
+                Some(at) => tokio::select! {
+                    () = notified => {}
+                    () = tokio::time::sleep_until(at.into()) => {}
+                },
+                None => notified.await,
+            }
+        }
+    }
+
+    /// The entries due now (marked in a round) and the next due time of the others; drops
+    /// stopped and lost entries; fires caps.
+    fn collect(
+        &self,
+        entries: &Mutex<Vec<Arc<Entry>>>,
+        now: Instant,
+    ) -> (Vec<Arc<Entry>>, Option<Instant>) {
+        let mut due = Vec::new();
+        let mut next: Option<Instant> = None;
+        let Ok(mut v) = entries.lock() else {
+            return (due, None);
+        };
+        v.retain(|e| {
+            let Ok(mut st) = e.state.lock() else {
+                return false;
+            };
+            if st.stopped || st.lost.is_some() {
+                return false;
+            }
+            if st.in_round {
+                return true;
+            }
+            if st.next_try <= now + coalesce(e) {
+                if e.max_extensions.is_some_and(|m| st.extensions >= m)
+                    || e.hold_end.is_some_and(|h| now >= h)
+                {
+                    e.mark_lost(&mut st, Error::lost(LostReason::CapReached, None));
+                    return false;
+                }
+                st.in_round = true;
+                due.push(e.clone());
+            } else {
+                next = Some(next.map_or(st.next_try, |n| n.min(st.next_try)));
+            }
+            true
+        });
+        (due, next)
+    }
+
+    /// One pipelined round: per node, `SCRIPT LOAD` then one `EVALSHA` per due lock.
+    async fn round(&self, due: Vec<Arc<Entry>>) {
+        let timeout = due
+            .iter()
+            .map(|e| (self.node_timeout)(e.ttl))
+            .max()
+            .unwrap_or(Duration::from_millis(50));
+        let mut pipe = redis::pipe();
+        pipe.cmd("SCRIPT").arg("LOAD").arg(EXTEND_CODE);
+        for e in &due {
+            pipe.cmd("EVALSHA")
+                .arg(EXTEND_HASH.as_str())
+                .arg(e.keys.len())
+                .arg(&e.keys)
+                .arg(e.token.as_slice())
+                .arg(quorum::millis_ceil(e.ttl));
+        }
+        let count = due.len() + 1;
+        let start = Instant::now();
+        let span = tracing::debug_span!(
+            "quorumlock.watchdog",
+            locks = due.len(),
+            nodes = self.nodes.len(),
+            quorum = self.quorum
+        );
+        let _enter = span.enter();
+        drop(_enter);
+        let mut replies: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                let n = n.clone();
+                let pipe = &pipe;
+                async move { n.pipeline(pipe, count, timeout).await }
+            })
+            .collect();
+        let mut tallies: Vec<Tally> = due
+            .iter()
+            .map(|_| Tally::new(self.nodes.len(), self.quorum))
+            .collect();
+        let mut done = vec![false; due.len()];
+        while let Some(reply) = replies.next().await {
+            let at = Instant::now();
+            for (k, e) in due.iter().enumerate() {
+                let ballot = match &reply {
+                    Ok(values) => match values.get(k + 1) {
+                        Some(Value::Int(1)) => Ballot::Granted,
+                        Some(Value::Int(0)) => Ballot::Refused,
+                        _ => Ballot::Failed,
+                    },
+                    Err(_) => Ballot::Failed,
+                };
+                tallies[k].record(ballot);
+                if done[k] {
+                    continue;
+                }
+                if let Some(d) = tallies[k].decision() {
+                    done[k] = true;
+                    self.apply(e, d, tallies[k], start, at);
+                }
+            }
+        }
+        for (k, e) in due.iter().enumerate() {
+            if !done[k] {
+                self.apply(
+                    e,
+                    tallies[k].final_decision(),
+                    tallies[k],
+                    start,
+                    Instant::now(),
+                );
+            }
+        }
+    }
+
+    fn apply(
+        &self,
+        e: &Entry,
+        decision: quorum::Decision,
+        tally: Tally,
+        start: Instant,
+        at: Instant,
+    ) {
+        let Ok(mut st) = e.state.lock() else { return };
+        st.in_round = false;
+        if st.stopped || st.lost.is_some() {
+            return;
+        }
+        let now = Instant::now();
+        let validity = quorum::validity(
+            e.ttl,
+            at.saturating_duration_since(start),
+            quorum::drift(e.ttl, self.drift_factor),
+        );
+        let (fire_at, _) = e.fire_at(st.deadline);
+        if now >= fire_at {
+            // Too late: the lost signal's time has come; never un-lose a lock.
+            let reason = e.fire_at(st.deadline).1;
+            e.mark_lost(&mut st, Error::lost(reason, None));
+            return;
+        }
+        if decision == quorum::Decision::Reached && !validity.is_zero() {
+            let new = start + validity;
+            if new > st.deadline {
+                st.deadline = new;
+            }
+            st.extensions = st.extensions.saturating_add(1);
+            st.next_try = st.deadline.checked_sub(e.refresh).unwrap_or(now);
+            e.changed.send_modify(|g| *g = g.wrapping_add(1));
+            tracing::trace!(
+                validity_ms = quorum::millis_ceil(validity),
+                "quorumlock: watchdog extended a lock"
+            );
+            return;
+        }
+        if tally.refused() > self.nodes.len().saturating_sub(self.quorum) {
+            e.mark_lost(&mut st, Error::lost(LostReason::NotHeld, None));
+            return;
+        }
+        // Retry soon, while validity remains.
+        let retry = (e.refresh / 8).max(Duration::from_millis(5));
+        st.next_try = now + retry;
+        tracing::debug!("quorumlock: watchdog extension missed the quorum; retrying");
+    }
+}
+
+impl Redlock {
+    /// Scoped use: takes the lock on `resource` (waiting per the retry policy, as
+    /// [`lock`](Redlock::lock)), keeps it alive with `watchdog`, and runs `f`.
+    ///
+    /// * If the lock is lost while `f` runs, `f`'s future is **dropped** (cancelled) and
+    ///   [`Error::Lost`] is returned.
+    /// * At the end the lock is released. A release error never hides `f`'s result: `f`'s
+    ///   value is returned and the release error is logged (`tracing::warn`).
+    /// * A panic in `f` propagates after the lock was released (best effort).
+    ///
+    /// # Errors
+    ///
+    /// The acquisition errors of [`lock`](Redlock::lock), or [`Error::Lost`].
+    ///
+    /// # Cancel safety
+    ///
+    /// If this future is dropped, `f`'s future is dropped and the lock is released in
+    /// the background.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// use std::time::Duration;
+    /// use quorumlock::{Redlock, Watchdog};
+    /// let locks = Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+    /// let n = locks
+    ///     .with_lock("orders:42", Duration::from_secs(10), Watchdog::new(), |ctx| async move {
+    ///         // work; ctx.fencing_token() for the storage
+    ///         42
+    ///     })
+    ///     .await?;
+    /// assert_eq!(n, 42);
+    /// # Ok(()) }
+    /// ```
+    pub async fn with_lock<F, Fut, T>(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        watchdog: Watchdog,
+        f: F,
+    ) -> Result<T, Error>
+    where
+        F: FnOnce(LockContext) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let lock = self.lock(resource, ttl).await?;
+        scoped(lock.keep_alive(watchdog), f).await
+    }
+
+    /// As [`with_lock`](Redlock::with_lock), with one attempt ([`try_lock`](Redlock::try_lock)).
+    ///
+    /// # Errors
+    ///
+    /// The errors of [`try_lock`](Redlock::try_lock) (e.g. [`Error::Held`]), or
+    /// [`Error::Lost`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// use std::time::Duration;
+    /// use quorumlock::{Redlock, Watchdog};
+    /// let locks = Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+    /// match locks.try_with_lock("cron", Duration::from_secs(30), Watchdog::new(), |_| async {}).await {
+    ///     Err(e) if e.is_held() => println!("running elsewhere"),
+    ///     other => other?,
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_with_lock<F, Fut, T>(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        watchdog: Watchdog,
+        f: F,
+    ) -> Result<T, Error>
+    where
+        F: FnOnce(LockContext) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let lock = self.try_lock(resource, ttl).await?;
+        scoped(lock.keep_alive(watchdog), f).await
+    }
+}
+
+async fn scoped<F, Fut, T>(kept: KeptLock, f: F) -> Result<T, Error>
+where
+    F: FnOnce(LockContext) -> Fut,
+    Fut: Future<Output = T>,
+{
+    use std::panic::AssertUnwindSafe;
+    let ctx = kept.context();
+    let lost = kept.lost();
+    let outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| f(ctx))) {
+        Err(panic) => Err(panic),
+        Ok(fut) => {
+            let fut = AssertUnwindSafe(fut).catch_unwind();
+            tokio::select! {
+                biased;
+                r = fut => r,
+                e = lost => {
+                    // `fut` is dropped here: the closure's work is cancelled first.
+                    if let Err(re) = kept.release().await {
+                        tracing::debug!(error = %re, "quorumlock: release of a lost lock failed");
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    };
+    let release = kept.release().await;
+    match outcome {
+        Ok(v) => {
+            if let Err(e) = release {
+                tracing::warn!(error = %e, "quorumlock: release after scoped use failed");
+            }
+            Ok(v)
+        }
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}

@@ -1,0 +1,347 @@
+//! Held-lock lifecycle against real `redis-server`s: the watchdog, the lost signal, caps,
+//! scoped use, and drop without release (SPEC §5).
+#![cfg(feature = "testkit")]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use quorumlock::testkit::LocalCluster;
+use quorumlock::{Error, Redlock, Retry, Watchdog};
+
+type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+async fn client(urls: &[String]) -> Result<Redlock, Error> {
+    Redlock::builder(urls)
+        .retry(Retry::new().attempts(1))
+        .build()
+        .await
+}
+
+/// Sets a flag when dropped: proves a future was cancelled.
+struct DropFlag(Arc<AtomicBool>);
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdog_keeps_a_lock_for_many_ttls_and_no_one_else_gets_it() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let urls = cluster.urls();
+    let a = client(&urls).await?;
+    let b = client(&urls).await?;
+    let ttl = Duration::from_millis(300);
+    let kept = a
+        .try_lock("lc:keep", ttl)
+        .await?
+        .keep_alive(Watchdog::new());
+    let start = Instant::now();
+    let mut refused = 0;
+    while start.elapsed() < ttl * 6 {
+        match b.try_lock("lc:keep", ttl).await {
+            Err(e) if e.is_held() => refused += 1,
+            Err(e) => return Err(format!("unexpected error while held: {e}").into()),
+            Ok(_) => return Err("a second client got a lock kept alive by the watchdog".into()),
+        }
+        assert!(!kept.is_lost(), "lost while all nodes are up");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(refused > 10, "only {refused} attempts");
+    assert!(kept.remaining() > Duration::ZERO);
+    kept.release().await?;
+    // Released: the other client gets it at once.
+    b.try_lock("lc:keep", ttl).await?.release().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blackholed_majority_fires_lost_before_the_deadline() -> TestResult {
+    let cluster = LocalCluster::builder(5).proxies(true).launch().await?;
+    let a = client(&cluster.urls()).await?;
+    let ttl = Duration::from_millis(600);
+    let kept = a
+        .try_lock("lc:lost", ttl)
+        .await?
+        .keep_alive(Watchdog::new());
+    let lost = kept.lost();
+    // Let at least one extension happen first (the deadline moves past the first one).
+    let first = Instant::now() + kept.remaining();
+    let t = Instant::now();
+    while Instant::now() + kept.remaining() <= first && t.elapsed() < ttl * 3 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(Instant::now() + kept.remaining() > first, "never extended");
+    let before = Instant::now() + kept.remaining();
+    for i in 0..3 {
+        cluster.disconnect(i).await?;
+    }
+    // An extension whose replies were already on their way may still land: take the
+    // later of the deadlines seen before and right after the fault.
+    let deadline = before.max(Instant::now() + kept.remaining());
+    let e = tokio::time::timeout(ttl * 3, lost).await?;
+    let fired = Instant::now();
+    assert!(e.is_lost(), "{e}");
+    assert!(
+        fired < deadline,
+        "lost fired {:?} after the deadline",
+        fired - deadline
+    );
+    eprintln!(
+        "lost fired {:?} before the deadline",
+        deadline.saturating_duration_since(fired)
+    );
+    assert!(kept.is_lost());
+    let _ = kept.release().await; // may fail: a majority is cut off
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lock_cancels_the_closure_when_the_lock_is_lost() -> TestResult {
+    let cluster = LocalCluster::builder(5).proxies(true).launch().await?;
+    let a = client(&cluster.urls()).await?;
+    let dropped = Arc::new(AtomicBool::new(false));
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let flag = dropped.clone();
+    let run = a.with_lock(
+        "lc:scoped",
+        Duration::from_millis(600),
+        Watchdog::new(),
+        move |_ctx| async move {
+            let _guard = DropFlag(flag);
+            let _ = started_tx.send(());
+            std::future::pending::<u32>().await
+        },
+    );
+    let fault = async {
+        let _ = started_rx.await;
+        for i in 0..3 {
+            cluster.disconnect(i).await?;
+        }
+        Ok::<_, std::io::Error>(())
+    };
+    let (result, fault) =
+        tokio::time::timeout(Duration::from_secs(5), async { tokio::join!(run, fault) }).await?;
+    fault?;
+    match result {
+        Err(e) if e.is_lost() => {}
+        other => return Err(format!("expected Error::Lost, got {other:?}").into()),
+    }
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "the closure was not cancelled"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_extensions_stops_extension_and_fires_lost() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let urls = cluster.urls();
+    let a = client(&urls).await?;
+    let b = client(&urls).await?;
+    let ttl = Duration::from_millis(300);
+    let start = Instant::now();
+    let kept = a
+        .try_lock("lc:capn", ttl)
+        .await?
+        .keep_alive(Watchdog::new().max_extensions(2));
+    let e = tokio::time::timeout(Duration::from_secs(3), kept.lost()).await?;
+    assert!(e.is_lost(), "{e}");
+    assert!(e.to_string().contains("cap"), "{e}");
+    // Two extensions happened: the hold outlived the first TTL.
+    assert!(start.elapsed() > ttl, "fired after {:?}", start.elapsed());
+    // No more extensions: the lock expires by itself and someone else gets it.
+    let t = Instant::now();
+    let got = loop {
+        match b.try_lock("lc:capn", ttl).await {
+            Ok(l) => break l,
+            Err(e) if e.is_held() && t.elapsed() < ttl * 4 => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(e) => return Err(format!("never expired after the cap: {e}").into()),
+        }
+    };
+    got.release().await?;
+    drop(kept);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_hold_stops_extension_and_fires_lost() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let a = client(&cluster.urls()).await?;
+    let ttl = Duration::from_millis(300);
+    let start = Instant::now();
+    let kept = a
+        .try_lock("lc:caph", ttl)
+        .await?
+        .keep_alive(Watchdog::new().max_hold(Duration::from_millis(700)));
+    let e = tokio::time::timeout(Duration::from_secs(3), kept.lost()).await?;
+    let held = start.elapsed();
+    assert!(e.to_string().contains("cap"), "{e}");
+    assert!(held > ttl, "fired after {held:?}, before any extension");
+    assert!(kept.is_lost());
+    eprintln!("max_hold 700 ms: lost fired after {held:?}");
+    drop(kept);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_error_does_not_hide_the_closure_result() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let urls = cluster.urls();
+    let a = client(&urls).await?;
+    let flush_urls = urls.clone();
+    let v = a
+        .with_lock(
+            "lc:relerr",
+            Duration::from_secs(10),
+            Watchdog::new(),
+            |_ctx| async move {
+                // Wipe the lock behind the client's back: the release will be refused.
+                for u in &flush_urls {
+                    let c = redis::Client::open(u.as_str()).ok()?;
+                    let mut conn = c.get_multiplexed_async_connection().await.ok()?;
+                    let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.ok()?;
+                }
+                Some(7)
+            },
+        )
+        .await?;
+    assert_eq!(v, Some(7));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_in_the_closure_propagates_after_release() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let urls = cluster.urls();
+    let a = client(&urls).await?;
+    let b = client(&urls).await?;
+    let a2 = a.clone();
+    let joined = tokio::spawn(async move {
+        a2.with_lock(
+            "lc:panic",
+            Duration::from_secs(10),
+            Watchdog::new(),
+            |_| async {
+                panic!("boom");
+            },
+        )
+        .await
+    })
+    .await;
+    let err = joined.err().ok_or("the panic did not propagate")?;
+    assert!(err.is_panic());
+    // Released before unwinding: free at once (the TTL is 10 s).
+    b.try_lock("lc:panic", Duration::from_secs(1))
+        .await?
+        .release()
+        .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_kept_lock_releases_it_in_the_background() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let urls = cluster.urls();
+    let a = client(&urls).await?;
+    let b = client(&urls).await?;
+    let kept = a
+        .try_lock("lc:drop", Duration::from_secs(30))
+        .await?
+        .keep_alive(Watchdog::new());
+    drop(kept);
+    let t = Instant::now();
+    loop {
+        match b.try_lock("lc:drop", Duration::from_secs(1)).await {
+            Ok(l) => {
+                l.release().await?;
+                break;
+            }
+            Err(e) if e.is_held() && t.elapsed() < Duration::from_secs(2) => {
+                tokio::time::sleep(Duration::from_millis(10)).await
+            }
+            Err(e) => return Err(format!("not released in the background: {e}").into()),
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_kept_locks_share_one_batched_round() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let urls = cluster.urls();
+    let a = client(&urls).await?;
+    let b = client(&urls).await?;
+    let ttl = Duration::from_millis(400);
+    let mut kept = Vec::new();
+    for i in 0..50 {
+        kept.push(
+            a.try_lock(&format!("lc:many:{i}"), ttl)
+                .await?
+                .keep_alive(Watchdog::new()),
+        );
+    }
+    tokio::time::sleep(ttl * 3).await; // several refresh cycles (not synchronization)
+    for (i, k) in kept.iter().enumerate() {
+        assert!(!k.is_lost(), "lock {i} lost");
+        assert!(b.try_lock(&format!("lc:many:{i}"), ttl).await.is_err());
+    }
+    // One pipelined round per tick carries every due extension: each round sends one
+    // `SCRIPT LOAD` and one `EVALSHA` per lock, so EVALSHA calls far outnumber rounds.
+    let (evalsha, rounds) = command_calls(&cluster.direct_url(0)?).await?;
+    eprintln!("50 kept locks: {evalsha} EVALSHA in {rounds} pipelined rounds on node 0");
+    assert!(rounds >= 2, "{rounds} rounds");
+    assert!(
+        evalsha >= 10 * rounds,
+        "{evalsha} EVALSHA in {rounds} rounds: not batched"
+    );
+    for k in kept {
+        k.release().await?;
+    }
+    Ok(())
+}
+
+/// `(EVALSHA calls, SCRIPT LOAD calls)` from `INFO commandstats`.
+async fn command_calls(url: &str) -> Result<(u64, u64), redis::RedisError> {
+    let c = redis::Client::open(url)?;
+    let mut conn = c.get_multiplexed_async_connection().await?;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await?;
+    let calls = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    Ok((calls("evalsha"), calls("script|load")))
+}
+
+#[test]
+fn bounds() {
+    fn send<T: Send>() {}
+    fn send_static<T: Send + Sync + 'static>() {}
+    fn send_future<F: std::future::Future + Send>(_: F) {}
+    send::<quorumlock::KeptLock>();
+    fn send_only_static<T: Send + 'static>() {}
+    send_only_static::<quorumlock::LostSignal>();
+    send_static::<quorumlock::LockContext>();
+    send_static::<Watchdog>();
+    #[allow(unreachable_code, clippy::diverging_sub_expression)]
+    if false {
+        let locks: Redlock = unimplemented!();
+        send_future(
+            locks.with_lock("r", Duration::from_secs(1), Watchdog::new(), |_| async {
+                1
+            }),
+        );
+        let kept: quorumlock::KeptLock = unimplemented!();
+        send_future(kept.release());
+    }
+}
