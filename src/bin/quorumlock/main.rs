@@ -1,0 +1,117 @@
+//! `quorumlock`: a distributed `flock(1)` on a majority of N independent Redis masters.
+//!
+//! ```text
+//! quorumlock run --nodes URL,URL,... --resource NAME [--ttl 10s] [--wait 10s | --no-wait]
+//!                [--fencing] [--grace 10s] -- COMMAND [ARGS...]
+//! quorumlock inspect RESOURCE --nodes URL,URL,...
+//! quorumlock demo [--nodes URL,URL,...]
+//! ```
+//!
+//! Nodes come from `--nodes` or the `QUORUMLOCK_NODES` environment variable (comma
+//! separated). Node URLs are printed with their passwords redacted. Library diagnostics go
+//! to stderr, filtered by `QUORUMLOCK_LOG` (`tracing` env-filter syntax; default `error`).
+//!
+//! Exit codes: see [`exit`]. `run` exits with COMMAND's status (128+N when COMMAND was
+//! killed by signal N); 64 for usage errors, 69 when too few nodes answer for a quorum,
+//! 70 when the lock was lost while COMMAND ran, 75 when the lock is held by another owner
+//! or the wait timed out, 126/127 when COMMAND cannot be executed / is not found.
+
+mod demo;
+mod exit;
+mod inspect;
+mod run;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Redlock from the command line: a distributed lock held on a majority of N independent
+/// Redis masters.
+#[derive(Debug, Parser)]
+#[command(name = "quorumlock", version, after_help = exit::HELP)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Take the lock, run COMMAND while keeping the lock alive, release it; exits with
+    /// COMMAND's status.
+    ///
+    /// Takes the lock on a majority of the nodes (waiting up to --wait, 10s by default, or
+    /// not at all with --no-wait). When it cannot be taken, COMMAND is not run and one line
+    /// says why. While COMMAND runs the lock is extended every TTL/3; if it is lost, COMMAND
+    /// gets SIGTERM, then SIGKILL after --grace. SIGINT, SIGTERM and SIGHUP are forwarded
+    /// to COMMAND. COMMAND sees QUORUMLOCK_RESOURCE, and with --fencing
+    /// QUORUMLOCK_FENCING_TOKEN (a number that grows with every holder).
+    ///
+    /// Example: quorumlock run --nodes redis://h1:6379,redis://h2:6379,redis://h3:6379
+    /// --resource cron:report --ttl 30s --no-wait -- ./report.sh
+    Run(run::RunArgs),
+    /// Show, node by node, who holds RESOURCE, its remaining TTL and its fence counter.
+    Inspect(inspect::InspectArgs),
+    /// The coupon scenario: 100 buyers, K coupons, without and with the lock (starts its
+    /// own 5 local redis-server nodes unless --nodes is given).
+    Demo(demo::DemoArgs),
+}
+
+/// The Redis nodes, shared by the subcommands.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Nodes {
+    /// Redis node URLs, comma separated (redis://, rediss://, redis+unix://; ACL user and
+    /// password in the URL). Use an odd number of independent masters.
+    #[arg(
+        long,
+        env = "QUORUMLOCK_NODES",
+        hide_env_values = true,
+        value_delimiter = ',',
+        required = true,
+        num_args = 1..,
+        value_name = "URL,..."
+    )]
+    pub nodes: Vec<String>,
+}
+
+/// Parses a human duration (`500ms`, `10s`, `2m`, `1h 30m`).
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(s.trim()).map_err(|e| format!("{e} (try 500ms, 10s, 2m)"))
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { exit::USAGE } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("QUORUMLOCK_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("quorumlock: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::UNAVAILABLE);
+        }
+    };
+    let code = runtime.block_on(async move {
+        match cli.command {
+            Cmd::Run(args) => run::run(args).await,
+            Cmd::Inspect(args) => inspect::inspect(args).await,
+            Cmd::Demo(args) => demo::demo(args).await,
+        }
+    });
+    // Do not wait for background clean-up tasks of the library beyond this point.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    ExitCode::from(code)
+}

@@ -1,0 +1,270 @@
+//! `quorumlock run`: take the lock, run COMMAND with the lock kept alive, release it.
+//!
+//! * The lock is kept alive by the library's watchdog ([`quorumlock::Watchdog`]), which
+//!   extends it every third of the TTL. When it cannot be extended and its guaranteed
+//!   validity drops below a safety margin (a tenth of the TTL), it counts as lost: COMMAND gets SIGTERM, then SIGKILL after `--grace`, and
+//!   `run` exits with [`exit::LOST`](crate::exit::LOST).
+//! * SIGINT, SIGTERM and SIGHUP received by `quorumlock` are forwarded to COMMAND (its
+//!   process only, not its children: a shell script should pass them on itself).
+//! * COMMAND's exit status becomes ours; death by signal N becomes 128+N.
+//! * COMMAND sees `QUORUMLOCK_RESOURCE`, and with `--fencing` `QUORUMLOCK_FENCING_TOKEN`.
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use quorumlock::{Error, Redlock, Retry, Watchdog};
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
+use crate::exit;
+
+/// The shortest TTL `run` accepts: the keep-alive needs room for a few round trips.
+const MIN_TTL: Duration = Duration::from_millis(100);
+
+/// Arguments of `quorumlock run`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = exit::HELP)]
+pub struct RunArgs {
+    #[command(flatten)]
+    nodes: crate::Nodes,
+    /// The resource to lock (any non-empty name, e.g. `cron:nightly-report`).
+    #[arg(long, short = 'r', value_name = "NAME")]
+    resource: String,
+    /// Lock TTL: how long the lock outlives a crashed `quorumlock`. Kept alive (extended
+    /// every TTL/3) while COMMAND runs. At least 100ms.
+    #[arg(long, default_value = "10s", value_parser = crate::parse_duration)]
+    ttl: Duration,
+    /// Wait at most this long for the lock when it is busy (`0` = do not wait).
+    #[arg(long, default_value = "10s", value_parser = crate::parse_duration)]
+    wait: Duration,
+    /// Fail at once if the lock is busy (same as `--wait 0`).
+    #[arg(long, conflicts_with = "wait")]
+    no_wait: bool,
+    /// Take a fencing token and pass it to COMMAND in `QUORUMLOCK_FENCING_TOKEN`.
+    #[arg(long)]
+    fencing: bool,
+    /// When the lock is lost, time between SIGTERM and SIGKILL to COMMAND.
+    #[arg(long, default_value = "10s", value_parser = crate::parse_duration)]
+    grace: Duration,
+    /// The command to run while holding the lock, and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    command: Vec<OsString>,
+}
+
+/// Runs `quorumlock run`; returns the exit code.
+pub async fn run(args: RunArgs) -> u8 {
+    if args.ttl < MIN_TTL {
+        eprintln!(
+            "quorumlock: --ttl {} is too short; use at least {}",
+            humantime::format_duration(args.ttl),
+            humantime::format_duration(MIN_TTL)
+        );
+        return exit::USAGE;
+    }
+    let Some((program, program_args)) = args.command.split_first() else {
+        eprintln!("quorumlock: no COMMAND given");
+        return exit::USAGE;
+    };
+    let locks = match Redlock::builder(&args.nodes.nodes)
+        .fencing(args.fencing)
+        .build()
+        .await
+    {
+        Ok(locks) => locks,
+        Err(e) => {
+            eprintln!("quorumlock: {e}");
+            return exit::for_error(&e);
+        }
+    };
+    let res = args.resource.as_str();
+    let wait = if args.no_wait {
+        Duration::ZERO
+    } else {
+        args.wait
+    };
+    let taken = if wait.is_zero() {
+        locks.try_lock(res, args.ttl).await
+    } else {
+        locks
+            .lock_with(res, args.ttl, Retry::new().max_wait(wait))
+            .await
+    };
+    let lock = match taken {
+        Ok(lock) => lock,
+        Err(e) => {
+            eprintln!("quorumlock: {}", not_taken(res, &e));
+            return exit::for_error(&e);
+        }
+    };
+    tracing::debug!(resource = res, validity = ?lock.remaining(), "lock taken");
+
+    let mut cmd = Command::new(program);
+    cmd.args(program_args).env("QUORUMLOCK_RESOURCE", res);
+    match lock.fencing_token() {
+        Some(t) => cmd.env("QUORUMLOCK_FENCING_TOKEN", t.to_string()),
+        None => cmd.env_remove("QUORUMLOCK_FENCING_TOKEN"),
+    };
+    // Install the handlers before COMMAND starts so no signal slips through.
+    let mut signals = match Signals::new() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("quorumlock: cannot install signal handlers: {e}");
+            release(lock.release(), args.ttl, false).await;
+            return exit::UNAVAILABLE;
+        }
+    };
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("quorumlock: cannot run {}: {e}", program.to_string_lossy());
+            release(lock.release(), args.ttl, false).await;
+            return if e.kind() == std::io::ErrorKind::NotFound {
+                exit::NOT_FOUND
+            } else {
+                exit::CANNOT_EXECUTE
+            };
+        }
+    };
+
+    // Extend with two thirds of the validity left (every third of the TTL); the lost
+    // signal fires a tenth of the TTL before the guaranteed validity ends.
+    let kept = lock.keep_alive(Watchdog::new().refresh_at(2.0 / 3.0));
+    let mut lost = kept.lost();
+
+    let code = loop {
+        tokio::select! {
+            status = child.wait() => break match status {
+                Ok(status) => status_code(status),
+                Err(e) => {
+                    eprintln!("quorumlock: waiting for COMMAND failed: {e}");
+                    exit::UNAVAILABLE
+                }
+            },
+            Some(sig) = signals.next() => forward(&child, sig),
+            why = &mut lost => {
+                eprintln!(
+                    "quorumlock: {res}: {why}; stopping COMMAND (SIGTERM, SIGKILL after {})",
+                    humantime::format_duration(args.grace)
+                );
+                stop_child(&mut child, args.grace).await;
+                break exit::LOST;
+            }
+        }
+    };
+
+    release(kept.release(), args.ttl, code == exit::LOST).await;
+    code
+}
+
+/// The one line printed when the lock could not be taken.
+fn not_taken(res: &str, e: &Error) -> String {
+    match e {
+        Error::Held(votes) => format!("{res} is held by another owner ({votes})"),
+        Error::NoQuorum(votes) => {
+            format!("cannot lock {res}: too few nodes answered for a quorum ({votes})")
+        }
+        Error::Timeout(t) if t.is_max_wait() => {
+            let mut s = format!(
+                "gave up waiting for {res} after {} ({} attempts)",
+                humantime::format_duration(round_ms(t.waited())),
+                t.attempts()
+            );
+            if let Some(v) = t.votes() {
+                s.push_str(&format!("; last attempt: {v}"));
+            }
+            s
+        }
+        other => format!("cannot lock {res}: {other}"),
+    }
+}
+
+fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Our exit code for COMMAND's status.
+fn status_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => u8::try_from(c & 0xff).unwrap_or(1),
+        (None, Some(sig)) => u8::try_from(128 + (sig & 0x7f)).unwrap_or(1),
+        (None, None) => 1,
+    }
+}
+
+/// Awaits a release, bounded in time; the TTL cleans up whatever is not released.
+async fn release(release: impl Future<Output = Result<(), Error>>, ttl: Duration, lost: bool) {
+    let budget = ttl.clamp(Duration::from_secs(1), Duration::from_secs(5));
+    match tokio::time::timeout(budget, release).await {
+        Ok(Ok(())) => {}
+        Ok(Err(_)) | Err(_) if lost => {}
+        Ok(Err(e)) => eprintln!(
+            "quorumlock: warning: release failed ({e}); the lock expires by itself within {}",
+            humantime::format_duration(ttl)
+        ),
+        Err(_) => eprintln!(
+            "quorumlock: warning: release timed out; the lock expires by itself within {}",
+            humantime::format_duration(ttl)
+        ),
+    }
+}
+
+/// Sends SIGTERM to COMMAND, then SIGKILL after `grace`, and reaps it.
+async fn stop_child(child: &mut Child, grace: Duration) {
+    if let Some(pid) = child.id() {
+        send_signal(pid, libc::SIGTERM);
+    }
+    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+    }
+}
+
+fn forward(child: &Child, sig: libc::c_int) {
+    // `id()` is `None` once the child was reaped, so the pid cannot have been reused.
+    if let Some(pid) = child.id() {
+        tracing::debug!(pid, sig, "forwarding signal to COMMAND");
+        send_signal(pid, sig);
+    }
+}
+
+fn send_signal(pid: u32, sig: libc::c_int) {
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        // SAFETY: kill(2) has no memory-safety preconditions.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+}
+
+/// The signals forwarded to COMMAND.
+struct Signals {
+    int: Signal,
+    term: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        Ok(Signals {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    /// The next signal received (never `None` in practice: the streams do not end).
+    async fn next(&mut self) -> Option<libc::c_int> {
+        tokio::select! {
+            s = self.int.recv() => s.map(|()| libc::SIGINT),
+            s = self.term.recv() => s.map(|()| libc::SIGTERM),
+            s = self.hup.recv() => s.map(|()| libc::SIGHUP),
+        }
+    }
+}

@@ -1,0 +1,526 @@
+//! End-to-end tests of the `quorumlock` binary against real `redis-server` nodes
+//! (started by the test kit). Every wait is bounded.
+#![cfg(all(feature = "cli", feature = "testkit"))]
+
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Output};
+use std::time::{Duration, Instant};
+
+use quorumlock::Redlock;
+use quorumlock::testkit::LocalCluster;
+use tokio::process::{Child, Command};
+
+const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
+const USAGE: i32 = 64;
+const UNAVAILABLE: i32 = 69;
+const LOST: i32 = 70;
+const BUSY: i32 = 75;
+
+/// The binary with no nodes configured and quiet logs.
+fn bare() -> Command {
+    let mut c = Command::new(BIN);
+    c.env_remove("QUORUMLOCK_NODES")
+        .env_remove("QUORUMLOCK_LOG")
+        .env_remove("QUORUMLOCK_FENCING_TOKEN")
+        .kill_on_drop(true);
+    c
+}
+
+/// The binary with the cluster's nodes in `QUORUMLOCK_NODES`.
+fn ql(cluster: &LocalCluster) -> Command {
+    let mut c = bare();
+    c.env("QUORUMLOCK_NODES", cluster.urls().join(","));
+    c
+}
+
+/// `quorumlock run` on `resource` with extra options, running `sh -c script`.
+fn run_sh(cluster: &LocalCluster, resource: &str, opts: &[&str], script: &str) -> Command {
+    let mut c = ql(cluster);
+    c.args(["run", "--resource", resource])
+        .args(opts)
+        .args(["--", "sh", "-c", script]);
+    c
+}
+
+async fn output(cmd: &mut Command, limit: Duration) -> Output {
+    tokio::time::timeout(limit, cmd.output())
+        .await
+        .expect("quorumlock did not finish in time")
+        .expect("cannot start quorumlock")
+}
+
+async fn wait_exit(child: &mut Child, limit: Duration) -> ExitStatus {
+    tokio::time::timeout(limit, child.wait())
+        .await
+        .expect("quorumlock did not exit in time")
+        .expect("wait failed")
+}
+
+async fn wait_for_file(path: &Path, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} did not appear within {limit:?}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn cluster(n: usize) -> LocalCluster {
+    LocalCluster::launch(n)
+        .await
+        .expect("launch redis-server nodes")
+}
+
+async fn client(cluster: &LocalCluster) -> Redlock {
+    Redlock::builder(cluster.urls())
+        .build()
+        .await
+        .expect("build client")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir().expect("tempdir")
+}
+
+fn file(dir: &tempfile::TempDir, name: &str) -> PathBuf {
+    dir.path().join(name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_runs_never_overlap() {
+    let cluster = cluster(3).await;
+    let dir = tmp();
+    let marks = file(&dir, "marks");
+    let script = r#"echo "start $$ $(date +%s%N)" >> "$MARKS"; sleep 0.3; echo "end $$ $(date +%s%N)" >> "$MARKS""#;
+    let mut children = Vec::new();
+    for _ in 0..3 {
+        let mut c = run_sh(
+            &cluster,
+            "overlap",
+            &["--ttl", "2s", "--wait", "20s"],
+            script,
+        );
+        c.env("MARKS", &marks);
+        children.push(c.spawn().expect("spawn"));
+    }
+    for child in &mut children {
+        let status = wait_exit(child, Duration::from_secs(30)).await;
+        assert_eq!(status.code(), Some(0));
+    }
+    let text = std::fs::read_to_string(&marks).expect("marks");
+    let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split(' ').collect()).collect();
+    assert_eq!(lines.len(), 6, "{text}");
+    let mut last_end = 0u128;
+    for pair in lines.chunks(2) {
+        let (start, end) = (&pair[0], &pair[1]);
+        assert_eq!((start[0], end[0]), ("start", "end"), "interleaved:\n{text}");
+        assert_eq!(start[1], end[1], "interleaved:\n{text}");
+        let (t0, t1): (u128, u128) = (start[2].parse().unwrap(), end[2].parse().unwrap());
+        assert!(last_end <= t0 && t0 <= t1, "overlapping intervals:\n{text}");
+        last_end = t1;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_lock_is_not_run() {
+    let cluster = cluster(3).await;
+    let locks = client(&cluster).await;
+    let held = locks
+        .try_lock("busy", Duration::from_secs(30))
+        .await
+        .expect("take the lock");
+    let dir = tmp();
+    let marker = file(&dir, "ran");
+
+    let out = output(
+        run_sh(&cluster, "busy", &["--no-wait"], r#"touch "$MARKER""#).env("MARKER", &marker),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(BUSY), "{}", stderr(&out));
+    assert!(!marker.exists(), "COMMAND ran although the lock was held");
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("busy is held by another owner"), "{err}");
+    assert!(err.contains("(quorum 2)"), "{err}");
+
+    let started = Instant::now();
+    let out = output(
+        run_sh(&cluster, "busy", &["--wait", "300ms"], r#"touch "$MARKER""#).env("MARKER", &marker),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(BUSY), "{}", stderr(&out));
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(!marker.exists(), "COMMAND ran although the lock was held");
+    assert!(
+        stderr(&out).contains("gave up waiting for busy"),
+        "{}",
+        stderr(&out)
+    );
+
+    held.release().await.expect("release");
+    let out = output(
+        run_sh(&cluster, "busy", &["--no-wait"], r#"touch "$MARKER""#).env("MARKER", &marker),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(marker.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_run_keeps_the_lock() {
+    let cluster = cluster(3).await;
+    let locks = client(&cluster).await;
+    let dir = tmp();
+    let started_file = file(&dir, "started");
+    let started = Instant::now();
+    let mut child = run_sh(
+        &cluster,
+        "long",
+        &["--ttl", "500ms"],
+        r#"touch "$STARTED"; sleep 2.5"#,
+    )
+    .env("STARTED", &started_file)
+    .spawn()
+    .expect("spawn");
+    wait_for_file(&started_file, Duration::from_secs(10)).await;
+
+    let mut probes = 0;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "run never ended"
+        );
+        match locks.try_lock("long", Duration::from_secs(1)).await {
+            Err(e) if e.is_held() => probes += 1,
+            Err(e) => panic!("probe failed with {e}"),
+            Ok(lock) => {
+                // Only acceptable if the run has just finished and released.
+                lock.release().await.expect("release");
+                let status = wait_exit(&mut child, Duration::from_secs(5)).await;
+                break status;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(status.code(), Some(0));
+    assert!(started.elapsed() >= Duration::from_millis(2500));
+    assert!(probes >= 10, "only {probes} probes saw the lock held");
+    // Released on exit: free at once, not after the TTL.
+    locks
+        .try_lock("long", Duration::from_secs(1))
+        .await
+        .expect("the run released its lock")
+        .release()
+        .await
+        .expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_a_majority_stops_command() {
+    let cluster = cluster(5).await;
+    let dir = tmp();
+    let started_file = file(&dir, "started");
+    let marker = file(&dir, "terminated");
+    let script = r#"trap 'echo term > "$MARKER"; kill $p 2>/dev/null; exit 0' TERM
+touch "$STARTED"; sleep 30 & p=$!; wait $p"#;
+    let child = run_sh(&cluster, "lost", &["--ttl", "1s", "--grace", "5s"], script)
+        .env("STARTED", &started_file)
+        .env("MARKER", &marker)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    wait_for_file(&started_file, Duration::from_secs(10)).await;
+    for i in 0..3 {
+        cluster.kill(i).await.expect("kill node");
+    }
+    let killed = Instant::now();
+    let out = tokio::time::timeout(Duration::from_secs(15), child.wait_with_output())
+        .await
+        .expect("quorumlock did not stop in time")
+        .expect("wait");
+    assert_eq!(out.status.code(), Some(LOST), "{}", stderr(&out));
+    assert!(marker.exists(), "COMMAND did not get SIGTERM");
+    assert!(
+        killed.elapsed() < Duration::from_secs(5),
+        "lost too late: {:?}",
+        killed.elapsed()
+    );
+    assert!(stderr(&out).contains("lost"), "{}", stderr(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_is_forwarded() {
+    let cluster = cluster(3).await;
+    let locks = client(&cluster).await;
+    let dir = tmp();
+    let started_file = file(&dir, "started");
+    let marker = file(&dir, "terminated");
+    let script = r#"trap 'echo term > "$MARKER"; kill $p 2>/dev/null; exit 7' TERM
+touch "$STARTED"; sleep 30 & p=$!; wait $p"#;
+    let mut child = run_sh(&cluster, "signal", &["--ttl", "2s"], script)
+        .env("STARTED", &started_file)
+        .env("MARKER", &marker)
+        .spawn()
+        .expect("spawn");
+    wait_for_file(&started_file, Duration::from_secs(10)).await;
+    let pid = libc::pid_t::try_from(child.id().expect("pid")).expect("pid");
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = wait_exit(&mut child, Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(7), "COMMAND's status is not ours");
+    assert!(marker.exists(), "COMMAND did not get the SIGTERM");
+    locks
+        .try_lock("signal", Duration::from_secs(1))
+        .await
+        .expect("released after the signal")
+        .release()
+        .await
+        .expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_status_is_commands() {
+    let cluster = cluster(3).await;
+    let limit = Duration::from_secs(10);
+    let out = output(&mut run_sh(&cluster, "status", &[], "exit 3"), limit).await;
+    assert_eq!(out.status.code(), Some(3));
+    let out = output(&mut run_sh(&cluster, "status", &[], "kill -KILL $$"), limit).await;
+    assert_eq!(out.status.code(), Some(128 + 9));
+    let out = output(
+        ql(&cluster).args(["run", "-r", "status", "--", "/nonexistent/command"]),
+        limit,
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(127), "{}", stderr(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_arguments_are_usage_errors() {
+    let node = "redis://127.0.0.1:1";
+    let cases: &[&[&str]] = &[
+        &[],
+        &["frobnicate"],
+        &["run", "--resource", "r", "--", "true"],
+        &["run", "--nodes", node, "--resource", "r"],
+        &[
+            "run",
+            "--nodes",
+            node,
+            "--resource",
+            "r",
+            "--ttl",
+            "soon",
+            "--",
+            "true",
+        ],
+        &[
+            "run",
+            "--nodes",
+            node,
+            "--resource",
+            "r",
+            "--ttl",
+            "10ms",
+            "--",
+            "true",
+        ],
+        &[
+            "run",
+            "--nodes",
+            node,
+            "--resource",
+            "r",
+            "--no-wait",
+            "--wait",
+            "1s",
+            "--",
+            "true",
+        ],
+        &[
+            "run",
+            "--nodes",
+            "not a url",
+            "--resource",
+            "r",
+            "--",
+            "true",
+        ],
+        &[
+            "run",
+            "--nodes",
+            node,
+            "--resource",
+            "",
+            "--no-wait",
+            "--",
+            "true",
+        ],
+        &["inspect", "--nodes", node],
+    ];
+    for args in cases {
+        let out = output(bare().args(*args), Duration::from_secs(10)).await;
+        assert_eq!(out.status.code(), Some(USAGE), "{args:?}: {}", stderr(&out));
+    }
+    let out = output(bare().args(["run", "--help"]), Duration::from_secs(10)).await;
+    assert_eq!(out.status.code(), Some(0));
+    let help = stdout(&out);
+    for needle in [
+        "Exit codes",
+        "64",
+        "69",
+        "70",
+        "75",
+        "QUORUMLOCK_NODES",
+        "--no-wait",
+    ] {
+        assert!(help.contains(needle), "--help lacks {needle}:\n{help}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_quorum_is_unavailable_and_passwords_stay_hidden() {
+    let cluster = cluster(3).await;
+    cluster.kill(0).await.expect("kill");
+    cluster.kill(1).await.expect("kill");
+    let dir = tmp();
+    let marker = file(&dir, "ran");
+    for opts in [&["--no-wait"][..], &["--wait", "500ms"][..]] {
+        let out = output(
+            run_sh(&cluster, "noquorum", opts, r#"touch "$MARKER""#).env("MARKER", &marker),
+            Duration::from_secs(15),
+        )
+        .await;
+        assert_eq!(out.status.code(), Some(UNAVAILABLE), "{}", stderr(&out));
+        assert!(!marker.exists());
+    }
+    let secret = "hunter2";
+    let url = cluster
+        .url(0)
+        .expect("url")
+        .replace("redis://", &format!("redis://app:{secret}@"));
+    let out = output(
+        bare().args(["run", "--nodes", &url, "-r", "x", "--no-wait", "--", "true"]),
+        Duration::from_secs(15),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(UNAVAILABLE), "{}", stderr(&out));
+    assert!(!stderr(&out).contains(secret), "{}", stderr(&out));
+    let out = output(
+        bare().args(["inspect", "x", "--nodes", &url]),
+        Duration::from_secs(15),
+    )
+    .await;
+    assert!(!stdout(&out).contains(secret), "{}", stdout(&out));
+    assert!(stdout(&out).contains("<redacted>"), "{}", stdout(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_shows_the_holder_then_free() {
+    let cluster = cluster(3).await;
+    let dir = tmp();
+    let started_file = file(&dir, "started");
+    let go = file(&dir, "go");
+    let script = r#"touch "$STARTED"; i=0; while [ ! -e "$GO" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done"#;
+    let mut child = run_sh(&cluster, "inspected", &["--ttl", "5s"], script)
+        .env("STARTED", &started_file)
+        .env("GO", &go)
+        .spawn()
+        .expect("spawn");
+    wait_for_file(&started_file, Duration::from_secs(10)).await;
+    let out = output(
+        ql(&cluster).args(["inspect", "inspected"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("on 3/3 nodes (quorum 2): HELD"), "{text}");
+    assert_eq!(text.matches("held by ").count(), 4, "{text}");
+    assert!(text.contains('…'), "{text}");
+
+    std::fs::write(&go, "").expect("touch go");
+    assert_eq!(
+        wait_exit(&mut child, Duration::from_secs(10)).await.code(),
+        Some(0)
+    );
+    let out = output(
+        ql(&cluster).args(["inspect", "inspected"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("verdict: free"), "{}", stdout(&out));
+
+    // With a node down, it is shown as unreachable.
+    cluster.kill(2).await.expect("kill");
+    let out = output(
+        ql(&cluster).args(["inspect", "inspected"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(stdout(&out).contains("unreachable"), "{}", stdout(&out));
+    assert!(stdout(&out).contains("verdict: free"), "{}", stdout(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_token_is_passed_to_command() {
+    let cluster = cluster(3).await;
+    let dir = tmp();
+    let out_file = file(&dir, "tokens");
+    let script = r#"echo "${QUORUMLOCK_FENCING_TOKEN-unset} $QUORUMLOCK_RESOURCE" >> "$OUT""#;
+    for opts in [&["--fencing"][..], &["--fencing"][..], &[][..]] {
+        let out = output(
+            run_sh(&cluster, "fenced", opts, script).env("OUT", &out_file),
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let text = std::fs::read_to_string(&out_file).expect("tokens");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    let tokens: Vec<u64> = lines[..2]
+        .iter()
+        .map(|l| {
+            let (t, res) = l.split_once(' ').expect("two fields");
+            assert_eq!(res, "fenced");
+            t.parse().unwrap_or_else(|_| panic!("not a number: {l}"))
+        })
+        .collect();
+    assert!(tokens[1] > tokens[0], "{tokens:?}");
+    assert_eq!(
+        lines[2], "unset fenced",
+        "the token leaks without --fencing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_oversells_without_and_not_with_the_lock() {
+    let out = output(
+        bare().args(["demo", "--stock", "5", "--buyers", "40"]),
+        Duration::from_secs(60),
+    )
+    .await;
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}\n{}", stderr(&out));
+    assert!(text.contains("OVERSOLD by"), "{text}");
+    assert!(text.contains("sold 5 of 5: exactly right"), "{text}");
+    assert!(text.contains("was killed"), "{text}");
+}
