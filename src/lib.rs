@@ -32,6 +32,7 @@
 //! # Contents
 //!
 //! * [Which method should you use?](#which-method-should-you-use)
+//! * [Keeping a lock alive](#keeping-a-lock-alive)
 //! * [When not to use Redlock](#when-not-to-use-redlock)
 //! * [How the algorithm maps to the code](#how-the-algorithm-maps-to-the-code)
 //! * [Cancel safety](#cancel-safety)
@@ -47,6 +48,43 @@
 //! | several resources atomically (move stock between two bins) | [`Redlock::try_lock_many`], [`Redlock::lock_many`] |
 //! | keep it alive while the work runs, stop when it is lost | [`Lock::keep_alive`] → [`KeptLock`] ([`KeptLock::lost`]), or scoped: [`Redlock::with_lock`] |
 //! | a number the storage can check against stale writers | [`RedlockBuilder::fencing`] and [`Lock::fencing_token`] |
+//!
+//! # Keeping a lock alive
+//!
+//! Work of unknown length: hand the lock to the watchdog ([`Lock::keep_alive`] with a
+//! [`Watchdog`] policy). It is extended before its validity runs out (by default at half
+//! its TTL; every kept lock of one [`Redlock`] is extended in one pipelined round per node
+//! and tick), with optional caps on hold time and extension count. Its
+//! [`lost`](KeptLock::lost) signal fires **before** the guaranteed validity ends
+//! (deadline − safety margin) if no extension confirmed, even when the requests hang.
+//! Or use it scoped: [`Redlock::with_lock`] runs a closure, cancels it if the lock is
+//! lost, and releases at the end.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use quorumlock::{Error, Redlock, Watchdog};
+//!
+//! # async fn demo() -> Result<(), Error> {
+//! let locks = Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+//! let kept = locks
+//!     .lock("reindex", Duration::from_secs(10))
+//!     .await?
+//!     .keep_alive(Watchdog::new().max_hold(Duration::from_secs(3600)));
+//! tokio::select! {
+//!     () = tokio::time::sleep(Duration::from_secs(30)) => kept.release().await?, // the work
+//!     e = kept.lost() => return Err(e), // stop: the lock may be gone
+//! }
+//!
+//! // Scoped: the closure's future is dropped if the lock is lost.
+//! let rows = locks
+//!     .with_lock("reindex", Duration::from_secs(10), Watchdog::new(), |ctx| async move {
+//!         let _token = ctx.fencing_token();
+//!         1200
+//!     })
+//!     .await?;
+//! # let _ = rows;
+//! # Ok(()) }
+//! ```
 //!
 //! # When not to use Redlock
 //!
@@ -83,6 +121,10 @@
 //! * [`Lock::release`]: consumes the guard; if dropped midway, the release is sent again in
 //!   the background, and unreachable nodes keep the key until its TTL.
 //! * Dropping a [`Lock`]: released in the background on the current runtime.
+//! * [`KeptLock::release`]: as [`Lock::release`]; the watchdog stops at once. Dropping a
+//!   [`KeptLock`] stops its watchdog and releases in the background.
+//! * [`Redlock::with_lock`]: if dropped, the closure's future is dropped and the lock is
+//!   released in the background.
 //!
 //! # Deployment contract
 //!

@@ -630,6 +630,13 @@ impl Drop for KeptLock {
 pub(crate) struct Registry {
     entries: Arc<Mutex<Vec<Arc<Entry>>>>,
     wake: Arc<Notify>,
+    nodes: Arc<[Node]>,
+    quorum: usize,
+    drift_factor: f64,
+    node_timeout: NodeTimeout,
+    /// The task; restarted by [`Registry::add`] if it is not running (never started
+    /// outside a runtime, or its runtime shut down).
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Drop for Registry {
@@ -640,28 +647,59 @@ impl Drop for Registry {
 
 impl Registry {
     fn start(nodes: &Arc<[Node]>, quorum: usize, config: &crate::config::Config) -> Registry {
-        let entries = Arc::new(Mutex::new(Vec::new()));
-        let wake = Arc::new(Notify::new());
-        let task = Task {
-            entries: Arc::downgrade(&entries),
-            wake: wake.clone(),
+        let c = config.clone();
+        Registry {
+            entries: Arc::new(Mutex::new(Vec::new())),
+            wake: Arc::new(Notify::new()),
             nodes: nodes.clone(),
             quorum,
             drift_factor: config.drift_factor,
-            node_timeout: {
-                let c = config.clone();
-                Arc::new(move |ttl| c.node_timeout_for(ttl))
-            },
-        };
-        crate::fanout::spawn(task.run());
-        Registry { entries, wake }
+            node_timeout: Arc::new(move |ttl| c.node_timeout_for(ttl)),
+            task: Mutex::new(None),
+        }
     }
 
     fn add(&self, entry: Arc<Entry>) {
         if let Ok(mut v) = self.entries.lock() {
             v.push(entry);
         }
+        self.ensure_running();
         self.wake.notify_one();
+    }
+
+    fn ensure_running(&self) {
+        let Ok(mut task) = self.task.lock() else {
+            return;
+        };
+        if task.as_ref().is_some_and(|t| !t.is_finished()) {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                "quorumlock: keep_alive outside a Tokio runtime: the lock is not extended and its lost signal fires before it expires"
+            );
+            return;
+        };
+        // A task that died mid-round left its entries marked: unmark them.
+        if task.is_some()
+            && let Ok(v) = self.entries.lock()
+        {
+            for e in v.iter() {
+                if let Ok(mut st) = e.state.lock() {
+                    st.in_round = false;
+                }
+            }
+        }
+        let run = Task {
+            entries: Arc::downgrade(&self.entries),
+            wake: self.wake.clone(),
+            nodes: self.nodes.clone(),
+            quorum: self.quorum,
+            drift_factor: self.drift_factor,
+            node_timeout: self.node_timeout.clone(),
+        }
+        .run();
+        *task = Some(rt.spawn(run));
     }
 }
 
