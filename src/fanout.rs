@@ -233,10 +233,10 @@ impl Cleanup {
             let mut others: FuturesUnordered<_> = now.into_iter().map(&release).collect();
             let mut done = Some(tx);
             loop {
-                if firsts.is_empty() {
-                    if let Some(tx) = done.take() {
-                        let _ = tx.send(());
-                    }
+                if firsts.is_empty()
+                    && let Some(tx) = done.take()
+                {
+                    let _ = tx.send(());
                 }
                 tokio::select! {
                     Some(_) = firsts.next(), if !firsts.is_empty() => {}

@@ -192,17 +192,15 @@ impl NodeSpec {
                 ),
             )
         })?;
-        if let ConnectionAddr::TcpTls { .. } = info.addr() {
-            if !cfg!(feature = "tls-rustls") {
-                return Err(Error::config(
-                    "nodes",
-                    format!(
-                        "node #{} uses rediss:// but quorumlock was built without TLS \
-                         (enable the `tls-rustls` feature)",
-                        index + 1
-                    ),
-                ));
-            }
+        if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) && !cfg!(feature = "tls-rustls") {
+            return Err(Error::config(
+                "nodes",
+                format!(
+                    "node #{} uses rediss:// but quorumlock was built without TLS \
+                     (enable the `tls-rustls` feature)",
+                    index + 1
+                ),
+            ));
         }
         Ok(NodeSpec {
             addr: NodeAddr::from_info(&info),

@@ -152,7 +152,7 @@ pub(crate) fn is_held(decision: Decision, validity: Duration, min_validity: Dura
 /// 1.5 ms is sent as 2 ms: Redis then holds the key at least as long as we assume).
 pub(crate) fn millis_ceil(d: Duration) -> u64 {
     let ms = d.as_millis();
-    let ms = if d.subsec_nanos() % 1_000_000 != 0 {
+    let ms = if !d.subsec_nanos().is_multiple_of(1_000_000) {
         ms.saturating_add(1)
     } else {
         ms
@@ -231,10 +231,10 @@ mod tests {
             let mut decided_at = None;
             for (i, b) in ballots.iter().enumerate() {
                 t.record(*b);
-                if decided_at.is_none() {
-                    if let Some(d) = t.decision() {
-                        decided_at = Some((i, d));
-                    }
+                if decided_at.is_none()
+                    && let Some(d) = t.decision()
+                {
+                    decided_at = Some((i, d));
                 }
             }
             assert_eq!(decided_at, Some((*at, *want)), "case {ballots:?} q={q}");

@@ -112,10 +112,12 @@ impl Resources {
 }
 
 /// The lock key of one resource name.
+#[cfg(test)]
 pub(crate) fn lock_key(name: &str) -> Vec<u8> {
     key(LOCK_PREFIX, name)
 }
 /// The fence counter key of one resource name.
+#[cfg(test)]
 pub(crate) fn fence_key(name: &str) -> Vec<u8> {
     key(FENCE_PREFIX, name)
 }
