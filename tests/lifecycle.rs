@@ -350,3 +350,46 @@ fn bounds() {
         send_future(kept.release());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_with_lock_cancels_the_closure_and_releases() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let urls = cluster.urls();
+    let a = client(&urls).await?;
+    let b = client(&urls).await?;
+    let dropped = Arc::new(AtomicBool::new(false));
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let flag = dropped.clone();
+    let run = a.with_lock(
+        "lc:dropscope",
+        Duration::from_secs(30),
+        Watchdog::new(),
+        move |_ctx| async move {
+            let _guard = DropFlag(flag);
+            let _ = started_tx.send(());
+            std::future::pending::<()>().await
+        },
+    );
+    tokio::select! {
+        r = run => return Err(format!("with_lock returned: {r:?}").into()),
+        _ = started_rx => {} // the closure runs under the lock: drop `run` now
+    }
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "the closure was not cancelled"
+    );
+    let t = Instant::now();
+    loop {
+        match b.try_lock("lc:dropscope", Duration::from_secs(1)).await {
+            Ok(l) => {
+                l.release().await?;
+                break;
+            }
+            Err(e) if e.is_retryable() && t.elapsed() < Duration::from_secs(2) => {
+                tokio::time::sleep(Duration::from_millis(10)).await
+            }
+            Err(e) => return Err(format!("not released in the background: {e}").into()),
+        }
+    }
+    Ok(())
+}
