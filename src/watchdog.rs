@@ -788,7 +788,12 @@ impl Task {
             .iter()
             .map(|e| (self.node_timeout)(e.ttl))
             .max()
-            .unwrap_or(Duration::from_millis(50));
+            .unwrap_or(Duration::from_millis(50))
+            // A long pipeline takes the server a while to run: ~20 µs per script call.
+            .saturating_add(
+                Duration::from_micros(20)
+                    .saturating_mul(u32::try_from(due.len()).unwrap_or(u32::MAX)),
+            );
         let mut pipe = redis::pipe();
         pipe.cmd("SCRIPT").arg("LOAD").arg(EXTEND_CODE);
         for e in &due {
