@@ -416,8 +416,9 @@ impl ComposeCluster {
         docker(&["unpause", &c.id]).await
     }
 
-    /// Blackholes the container's Redis port: `iptables` DROP rules for TCP port 6379 (in
-    /// and out, loopback excepted) inside **the container's own network namespace**
+    /// Blackholes the container's Redis links: `iptables` DROP rules for TCP port 6379
+    /// (served and outgoing, in and out, loopback excepted; so a replica's own replication
+    /// link is cut too) inside **the container's own network namespace**
     /// (`nsenter -t PID -n iptables …`; the host's rules are never touched). A client on
     /// `127.0.0.1` still connects (to Docker's port proxy) but nothing passes in either
     /// direction, on new and on open connections; a replica of a blackholed primary loses
@@ -700,12 +701,20 @@ async fn networks(c: &Container) -> io::Result<Vec<String>> {
 }
 
 /// The DROP rules of the blackhole, in the container's network namespace.
-const BLACKHOLE_RULES: [[&str; 11]; 2] = [
+/// Served connections (to our port 6379) and outgoing ones (to another node's 6379: a
+/// replica's replication link) are both cut.
+const BLACKHOLE_RULES: [[&str; 11]; 4] = [
     [
         "INPUT", "!", "-i", "lo", "-p", "tcp", "-m", "tcp", "--dport", "6379", "-j",
     ],
     [
         "OUTPUT", "!", "-o", "lo", "-p", "tcp", "-m", "tcp", "--sport", "6379", "-j",
+    ],
+    [
+        "OUTPUT", "!", "-o", "lo", "-p", "tcp", "-m", "tcp", "--dport", "6379", "-j",
+    ],
+    [
+        "INPUT", "!", "-i", "lo", "-p", "tcp", "-m", "tcp", "--sport", "6379", "-j",
     ],
 ];
 
