@@ -249,6 +249,44 @@ impl Drop for Interest {
     }
 }
 
+/// The pseudo release id announced once a channel's subscription is active: a waiter that
+/// failed before its subscription took effect may have missed a release in between, so it
+/// is woken once to look again. Deduplicated like a release, so five nodes confirming
+/// wake it once.
+const SUBSCRIBED: &[u8] = b"\0subscribed";
+
+/// `epoch` counts this node's subscription connections: the first connection of every
+/// node announces the same id (one wake-up), a *re*connection a new one (a release may have
+/// been missed while the link was down).
+fn announce_subscribed(shared: &Weak<Shared>, channel: &[u8], epoch: u64) {
+    if let Some(s) = shared.upgrade() {
+        let mut id = SUBSCRIBED.to_vec();
+        id.extend_from_slice(&epoch.to_le_bytes());
+        s.announce(channel, &id);
+    }
+}
+
+impl Shared {
+    /// A release `id` was announced on `channel` (by any node): wake its waiters, once per
+    /// release however many nodes announce it.
+    fn announce(&self, channel: &[u8], id: &[u8]) {
+        let Ok(mut map) = self.channels.lock() else {
+            return;
+        };
+        let Some(c) = map.get_mut(channel) else {
+            return;
+        };
+        if c.recent.iter().any(|r| r == id) {
+            return;
+        }
+        if c.recent.len() >= 16 {
+            c.recent.pop_front();
+        }
+        c.recent.push_back(id.to_vec());
+        c.tx.send_modify(|g| *g = g.wrapping_add(1));
+    }
+}
+
 /// One node's subscription connection: (re)connects, subscribes to every channel with
 /// interest, turns messages into wake-ups, and unsubscribes channels idle for a while.
 async fn subscriber(
@@ -259,6 +297,7 @@ async fn subscriber(
 ) {
     let mut backoff = Duration::from_millis(20);
     let mut sweep = tokio::time::interval(Duration::from_secs(1));
+    let mut epoch: u64 = 0;
     loop {
         let conn = tokio::time::timeout(Duration::from_secs(1), client.get_async_pubsub()).await;
         let pubsub = match conn {
@@ -275,6 +314,7 @@ async fn subscriber(
         };
         backoff = Duration::from_millis(20);
         let (mut sink, mut stream) = pubsub.split();
+        epoch = epoch.wrapping_add(1);
         let mut subscribed: std::collections::HashSet<Vec<u8>> = std::collections::HashSet::new();
         // Subscribe to everything that currently has a channel entry.
         let wanted: Vec<Vec<u8>> = match shared.upgrade() {
@@ -291,6 +331,7 @@ async fn subscriber(
                 ok = false;
                 break;
             }
+            announce_subscribed(&shared, &ch, epoch);
             subscribed.insert(ch);
         }
         while ok {
@@ -298,20 +339,7 @@ async fn subscriber(
                 msg = stream.next() => match msg {
                     Some(msg) => {
                         let Some(s) = shared.upgrade() else { return };
-                        let name = msg.get_channel_name().as_bytes().to_vec();
-                        let id = msg.get_payload_bytes().to_vec();
-                        // One release is announced on every node with the same id:
-                        // wake the waiters once.
-                        if let Ok(mut map) = s.channels.lock()
-                            && let Some(c) = map.get_mut(&name)
-                            && !c.recent.contains(&id)
-                        {
-                            if c.recent.len() >= 16 {
-                                c.recent.pop_front();
-                            }
-                            c.recent.push_back(id);
-                            c.tx.send_modify(|g| *g = g.wrapping_add(1));
-                        }
+                        s.announce(msg.get_channel_name().as_bytes(), msg.get_payload_bytes());
                     }
                     None => ok = false,
                 },
@@ -322,6 +350,8 @@ async fn subscriber(
                         }
                         if sink.subscribe(ch.as_slice()).await.is_err() {
                             ok = false;
+                        } else {
+                            announce_subscribed(&shared, &ch, epoch);
                         }
                         subscribed.insert(ch);
                     }
