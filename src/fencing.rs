@@ -18,17 +18,23 @@
 //! node restarted without persistence comes back empty. Round 1 reports, per node,
 //! whether a counter is *unseeded*: it was missing before its `INCR` (first use, or lost
 //! data), flagged so, and no client has since committed a re-seeded value. If any granting
-//! node reports one, the client first *re-seeds*: it reads the counters from every node, needs a quorum of
-//! answers, and raises `t` above the largest counter read. A quorum of reads shares a node
-//! with the last holder's commit quorum, so `t` exceeds every committed token as long as
-//! no majority lost its counters at once (see `docs/safety.md` for what that needs).
-//! A counter is never *present but stale* under the deployment contract (AOF with
-//! `appendfsync always`, or no persistence at all); RDB snapshots can bring back stale
-//! counters and are not supported with fencing.
+//! node reports one, the client first *re-seeds*: it reads every node's counters and
+//! flags and raises `t` above the largest counter read, but only when **a quorum of
+//! trusted nodes** (counters present, no flag) answered, or **every node** answered.
+//! A trusted quorum shares a node with every earlier commit quorum, and that node's
+//! counter is at least the token committed there. Counting an empty (lost) node towards
+//! a plain read quorum would be unsound: it may be the only node the read shares with the
+//! last holder's commit quorum, and the token would go backwards. The every-node rule
+//! (needed for a brand-new resource, which has no counter anywhere) is sound as long as
+//! no majority of nodes lost the counters without being re-seeded since; see
+//! `docs/safety.md`. A counter is never *present but stale* under the deployment contract
+//! (AOF with `appendfsync always`, or no persistence at all); RDB snapshots can bring back
+//! stale counters and are not supported with fencing.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use redis::Value;
 
 use crate::client::{Attempt, Inner, acquire_ballot, outcome};
@@ -166,16 +172,65 @@ pub(crate) async fn acquire_fenced(
     attempt.finish(Decision::Reached, ttl, Some(t)).await
 }
 
-/// Reads the fence counters of `res` from every node; with a quorum of answers, returns
-/// the largest value read.
+/// One node's answer to the re-seed read (`MGET` of the counters, then the flags):
+/// the counters it holds, and whether it is *trusted*: every counter present and no
+/// "unseeded" flag, i.e. the node has not lost this lock's counters since they were last
+/// written by a commit (or it was re-seeded since).
+fn parse_read(r: &Reply, n: usize) -> Option<(u64, bool)> {
+    let Reply::Value(Value::Array(values)) = r else {
+        return None;
+    };
+    if values.len() != 2 * n {
+        return None;
+    }
+    let mut top = 0u64;
+    let mut trusted = true;
+    for (j, v) in values.iter().enumerate() {
+        let num = match v {
+            Value::Nil => None,
+            Value::BulkString(b) => std::str::from_utf8(b)
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok()),
+            Value::Int(i) => u64::try_from(*i).ok(),
+            _ => return None,
+        };
+        if j < n {
+            match num {
+                Some(c) => top = top.max(c),
+                None => trusted = false,
+            }
+        } else if !matches!(v, Value::Nil) {
+            trusted = false;
+        }
+    }
+    Some((top, trusted))
+}
+
+/// Reads the fence counters of `res` (and their "unseeded" flags) from every node and
+/// returns a floor: a value at least every committed token of these resources.
+///
+/// The floor is sound when either
+///
+/// * a quorum of nodes answered **trusted** (counters present, no flag): that quorum
+///   shares a node with the commit quorum of every earlier holder, and a trusted node's
+///   counter is at least every token committed on it; no assumption about lost nodes; or
+/// * **every** node answered: every earlier commit quorum is then entirely inside the
+///   read set, so the floor is right as long as no commit quorum lost all its counters,
+///   i.e. fewer than a majority of nodes lost these counters without being re-seeded
+///   since. This second rule is what lets a brand-new resource (no counter anywhere)
+///   get its first token.
+///
+/// A read that counts a node that lost its counters (an empty answer) towards a plain
+/// quorum is **not** sound: that node may be the only one the read shares with the last
+/// holder's commit quorum.
 async fn reseed_floor(
     inner: &Arc<Inner>,
     res: &Resources,
     timeout: Duration,
 ) -> Result<u64, Votes> {
-    let keys = res.fence_keys();
+    let n = res.len();
     let mut mget = redis::cmd("MGET");
-    for k in &keys {
+    for k in res.fence_keys().iter().chain(res.unseeded_keys().iter()) {
         mget.arg(k.as_slice());
     }
     let mget = Arc::new(mget);
@@ -184,32 +239,77 @@ async fn reseed_floor(
         let mget = mget.clone();
         async move { node.query(&mget, timeout).await }
     });
-    let read = |r: &Reply| match r {
-        Reply::Value(Value::Array(_)) => Ballot::Granted,
-        _ => Ballot::Failed,
+    let trusted = move |r: &Reply| match parse_read(r, n) {
+        Some((_, true)) => Ballot::Granted,
+        Some((_, false)) => Ballot::Refused,
+        None => Ballot::Failed,
     };
-    let decision = round.decide(read).await;
-    if decision != Decision::Reached {
-        let votes = round.votes(&inner.nodes, outcome(read));
-        round.detach();
-        return Err(votes);
+    let decision = round.decide(trusted).await;
+    // Per node: the parsed read, or what went wrong.
+    let read = |r: &Reply| parse_read(r, n).ok_or_else(|| outcome(fenced_read_ballot)(r));
+    let mut reads: Vec<Option<Result<(u64, bool), NodeOutcome>>> =
+        (0..inner.nodes.len()).map(|_| None).collect();
+    for (i, r) in round.replies() {
+        if let Some(slot) = reads.get_mut(i) {
+            *slot = Some(read(r));
+        }
     }
-    let mut floor = 0u64;
-    for (_, r) in round.replies() {
-        if let Reply::Value(Value::Array(values)) = r {
-            for v in values {
-                let n = match v {
-                    Value::BulkString(b) => std::str::from_utf8(b)
-                        .ok()
-                        .and_then(|s| s.parse::<u64>().ok()),
-                    Value::Int(i) => u64::try_from(*i).ok(),
-                    _ => None,
-                };
-                floor = floor.max(n.unwrap_or(0));
+    if decision != Decision::Reached {
+        // Not enough trusted nodes so far: wait for every node (each request is bounded
+        // by the node timeout); the floor is then sound only if every node answered.
+        let mut pending = round.take_pending();
+        while let Some((i, r)) = pending.next().await {
+            if let Some(slot) = reads.get_mut(i) {
+                *slot = Some(read(&r));
             }
         }
     }
     round.detach();
-    tracing::debug!(floor, "quorumlock: fence counters re-seeded from a quorum");
-    Ok(floor)
+    let mut floor = 0u64;
+    let mut trusted_count = 0usize;
+    let mut answered = 0usize;
+    for (top, ok) in reads.iter().flatten().filter_map(|r| r.as_ref().ok()) {
+        floor = floor.max(*top);
+        answered += 1;
+        trusted_count += usize::from(*ok);
+    }
+    if trusted_count >= inner.quorum || answered == inner.nodes.len() {
+        tracing::debug!(
+            floor,
+            trusted = trusted_count,
+            answered,
+            "quorumlock: fence counters re-seeded"
+        );
+        return Ok(floor);
+    }
+    let votes = Votes {
+        quorum: inner.quorum,
+        votes: inner
+            .nodes
+            .iter()
+            .zip(reads)
+            .map(|(node, r)| NodeVote {
+                node: node.addr.clone(),
+                outcome: match r {
+                    None => NodeOutcome::NotAwaited,
+                    Some(Ok((_, true))) => NodeOutcome::Granted,
+                    Some(Ok((_, false))) => {
+                        NodeOutcome::Failed("fence counter lost or unseeded".into())
+                    }
+                    Some(Err(o)) => o,
+                },
+            })
+            .collect(),
+        elapsed: round.elapsed(),
+    };
+    tracing::debug!(%votes, "quorumlock: fence counters could not be re-seeded");
+    Err(votes)
+}
+
+/// How a failed re-seed read counts, for error reporting.
+fn fenced_read_ballot(r: &Reply) -> Ballot {
+    match r {
+        Reply::Value(Value::Array(_)) => Ballot::Granted,
+        _ => Ballot::Failed,
+    }
 }

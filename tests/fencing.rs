@@ -1,0 +1,470 @@
+//! Fencing tokens against real Redis servers (issue 5): ordering across successive and
+//! concurrent holders, multi-resource locks, a soak under the random nemesis, the paused
+//! holder, and the lost-counter schedule with and without the re-seeding rule.
+#![cfg(feature = "testkit")]
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use quorumlock::Redlock;
+use quorumlock::testkit::nemesis::FaultKind;
+use quorumlock::testkit::{History, LocalCluster, RandomNemesis, ViolationKind};
+use redis::AsyncCommands;
+
+const NODES: usize = 5;
+
+async fn cluster() -> LocalCluster {
+    LocalCluster::launch(NODES)
+        .await
+        .expect("launch redis-server")
+}
+
+async fn client(cluster: &LocalCluster, fencing: bool) -> Redlock {
+    Redlock::builder(cluster.urls())
+        .fencing(fencing)
+        .build()
+        .await
+        .expect("build client")
+}
+
+async fn raw(cluster: &LocalCluster, i: usize) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(cluster.direct_url(i).unwrap())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+fn lock_key(name: &str) -> String {
+    format!("quorumlock:lock:{name}")
+}
+
+/// A fenced store: accepts a write only with a token ≥ the largest it has seen, checked and
+/// written under one mutex (atomically).
+#[derive(Default)]
+struct FencedStore {
+    inner: Mutex<(u64, Vec<(u64, String)>)>,
+}
+
+impl FencedStore {
+    fn write(&self, token: u64, value: &str) -> bool {
+        let mut g = self.inner.lock().unwrap();
+        if token < g.0 {
+            return false;
+        }
+        g.0 = token;
+        g.1.push((token, value.to_string()));
+        true
+    }
+    fn values(&self) -> Vec<String> {
+        self.inner
+            .lock()
+            .unwrap()
+            .1
+            .iter()
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn successive_holders_get_increasing_tokens() {
+    let cluster = cluster().await;
+    let locks = client(&cluster, true).await;
+    let history = History::new();
+    let rec = history.client(1);
+    let mut last = 0;
+    for _ in 0..20 {
+        let lock = locks.try_lock("seq", Duration::from_secs(2)).await.unwrap();
+        let t = lock.fencing_token().expect("fencing is on");
+        rec.acquired("seq", lock.deadline(), Some(t));
+        assert!(t > last, "token {t} after {last}");
+        last = t;
+        rec.release_invoked("seq");
+        lock.release().await.unwrap();
+    }
+    let report = history.check();
+    assert!(report.is_clean(), "{report}");
+    // Without fencing, no token.
+    let plain = client(&cluster, false).await;
+    let lock = plain
+        .try_lock("plain", Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(lock.fencing_token(), None);
+    lock.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_contenders_get_increasing_tokens() {
+    let cluster = cluster().await;
+    let history = History::new();
+    let mut tasks = Vec::new();
+    for c in 0..8u64 {
+        let locks = client(&cluster, true).await;
+        let rec = history.client(c);
+        tasks.push(tokio::spawn(async move {
+            let mut tokens = Vec::new();
+            for _ in 0..6 {
+                rec.acquire_invoked("hot");
+                let lock = locks.lock("hot", Duration::from_secs(2)).await.unwrap();
+                let t = lock.fencing_token().unwrap();
+                rec.acquired("hot", lock.deadline(), Some(t));
+                rec.work_started("hot");
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                rec.work_ended("hot");
+                rec.release_invoked("hot");
+                lock.release().await.unwrap();
+                rec.released("hot");
+                tokens.push(t);
+            }
+            tokens
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    let n = all.len();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), n, "a fencing token was handed out twice");
+    let report = history.check();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.holds(), 48);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_resource_token_exceeds_each_resource() {
+    let cluster = cluster().await;
+    let locks = client(&cluster, true).await;
+    let ttl = Duration::from_secs(2);
+    let mut last_a = 0;
+    for _ in 0..3 {
+        let l = locks.try_lock("a", ttl).await.unwrap();
+        last_a = l.fencing_token().unwrap();
+        l.release().await.unwrap();
+    }
+    let mut last_b = 0;
+    for _ in 0..9 {
+        let l = locks.try_lock("b", ttl).await.unwrap();
+        last_b = l.fencing_token().unwrap();
+        l.release().await.unwrap();
+    }
+    let both = locks.try_lock_many(["a", "b"], ttl).await.unwrap();
+    let t = both.fencing_token().unwrap();
+    assert!(t > last_a && t > last_b, "{t} vs a={last_a} b={last_b}");
+    both.release().await.unwrap();
+    // The commit raised both counters: the next holder of either resource is above it.
+    let a = locks.try_lock("a", ttl).await.unwrap();
+    assert!(a.fencing_token().unwrap() > t);
+    a.release().await.unwrap();
+    let b = locks.try_lock("b", ttl).await.unwrap();
+    assert!(b.fencing_token().unwrap() > t);
+    b.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn soak_with_random_nemesis_keeps_tokens_increasing() {
+    let cluster = Arc::new(cluster().await);
+    let history = History::new();
+    // Kills stay down at least one step (≥ 1.2 s > the 1 s TTL): restarts are delayed,
+    // so mutual exclusion holds too, and every restart loses the counters (no persistence),
+    // which exercises the re-seeding rule.
+    let nemesis = RandomNemesis::from_env()
+        .duration(Duration::from_secs(14))
+        .interval(Duration::from_millis(1200), Duration::from_millis(2500))
+        .kinds(&[FaultKind::Kill, FaultKind::Pause]);
+    let stop = Instant::now() + Duration::from_secs(15);
+    let mut tasks = Vec::new();
+    for c in 0..4u64 {
+        let locks = client(&cluster, true).await;
+        let rec = history.client(c);
+        tasks.push(tokio::spawn(async move {
+            let mut ok = 0usize;
+            while Instant::now() < stop {
+                rec.acquire_invoked("soak");
+                match tokio::time::timeout(
+                    Duration::from_secs(3),
+                    locks.lock("soak", Duration::from_secs(1)),
+                )
+                .await
+                {
+                    Ok(Ok(lock)) => {
+                        rec.acquired("soak", lock.deadline(), lock.fencing_token());
+                        assert!(lock.fencing_token().is_some());
+                        rec.work_started("soak");
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        rec.work_ended("soak");
+                        rec.release_invoked("soak");
+                        match lock.release().await {
+                            Ok(()) => rec.released("soak"),
+                            Err(_) => rec.release_failed("soak"),
+                        };
+                        ok += 1;
+                    }
+                    Ok(Err(_)) => {
+                        rec.acquire_failed("soak");
+                    }
+                    Err(_) => {
+                        rec.acquire_unknown("soak");
+                    }
+                }
+            }
+            ok
+        }));
+    }
+    let log = nemesis.run(&*cluster).await.expect("nemesis");
+    let mut acquired = 0;
+    for t in tasks {
+        acquired += t.await.unwrap();
+    }
+    let report = history.check();
+    assert!(
+        report.is_clean(),
+        "seed {}: {report}\n{log}",
+        nemesis.seed()
+    );
+    assert!(
+        acquired > 50,
+        "seed {}: only {acquired} acquisitions\n{log}",
+        nemesis.seed()
+    );
+    eprintln!("soak: {acquired} fenced acquisitions; {log}");
+}
+
+/// Holder A pauses (a GC pause, simulated by sleeping) past its validity; B acquires and
+/// writes; A wakes and writes with its old token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_holder_stale_write_is_rejected_with_fencing() {
+    let cluster = cluster().await;
+    let a = client(&cluster, true).await;
+    let b = client(&cluster, true).await;
+    let store = FencedStore::default();
+    let history = History::new();
+    let (ra, rb) = (history.client(1), history.client(2));
+
+    let la = a
+        .try_lock("acct", Duration::from_millis(500))
+        .await
+        .unwrap();
+    let ta = la.fencing_token().unwrap();
+    ra.acquired("acct", la.deadline(), Some(ta));
+    // A "pauses" past its validity (and past the keys' TTL).
+    tokio::time::sleep_until((la.deadline() + Duration::from_millis(100)).into()).await;
+
+    let lb = b.lock("acct", Duration::from_secs(2)).await.unwrap();
+    let tb = lb.fencing_token().unwrap();
+    rb.acquired("acct", lb.deadline(), Some(tb));
+    assert!(tb > ta, "{tb} ≤ {ta}");
+    assert!(store.write(tb, "B"));
+    rb.write_accepted("acct", Some(tb));
+    rb.release_invoked("acct");
+    lb.release().await.unwrap();
+
+    // A wakes up and writes with its stale token: rejected, B's update survives.
+    let accepted = store.write(ta, "A");
+    assert!(!accepted, "the stale write was accepted");
+    ra.write_rejected("acct", Some(ta));
+    assert_eq!(store.values(), ["B"]);
+    drop(la);
+
+    let report = history.check();
+    assert!(
+        !report.has(ViolationKind::StaleWriteAccepted)
+            && !report.has(ViolationKind::FencingNotIncreasing),
+        "{report}"
+    );
+}
+
+/// The same schedule without fencing: A's work lands outside its hold and the checker
+/// says so (proof the checker can fail), and B's update is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_holder_without_fencing_is_flagged() {
+    let cluster = cluster().await;
+    let a = client(&cluster, false).await;
+    let b = client(&cluster, false).await;
+    let history = History::new();
+    let (ra, rb) = (history.client(1), history.client(2));
+    let mut store: Vec<&str> = Vec::new();
+
+    let la = a
+        .try_lock("acct", Duration::from_millis(500))
+        .await
+        .unwrap();
+    assert_eq!(la.fencing_token(), None);
+    ra.acquired("acct", la.deadline(), None);
+    ra.work_started("acct");
+    tokio::time::sleep_until((la.deadline() + Duration::from_millis(100)).into()).await;
+
+    let lb = b.lock("acct", Duration::from_secs(2)).await.unwrap();
+    rb.acquired("acct", lb.deadline(), None);
+    rb.work_started("acct");
+    store.push("B");
+    rb.work_ended("acct");
+    rb.release_invoked("acct");
+    lb.release().await.unwrap();
+
+    store.push("A"); // nothing to reject it with
+    ra.work_ended("acct");
+    ra.release_invoked("acct");
+    drop(la);
+
+    assert_eq!(store.last(), Some(&"A"), "B's update was overwritten");
+    let report = history.check();
+    assert!(report.has(ViolationKind::WorkOutsideHold), "{report}");
+    assert_eq!(report.count(ViolationKind::WorkOutsideHold), 1, "{report}");
+}
+
+/// Makes `nodes` refuse any acquisition of `name` (a foreign lock key without TTL).
+async fn occupy(cluster: &LocalCluster, nodes: &[usize], name: &str) {
+    for &i in nodes {
+        let mut c = raw(cluster, i).await;
+        let _: () = c.set(lock_key(name), "someone-else").await.unwrap();
+    }
+}
+
+async fn vacate(cluster: &LocalCluster, nodes: &[usize], name: &str) {
+    for &i in nodes {
+        let mut c = raw(cluster, i).await;
+        let _: () = c.del(lock_key(name)).await.unwrap();
+    }
+}
+
+/// A naive two-round fencing client without the re-seeding rule: on each chosen node
+/// `SET NX` + `INCR`, take the max, commit it back. Returns the token.
+async fn naive_acquire(cluster: &LocalCluster, nodes: &[usize], name: &str) -> u64 {
+    let (lk, fk) = (format!("naive:lock:{name}"), format!("naive:fence:{name}"));
+    let mut t = 0u64;
+    let mut conns = Vec::new();
+    for &i in nodes {
+        let mut c = raw(cluster, i).await;
+        let set: Option<String> = redis::cmd("SET")
+            .arg(&lk)
+            .arg("me")
+            .arg("NX")
+            .arg("PX")
+            .arg(10_000)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert!(set.is_some());
+        let v: u64 = c.incr(&fk, 1).await.unwrap();
+        t = t.max(v);
+        conns.push(c);
+    }
+    for c in &mut conns {
+        let cur: Option<u64> = c.get(&fk).await.unwrap();
+        if cur.unwrap_or(0) < t {
+            let _: () = c.set(&fk, t).await.unwrap();
+        }
+        let _: () = c.del(&lk).await.unwrap();
+    }
+    t
+}
+
+/// A node restarted without persistence loses its counters. Node 2 is the only node the
+/// earlier holders' quorum {0,1,2} shares with the next holder's quorum {2,3,4}.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_counter_breaks_ordering_without_reseed_and_holds_with_it() {
+    let cluster = cluster().await;
+    let locks = client(&cluster, true).await;
+    let ttl = Duration::from_secs(2);
+
+    // Phase 1: holders granted by {0, 1, 2} only.
+    occupy(&cluster, &[3, 4], "ledger").await;
+    let mut naive_a = 0;
+    for _ in 0..5 {
+        naive_a = naive_acquire(&cluster, &[0, 1, 2], "ledger").await;
+    }
+    let mut ta = 0;
+    for _ in 0..5 {
+        let l = locks.try_lock("ledger", ttl).await.unwrap();
+        ta = l.fencing_token().unwrap();
+        l.release().await.unwrap();
+    }
+    assert!(ta >= 5 && naive_a == 5, "ta={ta} naive={naive_a}");
+
+    // Node 2 crashes and comes back empty; now only {2, 3, 4} can grant.
+    cluster.kill(2).await.unwrap();
+    cluster.start(2).await.unwrap();
+    vacate(&cluster, &[3, 4], "ledger").await;
+    occupy(&cluster, &[0, 1], "ledger").await;
+
+    // Let the client reconnect to the restarted node (its old connection broke).
+    for _ in 0..3 {
+        if let Ok(l) = locks.try_lock("warmup", ttl).await {
+            l.release().await.unwrap();
+        }
+    }
+
+    // Without the re-seeding rule the token goes backwards.
+    let naive_b = naive_acquire(&cluster, &[2, 3, 4], "ledger").await;
+    assert!(
+        naive_b <= naive_a,
+        "expected the naive token to go backwards: {naive_b} after {naive_a}"
+    );
+
+    // With it: while the trusted nodes 0 and 1 cannot be read, a quorum of reads would be
+    // {2, 3, 4}, all empty: quorumlock refuses rather than hand out a smaller token.
+    cluster.pause(0).await.unwrap();
+    cluster.pause(1).await.unwrap();
+    let err = locks.try_lock("ledger", ttl).await;
+    cluster.resume(0).await.unwrap();
+    cluster.resume(1).await.unwrap();
+    match err {
+        Ok(l) => panic!(
+            "got token {:?} without a sound re-seed (previous {ta})",
+            l.fencing_token()
+        ),
+        Err(e) => {
+            assert!(!e.is_held(), "{e}");
+            eprintln!("refused while only the lost and fresh nodes were readable: {e}");
+        }
+    }
+    // Every node readable: the re-seed finds node 0/1's counter and the token is larger.
+    let l = locks.try_lock("ledger", ttl).await.unwrap();
+    let tb = l.fencing_token().unwrap();
+    assert!(tb > ta, "token went backwards: {tb} after {ta}");
+    l.release().await.unwrap();
+
+    // Node 2 is re-seeded now (the commit cleared its flag): the next holder on {2,3,4}
+    // needs no re-seed and is still above.
+    let l = locks.try_lock("ledger", ttl).await.unwrap();
+    assert!(l.fencing_token().unwrap() > tb);
+    l.release().await.unwrap();
+    let mut c2 = raw(&cluster, 2).await;
+    let flag: Option<String> = c2.get("quorumlock:unseeded:ledger").await.unwrap();
+    assert_eq!(flag, None);
+}
+
+/// Rough cost of fencing: 2000 try_lock + release cycles with and without it.
+/// `cargo test --release --features testkit --test fencing -- --ignored --nocapture`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn fencing_cost() {
+    let cluster = cluster().await;
+    for fencing in [false, true, false, true] {
+        let locks = client(&cluster, fencing).await;
+        let n = 2000;
+        let mut lat = Vec::with_capacity(n);
+        let start = Instant::now();
+        for _ in 0..n {
+            let t0 = Instant::now();
+            let l = locks
+                .try_lock("bench", Duration::from_secs(5))
+                .await
+                .unwrap();
+            lat.push(t0.elapsed());
+            l.release().await.unwrap();
+        }
+        let total = start.elapsed();
+        lat.sort_unstable();
+        eprintln!(
+            "fencing={fencing}: {n} cycles in {total:?} = {:.0} cycles/s; try_lock p50 {:?} p99 {:?}",
+            n as f64 / total.as_secs_f64(),
+            lat[n / 2],
+            lat[n * 99 / 100]
+        );
+    }
+}
