@@ -1,0 +1,1301 @@
+//! The fault matrix of SPEC §8: one test per row, against real `redis-server` processes,
+//! plus a bounded randomized soak. Every believed hold is recorded in a [`History`] and
+//! judged by the checker: the safe rows must stay clean, and the known-unsafe rows (restart
+//! without persistence when the holder had only 3 of 5 nodes, failover of a single instance
+//! to a lagging replica, a holder paused past its validity) must be *flagged*: that is the
+//! proof that the checker can fail.
+//!
+//! Notation (5 nodes, quorum 3): k = nodes that hold A's key, f = nodes that lose it early.
+//! A second client B can win a majority while A still believes it holds iff f ≥ k − 2.
+//!
+//! Run: `cargo test --features testkit --test faults` (see docs/testing.md).
+#![cfg(feature = "testkit")]
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use quorumlock::testkit::checker::ViolationKind;
+use quorumlock::testkit::nemesis::{FaultKind, RandomNemesis};
+use quorumlock::testkit::{
+    ClientRecorder, EventKind, History, LocalCluster, Persistence, ProxyMode, Report,
+};
+use quorumlock::{Error, ErrorKind, Lock, Redlock, Retry};
+use redis::AsyncCommands;
+use support::*;
+
+const RES: &str = "orders:42";
+const NODE_TIMEOUT: Duration = Duration::from_millis(100);
+/// Bound for anything that should happen "soon" (keys landing, clean-up, reconnects).
+const PATIENCE: Duration = Duration::from_secs(5);
+
+/// Drift allowance of the default configuration: TTL × 1 % + 2 ms.
+fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// One client: its own `Redlock` (a separate service) and its recorder. Every call records
+/// what the client believes, so the checker sees exactly the holds the library handed out.
+struct Actor {
+    locks: Redlock,
+    rec: ClientRecorder,
+}
+
+impl Actor {
+    async fn new(history: &History, id: u64, urls: &[String]) -> Actor {
+        Actor::with(history, id, urls, |b| b).await
+    }
+
+    async fn with(
+        history: &History,
+        id: u64,
+        urls: &[String],
+        configure: impl FnOnce(quorumlock::RedlockBuilder) -> quorumlock::RedlockBuilder,
+    ) -> Actor {
+        let builder = Redlock::builder(urls).node_timeout(NODE_TIMEOUT);
+        let locks = configure(builder).build().await.expect("build Redlock");
+        Actor {
+            locks,
+            rec: history.client(id),
+        }
+    }
+
+    fn record(&self, resource: &str, result: &Result<Lock, Error>) {
+        match result {
+            Ok(lock) => {
+                self.rec
+                    .acquired(resource, lock.deadline(), lock.fencing_token());
+            }
+            Err(_) => {
+                self.rec.acquire_failed(resource);
+            }
+        }
+    }
+
+    async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
+        self.rec.acquire_invoked(resource);
+        let result = self.locks.try_lock(resource, ttl).await;
+        self.record(resource, &result);
+        result
+    }
+
+    async fn lock_with(&self, resource: &str, ttl: Duration, retry: Retry) -> Result<Lock, Error> {
+        self.rec.acquire_invoked(resource);
+        let result = self.locks.lock_with(resource, ttl, retry).await;
+        self.record(resource, &result);
+        result
+    }
+
+    async fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
+        let resource = lock.resources()[0].clone();
+        let result = lock.extend(ttl).await;
+        match &result {
+            Ok(()) => {
+                self.rec.extended(&resource, lock.deadline());
+            }
+            Err(Error::Lost(_)) => {
+                self.rec.lost(&resource);
+            }
+            Err(_) => {
+                self.rec.extend_failed(&resource);
+            }
+        }
+        result
+    }
+
+    async fn release(&self, lock: Lock) -> Result<(), Error> {
+        let resource = lock.resources()[0].clone();
+        self.rec.release_invoked(&resource);
+        let result = lock.release().await;
+        match &result {
+            Ok(()) => self.rec.released(&resource),
+            Err(_) => self.rec.release_failed(&resource),
+        };
+        result
+    }
+
+    /// Tries once every `gap` until it gets the lock or `until` passes. Returns the lock, if
+    /// any, and the kinds of the failed attempts.
+    async fn contend(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        until: Instant,
+        gap: Duration,
+    ) -> (Option<Lock>, Vec<ErrorKind>) {
+        let mut failures = Vec::new();
+        for _ in 0..10_000 {
+            if Instant::now() >= until {
+                break;
+            }
+            match self.try_lock(resource, ttl).await {
+                Ok(lock) => return (Some(lock), failures),
+                Err(e) => failures.push(e.kind()),
+            }
+            tokio::time::sleep(gap).await;
+        }
+        (None, failures)
+    }
+}
+
+/// A launch error that says what to install.
+fn launched(r: std::io::Result<LocalCluster>) -> LocalCluster {
+    r.expect("start redis-server nodes (is redis-server installed? run scripts/install-deps.sh)")
+}
+
+/// Makes `nodes` hold another owner's key for `resource` (so A's key lands elsewhere).
+async fn occupy(c: &LocalCluster, nodes: impl IntoIterator<Item = usize>, resource: &str) {
+    for i in nodes {
+        let mut r = raw(c, i).await;
+        let _: () = r.set(lock_key(resource), "another-owner").await.unwrap();
+    }
+}
+
+/// The other owner lets go of `nodes`.
+async fn vacate(c: &LocalCluster, nodes: impl IntoIterator<Item = usize>, resource: &str) {
+    for i in nodes {
+        let mut r = raw(c, i).await;
+        let _: () = r.del(lock_key(resource)).await.unwrap();
+    }
+}
+
+/// The nodes (by index) whose key for `resource` holds `token`, read directly.
+async fn holders(c: &LocalCluster, resource: &str, token: &str) -> Vec<usize> {
+    let key = lock_key(resource);
+    let mut out = Vec::new();
+    for i in 0..c.len() {
+        if get(c, i, &key).await.as_deref() == Some(token) {
+            out.push(i);
+        }
+    }
+    out
+}
+
+/// Waits (bounded) until exactly `want` nodes hold the lock's token.
+async fn wait_holders(c: &LocalCluster, lock: &Lock, want: &[usize]) {
+    let res = lock.resources()[0].clone();
+    let ok = eventually(PATIENCE, || async {
+        holders(c, &res, lock.token()).await == want
+    })
+    .await;
+    if !ok {
+        panic!(
+            "expected the lock's key on nodes {want:?}, found it on {:?}; per node: {:?}",
+            holders(c, &res, lock.token()).await,
+            key_dump(c, &res).await
+        );
+    }
+}
+
+/// Per node: the key's value (shortened) and its PTTL, for failure messages.
+async fn key_dump(c: &LocalCluster, resource: &str) -> Vec<(Option<String>, i64)> {
+    let key = lock_key(resource);
+    let mut out = Vec::new();
+    for i in 0..c.len() {
+        let mut r = raw(c, i).await;
+        let v: Option<String> = r.get(&key).await.unwrap();
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut r)
+            .await
+            .unwrap();
+        out.push((v.map(|v| v.chars().take(8).collect()), pttl));
+    }
+    out
+}
+
+fn assert_clean(report: &Report, history: &History) {
+    assert!(report.is_clean(), "checker: {report}\nhistory:\n{history}");
+}
+
+/// Prints the row's outcome (visible with `--nocapture`; docs/testing.md quotes these).
+fn observed(row: &str, what: impl std::fmt::Display) {
+    println!("[{row}] {what}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Row 1: kill 1 or 2 nodes mid-lease, they stay down → safe; lock, extend, release work.
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row01_kill_one_or_two_nodes_mid_lease_safe() {
+    let c = cluster5().await;
+    let h = History::new();
+    let a = Actor::new(&h, 1, &c.urls()).await;
+    let b = Actor::new(&h, 2, &c.urls()).await;
+    let ttl = Duration::from_secs(10);
+
+    let mut lock = a.try_lock(RES, ttl).await.expect("A acquires");
+    wait_holders(&c, &lock, &[0, 1, 2, 3, 4]).await;
+
+    for (killed, down) in [(0, 1), (1, 2)] {
+        c.kill(killed).await.unwrap();
+        // B contends during A's validity: refused by the nodes that still hold A's key.
+        // (Decided early: with a dead node among the first answers the verdict can be
+        // NoQuorum rather than Held; either way B gets no lock.)
+        match b.try_lock(RES, ttl).await {
+            Err(e @ (Error::Held(_) | Error::NoQuorum(_))) => {
+                let v = e.votes().unwrap();
+                assert!(v.granted() < v.quorum(), "{down} down: {v:#}");
+            }
+            other => panic!("{down} down: B expected Held, got {other:?}"),
+        }
+        // A's extension still reaches a quorum.
+        let before = lock.deadline();
+        a.extend(&mut lock, ttl)
+            .await
+            .expect("extend with nodes down");
+        assert!(lock.deadline() >= before);
+        assert!(lock.remaining() > ttl - drift(ttl) - NODE_TIMEOUT);
+    }
+    // Other resources can still be taken, waited for and released with 2 nodes down.
+    let other = a
+        .lock_with("other", ttl, Retry::new().max_wait(PATIENCE))
+        .await
+        .expect("lock() with 2 nodes down");
+    a.release(other).await.expect("release with 2 nodes down");
+
+    a.release(lock).await.expect("release with 2 nodes down");
+    let got = b
+        .try_lock(RES, ttl)
+        .await
+        .expect("B gets it after A released");
+    for i in 2..5 {
+        assert_eq!(
+            get(&c, i, &lock_key(RES)).await.as_deref(),
+            Some(got.token())
+        );
+    }
+    b.release(got).await.expect("B releases");
+
+    let report = h.check();
+    assert_clean(&report, &h);
+    observed(
+        "row01",
+        format!(
+            "safe: B refused while A held with 1 and 2 nodes down; extend/lock/release ok; {report}"
+        ),
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Row 2: kill 3 nodes → safe, no one acquires until they return.
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row02_kill_three_nodes_no_quorum_until_they_return() {
+    let c = cluster5().await;
+    let h = History::new();
+    let a = Actor::new(&h, 1, &c.urls()).await;
+    let b = Actor::new(&h, 2, &c.urls()).await;
+    let ttl = Duration::from_secs(1);
+
+    let mut lock = a.try_lock(RES, ttl).await.expect("A acquires");
+    for i in 0..3 {
+        c.kill(i).await.unwrap();
+    }
+    let killed_at = Instant::now();
+
+    // A cannot extend (2 of 5 answer), and the failure deletes nothing.
+    let deadline = lock.deadline();
+    match a.extend(&mut lock, ttl).await {
+        Err(Error::NoQuorum(v)) => assert!(v.granted() <= 2, "{v:#}"),
+        other => panic!("A's extend with 3 down: expected NoQuorum, got {other:?}"),
+    }
+    assert_eq!(
+        lock.deadline(),
+        deadline,
+        "a failed extension keeps the deadline"
+    );
+    // B can neither try nor wait its way in, and fails fast.
+    let start = Instant::now();
+    match b.try_lock(RES, ttl).await {
+        Err(Error::NoQuorum(v)) => assert!(v.failed() + v.timed_out() >= 3, "{v:#}"),
+        other => panic!("B with 3 down: expected NoQuorum, got {other:?}"),
+    }
+    assert!(
+        start.elapsed() < PATIENCE,
+        "fails fast: {:?}",
+        start.elapsed()
+    );
+    let waited = b
+        .lock_with(RES, ttl, Retry::new().max_wait(Duration::from_millis(300)))
+        .await;
+    assert!(
+        matches!(waited, Err(Error::Timeout(ref t)) if t.is_max_wait()),
+        "B's lock() with 3 down: {waited:?}"
+    );
+
+    // Even after A's lock expired everywhere, nothing works until the nodes return.
+    tokio::time::sleep_until((killed_at + ttl + Duration::from_millis(100)).into()).await;
+    assert!(!lock.is_valid());
+    let other = b.try_lock("fresh", ttl).await;
+    assert!(
+        matches!(other, Err(Error::NoQuorum(_))),
+        "a fresh resource with 3 down: {other:?}"
+    );
+
+    // Delayed restart (after the TTL): they come back empty, and everything works again.
+    for i in 0..3 {
+        c.start(i).await.unwrap();
+    }
+    let (got, failures) = b
+        .contend(
+            RES,
+            ttl,
+            Instant::now() + PATIENCE,
+            Duration::from_millis(20),
+        )
+        .await;
+    let got = got.unwrap_or_else(|| panic!("B acquires after the nodes return: {failures:?}"));
+    b.release(got).await.expect("B releases");
+    // (A's first request to each restarted node meets its dead connection: lock() retries.)
+    let mut again = a
+        .lock_with(RES, ttl, Retry::new().max_wait(PATIENCE))
+        .await
+        .expect("A again");
+    a.extend(&mut again, ttl).await.expect("A extends again");
+    a.release(again).await.expect("A releases");
+    drop(lock); // expired: nothing to release
+
+    let report = h.check();
+    assert_clean(&report, &h);
+    observed(
+        "row02",
+        format!(
+            "safe: NoQuorum for extend/try_lock/lock (Timeout) while 3 down; works after restart; {report}"
+        ),
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Row 3: kill a node and restart it at once, without persistence.
+// ---------------------------------------------------------------------------------------
+
+/// k = 5, f = 1: B needs 3 nodes free, only the restarted one is: safe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row03a_immediate_restart_without_persistence_k5_safe() {
+    let c = cluster5().await;
+    let h = History::new();
+    let a = Actor::new(&h, 1, &c.urls()).await;
+    let b = Actor::new(&h, 2, &c.urls()).await;
+    let ttl = Duration::from_secs(2);
+
+    let lock = a.try_lock(RES, ttl).await.expect("A acquires");
+    wait_holders(&c, &lock, &[0, 1, 2, 3, 4]).await;
+    c.restart(0, Duration::ZERO).await.unwrap();
+    assert_eq!(
+        get(&c, 0, &lock_key(RES)).await,
+        None,
+        "node 0 came back empty"
+    );
+
+    // B contends for the rest of A's validity: never wins.
+    let (won, failures) = b
+        .contend(RES, ttl, lock.deadline(), Duration::from_millis(25))
+        .await;
+    assert!(won.is_none(), "B acquired during A's validity (k=5, f=1)");
+    assert!(failures.len() >= 5, "B contended: {failures:?}");
+    assert!(
+        failures
+            .iter()
+            .all(|k| matches!(k, ErrorKind::Held | ErrorKind::NoQuorum)),
+        "{failures:?}"
+    );
+
+    // After A's keys expire, B gets it: the restart cost no liveness.
+    let (got, _) = b
+        .contend(
+            RES,
+            ttl,
+            Instant::now() + PATIENCE,
+            Duration::from_millis(25),
+        )
+        .await;
+    b.release(got.expect("B acquires after A's TTL"))
+        .await
+        .unwrap();
+    drop(lock);
+
+    let report = h.check();
+    assert_clean(&report, &h);
+    observed(
+        "row03a",
+        format!(
+            "safe: B refused {} times during A's validity; {report}",
+            failures.len()
+        ),
+    );
+}
+
+/// k = 3, f = 1: A holds only nodes 0..3 (3 and 4 hold another owner's key during A's
+/// acquisition); node 0 restarts empty; once the other owner lets go of 3 and 4, B takes
+/// {0, 3, 4} while A still believes it holds: the known violation, flagged by the checker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row03b_immediate_restart_without_persistence_k3_violation() {
+    let c = cluster5().await;
+    let h = History::new();
+    let a = Actor::new(&h, 1, &c.urls()).await;
+    let b = Actor::new(&h, 2, &c.urls()).await;
+    let ttl = Duration::from_secs(10);
+
+    occupy(&c, [3, 4], RES).await;
+    let lock = a
+        .try_lock(RES, ttl)
+        .await
+        .expect("A acquires with 3 grants");
+    wait_holders(&c, &lock, &[0, 1, 2]).await; // k = 3
+    c.restart(0, Duration::ZERO).await.unwrap(); // f = 1, no persistence
+    vacate(&c, [3, 4], RES).await;
+
+    let (won, failures) = b
+        .contend(RES, ttl, lock.deadline(), Duration::from_millis(20))
+        .await;
+    let won = won.unwrap_or_else(|| panic!("B should win {{0,3,4}} (k=3, f=1): {failures:?}"));
+    assert!(lock.is_valid(), "A still believes it holds");
+    assert_eq!(holders(&c, RES, won.token()).await, [0, 3, 4]);
+
+    let report = h.check();
+    assert!(
+        report.has(ViolationKind::Overlap),
+        "the checker must flag the overlap: {report}\n{h}"
+    );
+    observed(
+        "row03b",
+        format!(
+            "VIOLATION flagged: B took nodes [0, 3, 4] with {:?} of A's validity left; {} overlap(s)",
+            lock.remaining(),
+            report.count(ViolationKind::Overlap)
+        ),
+    );
+    drop(won);
+    drop(lock);
+}
+
+// ---------------------------------------------------------------------------------------
+// Row 4: restart delayed by more than the max TTL, or with AOF `always` → safe, even k = 3.
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row04a_delayed_restart_k3_safe() {
+    let c = cluster5().await;
+    let h = History::new();
+    let a = Actor::new(&h, 1, &c.urls()).await;
+    let b = Arc::new(Actor::new(&h, 2, &c.urls()).await);
+    let ttl = Duration::from_secs(1); // the longest TTL in use
+
+    occupy(&c, [3, 4], RES).await;
+    let lock = a
+        .try_lock(RES, ttl)
+        .await
+        .expect("A acquires with 3 grants");
+    wait_holders(&c, &lock, &[0, 1, 2]).await;
+    let a_deadline = lock.deadline();
+
+    // B contends from the crash until well after node 0 is back.
+    let restarted = Arc::new(AtomicBool::new(false));
+    let contender = {
+        let b = b.clone();
+        let restarted = restarted.clone();
+        tokio::spawn(async move {
+            let mut wins = Vec::new();
+            let mut failures = 0;
+            let until = Instant::now() + PATIENCE;
+            let mut after_restart = 0;
+            for _ in 0..10_000 {
+                if Instant::now() >= until || after_restart >= 10 {
+                    break;
+                }
+                if restarted.load(Ordering::SeqCst) {
+                    after_restart += 1;
+                }
+                match b.try_lock(RES, ttl).await {
+                    Ok(l) => {
+                        wins.push(Instant::now());
+                        b.release(l).await.ok();
+                    }
+                    Err(_) => failures += 1,
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (wins, failures)
+        })
+    };
+    c.kill(0).await.unwrap();
+    vacate(&c, [3, 4], RES).await;
+    tokio::time::sleep(ttl + Duration::from_millis(300)).await; // delay > max TTL
+    c.start(0).await.unwrap();
+    restarted.store(true, Ordering::SeqCst);
+    let (wins, failures) = contender.await.unwrap();
+    assert!(!wins.is_empty(), "B gets the lock once A's expired");
+    assert!(wins[0] >= a_deadline, "B's first win is after A's deadline");
+    assert!(failures > 0, "B was refused while A held");
+    drop(lock);
+
+    let report = h.check();
+    assert_clean(&report, &h);
+    observed(
+        "row04a",
+        format!(
+            "safe: B refused {failures} times, won {} times, first win after A's deadline; {report}",
+            wins.len()
+        ),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row04b_aof_always_immediate_restart_k3_safe() {
+    let c = launched(
+        LocalCluster::builder(5)
+            .proxies(true)
+            .persistence(Persistence::AofAlways)
+            .launch()
+            .await,
+    );
+    let h = History::new();
+    let a = Actor::new(&h, 1, &c.urls()).await;
+    let b = Actor::new(&h, 2, &c.urls()).await;
+    let ttl = Duration::from_secs(2);
+
+    occupy(&c, [3, 4], RES).await;
+    let lock = a
+        .try_lock(RES, ttl)
+        .await
+        .expect("A acquires with 3 grants");
+    wait_holders(&c, &lock, &[0, 1, 2]).await;
+    c.restart(0, Duration::ZERO).await.unwrap();
+    assert_eq!(
+        get(&c, 0, &lock_key(RES)).await.as_deref(),
+        Some(lock.token()),
+        "AOF always: node 0 reloaded A's key"
+    );
+    vacate(&c, [3, 4], RES).await;
+
+    let (won, failures) = b
+        .contend(RES, ttl, lock.deadline(), Duration::from_millis(25))
+        .await;
+    assert!(
+        won.is_none(),
+        "B acquired during A's validity with AOF always"
+    );
+    assert!(failures.len() >= 5, "B contended: {failures:?}");
+    let (got, _) = b
+        .contend(
+            RES,
+            ttl,
+            Instant::now() + PATIENCE,
+            Duration::from_millis(25),
+        )
+        .await;
+    b.release(got.expect("B acquires after A's TTL"))
+        .await
+        .unwrap();
+    drop(lock);
+
+    let report = h.check();
+    assert_clean(&report, &h);
+    observed(
+        "row04b",
+        format!(
+            "safe: node 0 reloaded A's key; B refused {} times during A's validity; {report}",
+            failures.len()
+        ),
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Row 5: pause 1–2 nodes → safe; acquisition latency bounded by the node timeout.
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row05_pause_one_or_two_nodes_safe_latency_bounded() {
+    let c = cluster5().await;
+    let h = History::new();
+    let a = Actor::new(&h, 1, &c.urls()).await;
+    let b = Actor::new(&h, 2, &c.urls()).await;
+    let ttl = Duration::from_secs(10);
+    // validity = ttl − elapsed − drift: a remaining() above this bounds the attempt's time.
+    let floor = ttl - drift(ttl) - NODE_TIMEOUT;
+
+    // Pause before the acquisition: the healthy nodes decide, the paused are not awaited.
+    c.pause(0).await.unwrap();
+    let mut lock = a.try_lock(RES, ttl).await.expect("A acquires, 1 paused");
+    assert!(
+        lock.remaining() >= floor,
+        "remaining {:?}",
+        lock.remaining()
+    );
+    c.pause(1).await.unwrap();
+    match b.try_lock(RES, ttl).await {
+        Err(Error::Held(v)) => assert!(v.held() >= 3, "{v:#}"),
+        other => panic!("B with 2 paused: expected Held, got {other:?}"),
+    }
+    a.extend(&mut lock, ttl).await.expect("extend, 2 paused");
+    assert!(
+        lock.remaining() >= floor,
+        "remaining {:?}",
+        lock.remaining()
+    );
+    a.release(lock).await.expect("release, 2 paused");
+    let got = b.try_lock(RES, ttl).await.expect("B acquires, 2 paused");
+    assert!(got.remaining() >= floor, "remaining {:?}", got.remaining());
+
+    b.release(got).await.expect("B releases");
+
+    // An outcome that needs a paused node's answer waits one node timeout, not longer:
+    // another owner holds node 2, so with 3 and 4 granting, only 0 or 1 could decide.
+    occupy(&c, [2], RES).await;
+    let start = Instant::now();
+    let err = a.try_lock(RES, ttl).await.expect_err("2 grants only");
+    let votes = err.votes().expect("votes").clone();
+    assert_eq!(
+        (votes.granted(), votes.held(), votes.timed_out()),
+        (2, 1, 2),
+        "{votes:#}"
+    );
+    assert!(
+        votes.elapsed() < NODE_TIMEOUT * 5 && start.elapsed() < PATIENCE,
+        "bounded by the node timeout: {:?}",
+        votes.elapsed()
+    );
+    vacate(&c, [2], RES).await;
+
+    // Mid-lease pause: A holds all 5, two pause, B is refused, A keeps working.
+    c.resume(0).await.unwrap();
+    c.resume(1).await.unwrap();
+    // (A fresh resource: keys of RES left on the resumed nodes are row05b's subject.)
+    let res2 = "orders:43";
+    let mut lock = a.try_lock(res2, ttl).await.expect("A acquires again");
+    wait_holders(&c, &lock, &[0, 1, 2, 3, 4]).await;
+    c.pause(3).await.unwrap();
+    c.pause(4).await.unwrap();
+    assert!(b.try_lock(res2, ttl).await.is_err(), "B refused mid-lease");
+    a.extend(&mut lock, ttl)
+        .await
+        .expect("extend, 2 paused mid-lease");
+    assert!(
+        lock.remaining() >= floor,
+        "remaining {:?}",
+        lock.remaining()
+    );
+    a.release(lock).await.expect("release");
+    c.resume(3).await.unwrap();
+    c.resume(4).await.unwrap();
+
+    let report = h.check();
+    assert_clean(&report, &h);
+    observed(
+        "row05",
+        format!(
+            "safe: acquire/extend with 1–2 paused, remaining ≥ ttl − drift − node_timeout; refusal needing a paused node took {:?} (node timeout {NODE_TIMEOUT:?}); {report}",
+            votes.elapsed()
+        ),
+    );
+}
+
+/// Releases and clean-ups sent to a paused node must land when it resumes, however long
+/// the pause: a released lock must not keep blocking a node until its TTL, and "a failed
+/// attempt leaves no key behind" (SPEC §3.5, §10). Node 4 has no cached scripts, like any
+/// node that was just (re)started.
+///
+/// FAILS at the time of writing (library bug, see docs/testing.md): releases are scripts
+/// sent with `EVALSHA`, and the `EVAL` fallback on `NOSCRIPT` runs inside the per-node
+/// timeout. When the node answers `NOSCRIPT` only after that timeout (it was paused longer),
+/// the future that would send the fallback is gone: the release never runs there and the
+/// key stays until its TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row05b_release_and_cleanup_during_a_long_pause_land_on_resume() {
+    let c = cluster5().await;
+    let h = History::new();
+    let a = Actor::new(&h, 1, &c.urls()).await;
+    let ttl = Duration::from_secs(10);
+    let mut r4 = raw(&c, 4).await;
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut r4)
+        .await
+        .unwrap();
+
+    // 1. Held on all 5, released while node 4 is paused.
+    let lock = a.try_lock("held", ttl).await.expect("A acquires");
+    wait_holders(&c, &lock, &[0, 1, 2, 3, 4]).await;
+    c.pause(4).await.unwrap();
+    a.release(lock).await.expect("release confirmed by 4 of 5");
+    // 2. Acquired while node 4 is paused (its SET in flight), released at once.
+    let lock = a.try_lock("short", ttl).await.expect("A acquires");
+    a.release(lock).await.expect("release confirmed by 4 of 5");
+    // 3. A failed attempt whose SET to node 4 is in flight.
+    occupy(&c, [0, 1, 2], "failed").await;
+    let err = a
+        .try_lock("failed", ttl)
+        .await
+        .expect_err("held by another");
+    assert!(err.is_held(), "{err:?}");
+    // The pause outlasts the per-node timeout (sleeping is the fault here).
+    tokio::time::sleep(NODE_TIMEOUT * 4).await;
+    c.resume(4).await.unwrap();
+
+    let mut left = Vec::new();
+    for res in ["held", "short", "failed"] {
+        let key = lock_key(res);
+        let clean = eventually(Duration::from_secs(2), || async {
+            get(&c, 4, &key).await.is_none()
+        })
+        .await;
+        if !clean {
+            left.push((res, key_dump(&c, res).await[4].clone()));
+        }
+    }
+    let errors: String = redis::cmd("INFO")
+        .arg("errorstats")
+        .query_async(&mut r4)
+        .await
+        .unwrap();
+    let noscript = errors
+        .lines()
+        .find(|l| l.starts_with("errorstat_NOSCRIPT"))
+        .unwrap_or("no NOSCRIPT")
+        .to_owned();
+    assert!(
+        left.is_empty(),
+        "keys left on the resumed node 4 until their TTL (value, PTTL ms): {left:?}; node 4: {noscript}"
+    );
+    let report = h.check();
+    assert_clean(&report, &h);
+    observed(
+        "row05b",
+        "releases and clean-up sent during a long pause landed on resume",
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Row 6: client cut off from a minority → acquires with 3; from a majority → fails fast,
+// leaves no key.
+// ---------------------------------------------------------------------------------------
+
+fn direct_urls(c: &LocalCluster) -> Vec<String> {
+    (0..c.len()).map(|i| c.direct_url(i).unwrap()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row06a_cut_off_from_a_minority_acquires_with_three() {
+    let c = cluster5().await;
+    let h = History::new();
+    let a = Actor::new(&h, 1, &c.urls()).await; // through the proxies
+    let b = Actor::new(&h, 2, &direct_urls(&c)).await; // not cut off
+    let ttl = Duration::from_secs(10);
+
+    c.disconnect(0).await.unwrap();
+    c.disconnect(1).await.unwrap();
+    let mut lock = a.try_lock(RES, ttl).await.expect("A acquires with 3");
+    assert!(
+        lock.remaining() >= ttl - drift(ttl) - NODE_TIMEOUT,
+        "remaining {:?}",
+        lock.remaining()
+    );
+    wait_holders(&c, &lock, &[2, 3, 4]).await;
+    match b.try_lock(RES, ttl).await {
+        Err(Error::Held(v)) => assert_eq!(v.held(), 3, "{v:#}"),
+        other => panic!("B expected Held, got {other:?}"),
+    }
+    a.extend(&mut lock, ttl).await.expect("A extends with 3");
+    a.release(lock).await.expect("A releases with 3");
+    c.reconnect(0).await.unwrap();
+    c.reconnect(1).await.unwrap();
+    let got = b.try_lock(RES, ttl).await.expect("B after A released");
+    b.release(got).await.unwrap();
+
+    let report = h.check();
+    assert_clean(&report, &h);
+    observed(
+        "row06a",
+        format!(
+            "safe: A acquired/extended/released on nodes [2, 3, 4]; B refused meanwhile; {report}"
+        ),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row06b_cut_off_from_a_majority_fails_fast_and_leaves_no_key() {
+    let c = cluster5().await;
+    let h = History::new();
+    let a = Actor::new(&h, 1, &c.urls()).await;
+    let b = Actor::new(&h, 2, &direct_urls(&c)).await;
+    let ttl = Duration::from_secs(10);
+    let key = lock_key(RES);
+
+    for i in 0..3 {
+        c.disconnect(i).await.unwrap();
+    }
+    let start = Instant::now();
+    let err = a.try_lock(RES, ttl).await.expect_err("cut off from 3");
+    let fail_fast = start.elapsed();
+    assert!(
+        matches!(err, Error::NoQuorum(_) | Error::Timeout(_)),
+        "{err:?}"
+    );
+    assert!(err.votes().expect("votes").timed_out() >= 3, "{err}");
+    assert!(fail_fast < NODE_TIMEOUT * 20, "fails fast: {fail_fast:?}");
+    let first_kind = err.kind();
+    // Waiting gives up within its budget too.
+    let start = Instant::now();
+    let waited = a
+        .lock_with(RES, ttl, Retry::new().max_wait(Duration::from_millis(400)))
+        .await;
+    assert!(matches!(waited, Err(Error::Timeout(_))), "{waited:?}");
+    assert!(start.elapsed() < PATIENCE, "{:?}", start.elapsed());
+    // The reachable nodes hold nothing of A's attempts, and B is not blocked.
+    assert_eq!(count_key(&c, 3..5, &key).await, 0);
+    let got = b.try_lock(RES, ttl).await.expect("B, not cut off");
+    b.release(got).await.unwrap();
+
+    for i in 0..3 {
+        c.reconnect(i).await.unwrap();
+    }
+    assert!(
+        eventually(PATIENCE, || async { count_key(&c, 0..5, &key).await == 0 }).await,
+        "no key left after the link healed"
+    );
+
+    // The healed links were reset: let A reconnect (a success proves it), so that the next
+    // phase really sends its SETs.
+    let (got, failures) = a
+        .contend(
+            RES,
+            ttl,
+            Instant::now() + PATIENCE,
+            Duration::from_millis(20),
+        )
+        .await;
+    a.release(got.unwrap_or_else(|| panic!("A after the heal: {failures:?}")))
+        .await
+        .unwrap();
+
+    // Harder: only the replies are lost, so A's SETs do land on 0..3.
+    for i in 0..3 {
+        c.proxy(i).unwrap().set_mode(ProxyMode::BlackholeReplies);
+    }
+    let start = Instant::now();
+    let err = a.try_lock(RES, ttl).await.expect_err("replies from 3 lost");
+    let fail_fast_replies = start.elapsed();
+    assert!(
+        fail_fast_replies < NODE_TIMEOUT * 20,
+        "{fail_fast_replies:?}"
+    );
+    assert!(err.is_retryable(), "{err:?}");
+    for i in 0..3 {
+        c.reconnect(i).await.unwrap();
+    }
+    assert!(
+        eventually(PATIENCE, || async { count_key(&c, 0..5, &key).await == 0 }).await,
+        "the late SETs were released: {:?}",
+        {
+            let mut v = Vec::new();
+            for i in 0..5 {
+                v.push(get(&c, i, &key).await);
+            }
+            v
+        }
+    );
+    let (got, failures) = a
+        .contend(
+            RES,
+            ttl,
+            Instant::now() + PATIENCE,
+            Duration::from_millis(20),
+        )
+        .await;
+    a.release(got.unwrap_or_else(|| panic!("A after the heal: {failures:?}")))
+        .await
+        .unwrap();
+
+    let report = h.check();
+    assert_clean(&report, &h);
+    observed(
+        "row06b",
+        format!(
+            "safe: try_lock failed in {fail_fast:?} ({:?}), {fail_fast_replies:?} with replies blackholed; no key on any node after the heal; {report}",
+            first_kind
+        ),
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Row 7: kill the master of one node mid-lease; its replica, which never got the key, is
+// promoted. Redlock over 5: safe (f = 1). A single instance with a replica: violation.
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row07a_failover_to_lagging_replica_redlock_of_5_safe() {
+    let c = launched(
+        LocalCluster::builder(5)
+            .proxies(true)
+            .replicated(0)
+            .launch()
+            .await,
+    );
+    let h = History::new();
+    let a = Actor::new(&h, 1, &c.urls()).await;
+    let b = Actor::new(&h, 2, &c.urls()).await;
+    let ttl = Duration::from_secs(2);
+
+    c.replication_link(0).unwrap().blackhole(); // the replica will never get A's key
+    let lock = a.try_lock(RES, ttl).await.expect("A acquires");
+    wait_holders(&c, &lock, &[0, 1, 2, 3, 4]).await;
+    let replica_has: Option<String> = {
+        let client = redis::Client::open(c.replica_url(0).unwrap()).unwrap();
+        let mut r = client.get_multiplexed_async_connection().await.unwrap();
+        r.get(lock_key(RES)).await.unwrap()
+    };
+    assert_eq!(replica_has, None, "the replica lags");
+    c.kill(0).await.unwrap();
+    c.promote_replica(0).await.unwrap();
+    assert_eq!(
+        get(&c, 0, &lock_key(RES)).await,
+        None,
+        "node 0 lost A's key"
+    );
+
+    let (won, failures) = b
+        .contend(RES, ttl, lock.deadline(), Duration::from_millis(25))
+        .await;
+    assert!(won.is_none(), "B acquired during A's validity (f=1)");
+    assert!(failures.len() >= 5, "B contended: {failures:?}");
+    let (got, _) = b
+        .contend(
+            RES,
+            ttl,
+            Instant::now() + PATIENCE,
+            Duration::from_millis(25),
+        )
+        .await;
+    b.release(got.expect("B acquires after A's TTL"))
+        .await
+        .unwrap();
+    drop(lock);
+
+    let report = h.check();
+    assert_clean(&report, &h);
+    observed(
+        "row07a",
+        format!(
+            "safe: B refused {} times during A's validity after the failover; {report}",
+            failures.len()
+        ),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row07b_failover_to_lagging_replica_single_instance_violation() {
+    let c = launched(LocalCluster::builder(1).replicated(0).launch().await);
+    let h = History::new();
+    let a = Actor::new(&h, 1, &c.urls()).await;
+    let b = Actor::new(&h, 2, &c.urls()).await;
+    let ttl = Duration::from_secs(10);
+
+    c.replication_link(0).unwrap().blackhole();
+    let lock = a.try_lock(RES, ttl).await.expect("A acquires");
+    c.kill(0).await.unwrap();
+    c.promote_replica(0).await.unwrap();
+
+    let (won, failures) = b
+        .contend(RES, ttl, lock.deadline(), Duration::from_millis(20))
+        .await;
+    let won = won.unwrap_or_else(|| panic!("B should win the promoted replica: {failures:?}"));
+    assert!(lock.is_valid(), "A still believes it holds");
+
+    let report = h.check();
+    assert!(
+        report.has(ViolationKind::Overlap),
+        "the checker must flag the overlap: {report}\n{h}"
+    );
+    observed(
+        "row07b",
+        format!(
+            "VIOLATION flagged: B acquired on the promoted replica after {} failed tries, A had {:?} left; {} overlap(s)",
+            failures.len(),
+            lock.remaining(),
+            report.count(ViolationKind::Overlap)
+        ),
+    );
+    drop(won);
+    drop(lock);
+}
+
+// ---------------------------------------------------------------------------------------
+// Row 8: the holder pauses longer than its validity → its work lands outside its hold.
+// (The fencing half of this row is in tests/fencing.rs.)
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row08_holder_paused_past_validity_works_outside_its_hold() {
+    let c = cluster5().await;
+    let h = History::new();
+    let a = Actor::new(&h, 1, &c.urls()).await;
+    let b = Actor::new(&h, 2, &c.urls()).await;
+    let ttl = Duration::from_millis(500);
+
+    let lock = a.try_lock(RES, ttl).await.expect("A acquires");
+    let lock_deadline = lock.deadline();
+    a.rec.work_started(RES);
+    // A "pauses" (GC, SIGSTOP, swap) until B has taken the lock and done its work.
+    let (b_done_tx, b_done) = tokio::sync::oneshot::channel();
+    let b_task = tokio::spawn(async move {
+        let got = b
+            .lock_with(RES, Duration::from_secs(2), Retry::new().max_wait(PATIENCE))
+            .await
+            .expect("B acquires once A's lock expired");
+        b.rec.work_started(RES);
+        b.rec.work_ended(RES);
+        let _ = b_done_tx.send(got.deadline());
+        b.release(got).await.unwrap();
+    });
+    let b_deadline = tokio::time::timeout(PATIENCE * 2, b_done)
+        .await
+        .expect("B within bound")
+        .expect("B's task");
+    // A wakes up and finishes its "write", believing it still holds the lock.
+    a.rec.work_ended(RES);
+    assert!(!lock.is_valid(), "A's validity ran out during the pause");
+    assert!(
+        matches!(a.release(lock).await, Err(Error::Lost(_))),
+        "releasing an expired lock says so"
+    );
+    b_task.await.unwrap();
+    assert!(b_deadline > lock_deadline, "B held after A's validity");
+
+    let report = h.check();
+    assert!(
+        report.has(ViolationKind::WorkOutsideHold),
+        "the checker must flag A's late work: {report}\n{h}"
+    );
+    assert!(
+        !report.has(ViolationKind::Overlap),
+        "holds never overlapped: {report}"
+    );
+    let v = report
+        .violations()
+        .iter()
+        .find(|v| v.kind == ViolationKind::WorkOutsideHold)
+        .unwrap();
+    assert_eq!(
+        v.second.client, 1,
+        "A's work is the one outside its hold: {v}"
+    );
+    observed(
+        "row08",
+        format!(
+            "VIOLATION flagged (no fencing): {} work-outside-hold, no overlap",
+            report.count(ViolationKind::WorkOutsideHold)
+        ),
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Soak: 16 contenders under the random nemesis.
+// ---------------------------------------------------------------------------------------
+
+fn soak_secs() -> u64 {
+    std::env::var("QUORUMLOCK_SOAK_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30)
+        .clamp(3, 45)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn soak_16_contenders_under_random_nemesis() {
+    const CONTENDERS: u64 = 16;
+    let secs = soak_secs();
+    let duration = Duration::from_secs(secs);
+    // AOF `always`: the deployment contract for nodes that restart at once (the nemesis
+    // restarts killed nodes after random, possibly short, delays).
+    let c = launched(
+        LocalCluster::builder(5)
+            .proxies(true)
+            .persistence(Persistence::AofAlways)
+            .launch()
+            .await,
+    );
+    let h = History::new();
+    let ttl = Duration::from_secs(1);
+    let stop = Arc::new(AtomicBool::new(false));
+    let acquisitions = Arc::new(AtomicU64::new(0));
+
+    let mut tasks = Vec::new();
+    for id in 0..CONTENDERS {
+        let urls = c.urls();
+        let h = h.clone();
+        let stop = stop.clone();
+        let acquisitions = acquisitions.clone();
+        tasks.push(tokio::spawn(async move {
+            let actor = Actor::with(&h, id, &urls, |b| {
+                b.node_timeout(Duration::from_millis(50)).retry(
+                    Retry::new()
+                        .delay(Duration::from_millis(5), Duration::from_millis(50))
+                        .max_wait(Duration::from_secs(2)),
+                )
+            })
+            .await;
+            let res = format!("soak:{}", id % 2);
+            let mut mine = 0u64;
+            for round in 0..100_000u64 {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                actor.rec.acquire_invoked(&res);
+                let result =
+                    tokio::time::timeout(Duration::from_secs(3), actor.locks.lock(&res, ttl)).await;
+                let mut lock = match result {
+                    Err(_) => {
+                        actor.rec.acquire_unknown(&res);
+                        continue;
+                    }
+                    Ok(Err(_)) => {
+                        actor.rec.acquire_failed(&res);
+                        continue;
+                    }
+                    Ok(Ok(lock)) => {
+                        actor.rec.acquired(&res, lock.deadline(), None);
+                        lock
+                    }
+                };
+                mine += 1;
+                acquisitions.fetch_add(1, Ordering::Relaxed);
+                // The protected work: only with a comfortable margin left, like a careful
+                // holder.
+                if lock.remaining() > Duration::from_millis(200) {
+                    actor.rec.work_started(&res);
+                    tokio::task::yield_now().await;
+                    actor.rec.work_ended(&res);
+                }
+                if round % 4 == 0 {
+                    let _ = actor.extend(&mut lock, ttl).await;
+                }
+                let _ = tokio::time::timeout(Duration::from_secs(3), actor.release(lock)).await;
+                // Think time, different per contender.
+                tokio::time::sleep(Duration::from_millis(1 + id % 5)).await;
+            }
+            mine
+        }));
+    }
+
+    let nemesis = RandomNemesis::from_env()
+        .duration(duration)
+        .interval(Duration::from_millis(100), Duration::from_millis(800))
+        .kinds(&[
+            FaultKind::Kill,
+            FaultKind::Restart,
+            FaultKind::Pause,
+            FaultKind::Disconnect,
+        ]);
+    let seed = nemesis.seed();
+    println!("[soak] nemesis seed {seed} (replay with QUORUMLOCK_SEED={seed}), {secs} s");
+    let started = h.now();
+    let log = nemesis.run(&c).await.expect("nemesis");
+    let ended = h.now();
+    stop.store(true, Ordering::SeqCst);
+    let mut per_client = Vec::new();
+    for t in tasks {
+        let n = tokio::time::timeout(Duration::from_secs(10), t)
+            .await
+            .expect("contender stops within bound")
+            .expect("contender task");
+        per_client.push(n);
+    }
+
+    // The minority bound: never more than 2 of 5 faulty at once.
+    let mut faulty = std::collections::BTreeSet::new();
+    let mut max_faulty = 0;
+    for f in log.faults() {
+        use quorumlock::testkit::Fault;
+        match f {
+            Fault::Kill(n) | Fault::Pause(n) | Fault::Disconnect(n) => {
+                faulty.insert(n);
+            }
+            Fault::Start(n) | Fault::Resume(n) | Fault::Reconnect(n) => {
+                faulty.remove(&n);
+            }
+            Fault::Restart { node, .. } => {
+                faulty.insert(node);
+                max_faulty = max_faulty.max(faulty.len());
+                faulty.remove(&node);
+            }
+        }
+        max_faulty = max_faulty.max(faulty.len());
+    }
+    assert!(max_faulty <= 2, "nemesis broke a majority:\n{log}");
+
+    // Progress, in every third of the run.
+    let events = h.events();
+    let acquired_at: Vec<Duration> = events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Acquired { .. }))
+        .map(|e| e.at)
+        .collect();
+    let third = (ended - started) / 3;
+    let thirds: Vec<usize> = (0..3)
+        .map(|i| {
+            let lo = started + third * i;
+            let hi = started + third * (i + 1);
+            acquired_at.iter().filter(|t| **t >= lo && **t < hi).count()
+        })
+        .collect();
+    let total = acquisitions.load(Ordering::SeqCst);
+    let report = h.check();
+    println!(
+        "[soak] seed {seed}: {} faults, {total} acquisitions ({thirds:?} per third, per client {per_client:?}), {report}",
+        log.entries.len()
+    );
+    println!("[soak] nemesis log:\n{log}");
+    assert_clean(&report, &h);
+    assert!(
+        total >= 10 * secs,
+        "steady progress: {total} acquisitions in {secs} s"
+    );
+    assert!(
+        thirds.iter().all(|&n| n >= 3 * secs as usize / 3),
+        "progress in every third: {thirds:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// The example of docs/testing.md ("Using the kit in your own tests"), kept compiling here.
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docs_example_exclusive_across_a_node_restart() {
+    let cluster = LocalCluster::builder(5)
+        .proxies(true)
+        .launch()
+        .await
+        .unwrap();
+    let history = History::new();
+    let (a, b) = (history.client(1), history.client(2));
+    let locks_a = Redlock::builder(cluster.urls()).build().await.unwrap();
+    let locks_b = Redlock::builder(cluster.urls()).build().await.unwrap();
+    let ttl = Duration::from_secs(5);
+
+    a.acquire_invoked("job");
+    let lock = locks_a.try_lock("job", ttl).await.unwrap();
+    a.acquired("job", lock.deadline(), lock.fencing_token());
+    a.work_started("job");
+
+    cluster.restart(0, Duration::ZERO).await.unwrap(); // crash, back at once, empty
+    b.acquire_invoked("job");
+    match locks_b.try_lock("job", ttl).await {
+        Ok(stolen) => {
+            b.acquired("job", stolen.deadline(), None);
+        }
+        Err(_) => {
+            b.acquire_failed("job");
+        }
+    }
+
+    a.work_ended("job");
+    a.release_invoked("job");
+    lock.release().await.unwrap();
+    history.check().assert_clean(); // panics with both conflicting events otherwise
+}
