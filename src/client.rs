@@ -122,7 +122,10 @@ impl Redlock {
         for node in &nodes {
             let node = node.clone();
             let t = config.connect_timeout;
-            crate::fanout::spawn(async move { crate::node::check_deployment(&node, t).await });
+            let fencing = config.fencing;
+            crate::fanout::spawn(
+                async move { crate::node::check_deployment(&node, t, fencing).await },
+            );
         }
         let addrs = nodes.iter().map(|n| n.addr.clone()).collect();
         let nodes: Arc<[Node]> = nodes.into();
@@ -432,11 +435,11 @@ pub(crate) async fn acquire_once(
                 .arg(ttl_ms);
             Request::Cmd(set)
         } else {
-            Request::Script(ScriptCall::new(
+            Request::Script(Arc::new(ScriptCall::new(
                 &ACQUIRE_MANY,
                 res.lock_keys().to_vec(),
                 vec![token.as_bytes().to_vec(), ttl_ms.to_string().into_bytes()],
-            ))
+            )))
         });
         let round = Round::start(&inner.nodes, inner.quorum, |_, node| {
             let node = node.clone();

@@ -46,8 +46,8 @@ use crate::quorum::{self, Ballot, Decision};
 use crate::resource::Resources;
 use crate::token::Token;
 
-static ACQUIRE_FENCED: Lua = lua!("scripts/acquire_fenced.lua");
-static COMMIT_FENCE: Lua = lua!("scripts/commit_fence.lua");
+static ACQUIRE_FENCED: Lua = lua!("scripts/acquire_fenced.lua", idempotent: false);
+static COMMIT_FENCE: Lua = lua!("scripts/commit_fence.lua", idempotent: true);
 
 /// A granting node's answer to round 1: (counter, whether a counter was missing).
 fn parse_grant(r: &Reply) -> Option<(u64, bool)> {

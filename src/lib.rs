@@ -110,7 +110,7 @@
 //! | fencing tokens | `fencing` |
 //! | resource names → keys | `resource` |
 //! | lock tokens | `token` |
-//! | errors | [`error`](crate::error) |
+//! | errors | [`error`] |
 //!
 //! # Cancel safety
 //!

@@ -28,34 +28,41 @@ use crate::error::Error;
 pub(crate) struct Lua {
     code: &'static str,
     hash: LazyLock<String>,
+    /// Running it twice has the effect of running it once (compare-and-X scripts).
+    idempotent: bool,
 }
 
 impl Lua {
-    pub(crate) const fn new(code: &'static str, hash: fn() -> String) -> Lua {
+    pub(crate) const fn new(code: &'static str, hash: fn() -> String, idempotent: bool) -> Lua {
         Lua {
             code,
             hash: LazyLock::new(hash),
+            idempotent,
         }
     }
 }
 
 macro_rules! lua {
-    ($file:literal) => {
-        $crate::node::Lua::new(include_str!($file), || {
-            redis::Script::new(include_str!($file))
-                .get_hash()
-                .to_owned()
-        })
+    ($file:literal, idempotent: $idem:literal) => {
+        $crate::node::Lua::new(
+            include_str!($file),
+            || {
+                redis::Script::new(include_str!($file))
+                    .get_hash()
+                    .to_owned()
+            },
+            $idem,
+        )
     };
 }
 pub(crate) use lua;
 
 /// The acquire script for multi-resource locks (every key or none).
-pub(crate) static ACQUIRE_MANY: Lua = lua!("scripts/acquire.lua");
+pub(crate) static ACQUIRE_MANY: Lua = lua!("scripts/acquire.lua", idempotent: false);
 /// Compare-and-delete (and announce the release).
-pub(crate) static RELEASE: Lua = lua!("scripts/release.lua");
+pub(crate) static RELEASE: Lua = lua!("scripts/release.lua", idempotent: true);
 /// Compare-and-extend.
-pub(crate) static EXTEND: Lua = lua!("scripts/extend.lua");
+pub(crate) static EXTEND: Lua = lua!("scripts/extend.lua", idempotent: true);
 
 /// A node's address, printed without its password.
 ///
@@ -325,33 +332,67 @@ impl Node {
         }
     }
 
-    /// Runs a script by `EVALSHA`, falling back to `EVAL` on `NOSCRIPT`; the whole
-    /// exchange is bounded by `timeout`.
-    pub(crate) async fn eval(&self, call: &ScriptCall, timeout: Duration) -> Reply {
+    /// Runs a script by `EVALSHA`, falling back to `EVAL` on `NOSCRIPT` on the same
+    /// connection; the caller waits at most `timeout`.
+    ///
+    /// For an idempotent script (release, extend, fence commit) the exchange is *finished in
+    /// the background* when the caller stops waiting: a node that was paused answers
+    /// `NOSCRIPT` only after it resumes, and the `EVAL` must still follow, or a release sent
+    /// to a freshly restarted node would silently never run. An idempotent script is also
+    /// retried once after a dropped connection (the manager reconnects), within the timeout.
+    /// Acquire scripts are never finished late nor retried: their clean-up is ordered after
+    /// the request it sees, and a late `EVAL` would come after it.
+    pub(crate) async fn eval(&self, call: &Arc<ScriptCall>, timeout: Duration) -> Reply {
         let mut conn = self.conn.clone();
-        let run = async {
-            match Reply::from_result(conn.send_packed_command(&call.evalsha).await) {
-                Reply::Error(e)
-                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+        let call2 = call.clone();
+        let mut run = Box::pin(async move {
+            let mut tries = if call2.idempotent { 2 } else { 1 };
+            loop {
+                tries -= 1;
+                let reply = match Reply::from_result(conn.send_packed_command(&call2.evalsha).await)
                 {
-                    Reply::from_result(conn.send_packed_command(&call.eval()).await)
+                    Reply::Error(e)
+                        if e.kind()
+                            == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                    {
+                        Reply::from_result(conn.send_packed_command(&call2.eval()).await)
+                    }
+                    other => other,
+                };
+                match reply {
+                    Reply::Error(e)
+                        if tries > 0 && (e.is_connection_dropped() || e.is_io_error()) =>
+                    {
+                        continue;
+                    }
+                    other => return other,
                 }
-                other => other,
             }
-        };
-        match tokio::time::timeout(timeout, run).await {
-            Ok(r) => r,
-            Err(_) => Reply::TimedOut,
+        });
+        tokio::select! {
+            r = &mut run => r,
+            () = tokio::time::sleep(timeout) => {
+                if call.idempotent {
+                    crate::fanout::spawn(async move {
+                        let _ = tokio::time::timeout(LATE_LIMIT, run).await;
+                    });
+                }
+                Reply::TimedOut
+            }
         }
     }
 }
+
+/// How long an idempotent script may go on in the background after its caller stopped
+/// waiting (a node paused for longer simply keeps the key until its TTL).
+const LATE_LIMIT: Duration = Duration::from_secs(30);
 
 /// One prepared request, shared by every node of a round.
 pub(crate) enum Request {
     /// A plain command (`SET … NX PX …`).
     Cmd(Cmd),
     /// A script.
-    Script(ScriptCall),
+    Script(Arc<ScriptCall>),
 }
 
 impl Node {
@@ -367,6 +408,7 @@ impl Node {
 /// A prepared script invocation (keys and arguments), shared by every node of a round.
 pub(crate) struct ScriptCall {
     code: &'static str,
+    idempotent: bool,
     evalsha: Cmd,
     keys: Vec<Vec<u8>>,
     args: Vec<Vec<u8>>,
@@ -384,6 +426,7 @@ impl ScriptCall {
         }
         ScriptCall {
             code: script.code,
+            idempotent: script.idempotent,
             evalsha,
             keys,
             args,
@@ -406,7 +449,7 @@ impl ScriptCall {
 /// Checks a node against the deployment contract and warns through `tracing` about
 /// every breach it can see. Never fails: a node that cannot be checked (down, `CONFIG`
 /// disabled by ACL) is only noted at debug level.
-pub(crate) async fn check_deployment(node: &Node, timeout: Duration) {
+pub(crate) async fn check_deployment(node: &Node, timeout: Duration, fencing: bool) {
     let addr = &node.addr;
     match node.query(&redis::cmd("PING"), timeout).await {
         Reply::Value(_) => {}
@@ -448,6 +491,13 @@ pub(crate) async fn check_deployment(node: &Node, timeout: Duration) {
         (Some(_), Some(_)) => tracing::warn!(node = %addr, appendonly = ?aof, appendfsync = ?fsync,
             "quorumlock: node does not persist every write (appendfsync always): after a crash, restart it only once the longest TTL has passed"),
         _ => tracing::debug!(node = %addr, "quorumlock: could not read persistence settings"),
+    }
+    if fencing && aof.as_deref() != Some("yes") {
+        let save = get(node.query(&config_get("save"), timeout).await);
+        if save.as_deref().is_some_and(|s| !s.trim().is_empty()) {
+            tracing::warn!(node = %addr, save = ?save,
+                "quorumlock: fencing with RDB snapshots: a restart can bring back stale fence counters; use AOF with appendfsync always, or no persistence at all");
+        }
     }
     if let Reply::Value(v) = node
         .query(redis::cmd("INFO").arg("replication"), timeout)

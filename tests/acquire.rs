@@ -14,8 +14,14 @@ use support::*;
 
 const TTL: Duration = Duration::from_secs(10);
 
+/// A client with a fixed per-node timeout: the derived default (2 % of the TTL) is tight
+/// on a loaded 2-core CI machine, and these tests are about outcomes, not latency.
 async fn client(urls: &[String]) -> Redlock {
-    Redlock::builder(urls).build().await.expect("build")
+    Redlock::builder(urls)
+        .node_timeout(Duration::from_millis(250))
+        .build()
+        .await
+        .expect("build")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -153,8 +159,15 @@ async fn t30_killed_nodes() {
         }
         other => panic!("expected NoQuorum, got {other:?}"),
     }
-    // The two survivors hold nothing of the failed attempt.
-    assert_eq!(count_key(&c, 3..5, &lock_key("k")).await, 0);
+    // The two survivors hold nothing of the failed attempt (their release may still be
+    // in flight when the decision came from the three dead nodes first).
+    let key = lock_key("k");
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            count_key(&c, 3..5, &key).await == 0
+        })
+        .await
+    );
     // Nodes come back: the same client works again (it reconnects by itself).
     c.start(0).await.unwrap();
     assert!(
@@ -369,7 +382,7 @@ async fn t41_extend_and_release_of_an_expired_lock() {
     let c = cluster5().await;
     let a = client(&c.urls()).await;
     let mut l = a
-        .try_lock("short", Duration::from_millis(50))
+        .try_lock("short", Duration::from_millis(300))
         .await
         .unwrap();
     tokio::time::sleep_until(l.deadline().into()).await;
