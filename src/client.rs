@@ -212,6 +212,7 @@ impl Redlock {
     /// # Ok(()) }
     /// ```
     pub async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
+        Error::ensure_runtime()?;
         let res = Resources::new(&[resource])?;
         self.inner.config.check_ttl(ttl)?;
         acquire_once(&self.inner, &res, ttl, 1).await
@@ -241,6 +242,7 @@ impl Redlock {
     /// # Ok(()) }
     /// ```
     pub async fn lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
+        Error::ensure_runtime()?;
         let res = Resources::new(&[resource])?;
         self.inner.config.check_ttl(ttl)?;
         crate::wait::acquire_waiting(&self.inner, &res, ttl, &self.inner.config.retry).await
@@ -271,6 +273,7 @@ impl Redlock {
         ttl: Duration,
         retry: Retry,
     ) -> Result<Lock, Error> {
+        Error::ensure_runtime()?;
         let res = Resources::new(&[resource])?;
         self.inner.config.check_ttl(ttl)?;
         retry.validate().map_err(|e| match e {
@@ -309,6 +312,7 @@ impl Redlock {
         I: IntoIterator,
         I::Item: AsRef<str>,
     {
+        Error::ensure_runtime()?;
         let names: Vec<I::Item> = resources.into_iter().collect();
         let res = Resources::new(&names)?;
         self.inner.config.check_ttl(ttl)?;
@@ -341,6 +345,7 @@ impl Redlock {
         I: IntoIterator,
         I::Item: AsRef<str>,
     {
+        Error::ensure_runtime()?;
         let names: Vec<I::Item> = resources.into_iter().collect();
         let res = Resources::new(&names)?;
         self.inner.config.check_ttl(ttl)?;

@@ -564,6 +564,7 @@ impl RedlockBuilder {
     /// # Ok(()) }
     /// ```
     pub async fn build(self) -> Result<Redlock, Error> {
+        Error::ensure_runtime()?;
         let specs = self.validate()?;
         Redlock::connect(specs, self.config).await
     }

@@ -194,6 +194,18 @@ impl Error {
         })
     }
 
+    /// `Err` unless called within a Tokio runtime (timers and connections need one):
+    /// a clear error instead of the panic Tokio would raise.
+    pub(crate) fn ensure_runtime() -> Result<(), Error> {
+        match tokio::runtime::Handle::try_current() {
+            Ok(_) => Ok(()),
+            Err(_) => Err(Error::invalid(
+                "runtime",
+                "quorumlock must be used within a Tokio runtime (with the time and net drivers enabled)",
+            )),
+        }
+    }
+
     pub(crate) fn config(field: &'static str, detail: impl Into<String>) -> Error {
         Error::Config(ConfigError {
             field,

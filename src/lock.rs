@@ -257,6 +257,7 @@ impl Lock {
     /// # Ok(()) }
     /// ```
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
+        Error::ensure_runtime()?;
         self.inner.config.check_ttl(ttl)?;
         if !self.is_valid() {
             return Err(Error::lost(LostReason::Expired, None));
@@ -379,6 +380,7 @@ impl Lock {
     /// # Ok(()) }
     /// ```
     pub async fn release(mut self) -> Result<(), Error> {
+        Error::ensure_runtime()?;
         let span = tracing::debug_span!(
             "quorumlock.release",
             resource = %self.res.label(),

@@ -37,3 +37,28 @@ async fn futures_are_send(locks: Redlock, mut lock: Lock) {
     send_future(&lock.release());
     send_future(&Redlock::builder(["redis://127.0.0.1:1"]).build());
 }
+
+/// Used outside a Tokio runtime, the API answers with an error instead of Tokio's panic.
+#[test]
+fn no_runtime_is_an_error_not_a_panic() {
+    let r = futures::executor::block_on(Redlock::builder(["redis://127.0.0.1:1"]).build());
+    match r {
+        Err(Error::InvalidInput(i)) => assert_eq!(i.what(), "runtime"),
+        other => panic!("expected a runtime error, got {other:?}"),
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let locks = rt
+        .block_on(
+            Redlock::builder(["redis://127.0.0.1:1"])
+                .connect_timeout(std::time::Duration::from_millis(20))
+                .build(),
+        )
+        .unwrap();
+    let r = futures::executor::block_on(locks.try_lock("r", std::time::Duration::from_secs(1)));
+    assert!(matches!(r, Err(Error::InvalidInput(_))), "{r:?}");
+    let r = futures::executor::block_on(locks.lock("r", std::time::Duration::from_secs(1)));
+    assert!(matches!(r, Err(Error::InvalidInput(_))), "{r:?}");
+}
