@@ -1,0 +1,649 @@
+//! quorumlock benchmarks (SPEC §9): quorumlock side by side with `rslock` 0.10 and the raw
+//! floor (plain redis-rs), on local clusters of real `redis-server` processes that this
+//! benchmark starts itself.
+//!
+//! ```text
+//! cargo bench --features testkit --bench lock            # everything (< 10 minutes)
+//! cargo bench --features testkit --bench lock -- cycle   # one section
+//! ```
+//!
+//! Sections (each a Criterion group plus our own timed loops, because the docs need
+//! percentiles and medians of rounds, not only Criterion's means):
+//!
+//! * `cycle`: one task, uncontended acquire + release.
+//! * `uncontended_16`: 16 tasks on distinct resources, total ops/s.
+//! * `fencing`: `cycle` and `uncontended_16` with fencing tokens on and off.
+//! * `scaling`: cycle latency and 16-task throughput for N = 1, 3, 5, 7, 9 nodes, and
+//!   N = 5 with one node paused (SIGSTOP).
+//! * `held_10k`: 10,000 held locks, memory and CPU.
+//! * `contended_16`: 16 tasks, each with its own client, on one resource: throughput,
+//!   acquire latency, fairness, split votes.
+//!
+//! Machine-readable results go to `bench-out/summary.jsonl` (one JSON object per line);
+//! `scripts/plot-benchmarks.py` turns them into `docs/img/*.svg`.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput};
+use futures::StreamExt;
+use quorumlock::testkit::LocalCluster;
+use quorumlock::{Redlock, Watchdog};
+use tokio::runtime::Runtime;
+
+use support::{Impl, Summary, cpu_time, percentile, proc_cpu_time, rss_kb, split_votes, us};
+
+/// TTL of the uncontended cycles: long enough that it never matters.
+const TTL: Duration = Duration::from_secs(10);
+/// Rounds of every timed loop; the docs report the median round.
+const ROUNDS: usize = 3;
+/// Cycles per round of the one-task timed loop.
+const CYCLES: usize = 3000;
+/// Cycles per task per round of the 16-task timed loop.
+const CYCLES_16: usize = 300;
+const TASKS: usize = 16;
+
+fn criterion() -> Criterion {
+    Criterion::default()
+        .sample_size(15)
+        .warm_up_time(Duration::from_millis(700))
+        .measurement_time(Duration::from_secs(3))
+        .configure_from_args()
+}
+
+fn main() {
+    let filter = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-') && a != "lock");
+    // `-- cycle,scaling`: only the sections whose names start with one of these.
+    let wants = |section: &str| {
+        filter
+            .as_deref()
+            .is_none_or(|f| f.split(',').any(|f| section.starts_with(f)))
+    };
+    let rt = Runtime::new().expect("tokio runtime");
+    let mut c = criterion();
+    let summary = Summary::create("bench-out/summary.jsonl");
+    summary.meta();
+
+    // The shared 5-node cluster of sections 1, 2 and 5.
+    let cluster = rt
+        .block_on(LocalCluster::launch(5))
+        .expect("launch 5 redis-server nodes (is redis-server installed?)");
+    let urls = cluster.urls();
+
+    if wants("cycle") {
+        bench_cycle(&rt, &mut c, &summary, &urls);
+    }
+    if wants("uncontended_16") {
+        bench_uncontended(&rt, &mut c, &summary, &urls);
+    }
+    if wants("fencing") {
+        bench_fencing(&rt, &mut c, &summary, &urls);
+    }
+    if wants("scaling") {
+        bench_scaling(&rt, &mut c, &summary);
+    }
+    if wants("held_10k") {
+        bench_held(&rt, &summary, &urls, &cluster);
+    }
+    drop(rt);
+    if wants("contended_16") {
+        // Last: it runs on its own runtime with a tracing layer that counts split votes.
+        bench_contended(&summary, &urls);
+    }
+    c.final_summary();
+    drop(cluster);
+    eprintln!("summary written to bench-out/summary.jsonl");
+}
+
+/// The three implementations on `urls`, connected and warmed up.
+fn impls(rt: &Runtime, urls: &[String], fencing: bool) -> Vec<Impl> {
+    rt.block_on(async {
+        let ql = Redlock::builder(urls.to_vec())
+            .fencing(fencing)
+            .build()
+            .await
+            .expect("quorumlock build");
+        let rs = rslock::LockManager::new(urls.to_vec());
+        let floor = support::Floor::connect(urls).await.expect("floor connect");
+        let all = vec![Impl::Quorumlock(ql), Impl::Rslock(rs), Impl::Floor(floor)];
+        for imp in &all {
+            for i in 0..200 {
+                imp.cycle(&format!("warm:{i}"), TTL).await;
+            }
+        }
+        all
+    })
+}
+
+/// One-task cycle timings: `ROUNDS` rounds of `CYCLES`, implementations interleaved
+/// round by round. Returns per implementation the samples of each round.
+fn timed_cycles(rt: &Runtime, imps: &[Impl], cycles: usize) -> Vec<Vec<Vec<Duration>>> {
+    let mut out = vec![Vec::new(); imps.len()];
+    for round in 0..ROUNDS {
+        for (k, imp) in imps.iter().enumerate() {
+            let samples = rt.block_on(async {
+                let key = format!("cycle:{}:{round}", imp.name());
+                let mut v = Vec::with_capacity(cycles);
+                for _ in 0..cycles {
+                    let t = Instant::now();
+                    imp.cycle(&key, TTL).await;
+                    v.push(t.elapsed());
+                }
+                v
+            });
+            out[k].push(samples);
+        }
+    }
+    out
+}
+
+/// Median over rounds of a per-round statistic.
+fn median_of(rounds: &[Vec<Duration>], f: impl Fn(&mut Vec<Duration>) -> f64) -> f64 {
+    let mut vals: Vec<f64> = rounds
+        .iter()
+        .map(|r| {
+            let mut r = r.clone();
+            f(&mut r)
+        })
+        .collect();
+    vals.sort_by(|a, b| a.total_cmp(b));
+    vals[vals.len() / 2]
+}
+
+fn report_cycles(summary: &Summary, section: &str, imps: &[Impl], rounds: &[Vec<Vec<Duration>>]) {
+    for (imp, r) in imps.iter().zip(rounds) {
+        let p50 = median_of(r, |v| us(percentile(v, 0.50)));
+        let p99 = median_of(r, |v| us(percentile(v, 0.99)));
+        let mean = median_of(r, |v| us(v.iter().sum::<Duration>()) / v.len() as f64);
+        let p50s: Vec<f64> = r
+            .iter()
+            .map(|v| us(percentile(&mut v.clone(), 0.5)))
+            .collect();
+        println!(
+            "[{section}] {:<22} p50 {p50:>8.1} µs  p99 {p99:>8.1} µs  mean {mean:>8.1} µs  (p50 per round {p50s:.1?})",
+            imp.name()
+        );
+        summary.line(&format!(
+            r#"{{"section":"{section}","impl":"{}","p50_us":{p50:.1},"p99_us":{p99:.1},"mean_us":{mean:.1},"rounds_p50_us":{}}}"#,
+            imp.name(),
+            support::json_f64s(&p50s)
+        ));
+    }
+}
+
+fn bench_cycle(rt: &Runtime, c: &mut Criterion, summary: &Summary, urls: &[String]) {
+    let imps = impls(rt, urls, false);
+    let mut g = c.benchmark_group("cycle");
+    for imp in &imps {
+        let key = format!("crit:cycle:{}", imp.name());
+        g.bench_function(imp.name(), |b| {
+            b.to_async(rt).iter(|| imp.cycle(&key, TTL));
+        });
+    }
+    g.finish();
+    let rounds = timed_cycles(rt, &imps, CYCLES);
+    report_cycles(summary, "cycle", &imps, &rounds);
+}
+
+/// `TASKS` tasks, each `cycles` acquire+release cycles on its own resource; ops/s.
+async fn throughput16(imp: &Impl, cycles: usize, tag: &str) -> f64 {
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for t in 0..TASKS {
+        let imp = imp.clone();
+        let key = format!("u16:{tag}:{}:{t}", imp.name());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..cycles {
+                imp.cycle(&key, TTL).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    (TASKS * cycles) as f64 / start.elapsed().as_secs_f64()
+}
+
+fn timed_throughput(rt: &Runtime, imps: &[Impl], cycles: usize) -> Vec<Vec<f64>> {
+    let mut out = vec![Vec::new(); imps.len()];
+    for round in 0..ROUNDS {
+        for (k, imp) in imps.iter().enumerate() {
+            out[k].push(rt.block_on(throughput16(imp, cycles, &round.to_string())));
+        }
+    }
+    out
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn report_throughput(summary: &Summary, section: &str, imps: &[Impl], rounds: &[Vec<f64>]) {
+    for (imp, r) in imps.iter().zip(rounds) {
+        let m = median(r);
+        println!(
+            "[{section}] {:<22} {m:>9.0} ops/s  (rounds {r:.0?})",
+            imp.name()
+        );
+        summary.line(&format!(
+            r#"{{"section":"{section}","impl":"{}","ops_per_s":{m:.0},"rounds_ops_per_s":{}}}"#,
+            imp.name(),
+            support::json_f64s(r)
+        ));
+    }
+}
+
+fn criterion_throughput(rt: &Runtime, c: &mut Criterion, group: &str, imps: &[Impl]) {
+    let mut g = c.benchmark_group(group);
+    g.throughput(Throughput::Elements(TASKS as u64));
+    for imp in imps {
+        g.bench_function(imp.name(), |b| {
+            b.to_async(rt).iter_custom(|iters| {
+                let imp = imp.clone();
+                async move {
+                    let start = Instant::now();
+                    throughput16(&imp, iters as usize, "crit").await;
+                    start.elapsed()
+                }
+            });
+        });
+    }
+    g.finish();
+}
+
+fn bench_uncontended(rt: &Runtime, c: &mut Criterion, summary: &Summary, urls: &[String]) {
+    let imps = impls(rt, urls, false);
+    criterion_throughput(rt, c, "uncontended_16", &imps);
+    let rounds = timed_throughput(rt, &imps, CYCLES_16);
+    report_throughput(summary, "uncontended_16", &imps, &rounds);
+}
+
+fn bench_fencing(rt: &Runtime, c: &mut Criterion, summary: &Summary, urls: &[String]) {
+    let plain = impls(rt, urls, false).swap_remove(0);
+    let fenced = match impls(rt, urls, true).swap_remove(0) {
+        Impl::Quorumlock(q) => Impl::Fenced(q),
+        _ => unreachable!(),
+    };
+    let imps = vec![plain, fenced];
+    let mut g = c.benchmark_group("fencing_cycle");
+    for imp in &imps {
+        let key = format!("crit:fence:{}", imp.name());
+        g.bench_function(imp.name(), |b| {
+            b.to_async(rt).iter(|| imp.cycle(&key, TTL));
+        });
+    }
+    g.finish();
+    criterion_throughput(rt, c, "fencing_uncontended_16", &imps);
+    let rounds = timed_cycles(rt, &imps, CYCLES);
+    report_cycles(summary, "fencing_cycle", &imps, &rounds);
+    let rounds = timed_throughput(rt, &imps, CYCLES_16);
+    report_throughput(summary, "fencing_uncontended_16", &imps, &rounds);
+}
+
+fn bench_scaling(rt: &Runtime, c: &mut Criterion, summary: &Summary) {
+    let mut g = c.benchmark_group("scaling");
+    g.sample_size(10).measurement_time(Duration::from_secs(2));
+    for n in [1usize, 3, 5, 7, 9] {
+        let cluster = rt
+            .block_on(LocalCluster::launch(n))
+            .expect("launch cluster");
+        let urls = cluster.urls();
+        let imps = impls(rt, &urls, false);
+        let key = format!("crit:scale:{n}");
+        g.bench_function(format!("quorumlock/{n}"), |b| {
+            b.to_async(rt).iter(|| imps[0].cycle(&key, TTL));
+        });
+        let rounds = timed_cycles(rt, &imps, 1500);
+        report_cycles(summary, &format!("scaling_n{n}"), &imps, &rounds);
+        let tp = timed_throughput(rt, &imps, 150);
+        report_throughput(summary, &format!("scaling_u16_n{n}"), &imps, &tp);
+
+        if n == 5 {
+            rt.block_on(cluster.pause(0)).expect("pause node 0");
+            g.bench_function("quorumlock/5-paused", |b| {
+                b.to_async(rt).iter(|| imps[0].cycle(&key, TTL));
+            });
+            // rslock and the floor wait for every node (here: redis-rs's 500 ms response
+            // timeout), so only a few cycles each.
+            let ql = timed_cycles(rt, &imps[..1], 1500);
+            report_cycles(summary, "paused_n5", &imps[..1], &ql);
+            let slow = rt.block_on(async {
+                let mut out = Vec::new();
+                for imp in &imps[1..] {
+                    let mut v = Vec::new();
+                    for i in 0..4 {
+                        let t = Instant::now();
+                        imp.cycle(&format!("paused:{i}"), TTL).await;
+                        v.push(t.elapsed());
+                    }
+                    out.push(vec![v]);
+                }
+                out
+            });
+            report_cycles(summary, "paused_n5", &imps[1..], &slow);
+            rt.block_on(cluster.resume(0)).expect("resume node 0");
+        }
+        drop(imps);
+        drop(cluster);
+    }
+    g.finish();
+}
+
+fn bench_held(rt: &Runtime, summary: &Summary, urls: &[String], cluster: &LocalCluster) {
+    let held_default: usize = std::env::var("QL_HELD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    const HOLD: Duration = Duration::from_secs(10);
+    let pids: Vec<u32> = (0..cluster.len())
+        .filter_map(|i| cluster.pid(i).ok().flatten())
+        .collect();
+    let server_cpu = || -> f64 { pids.iter().map(|&p| proc_cpu_time(p)).sum() };
+    rt.block_on(async {
+        let ql = Redlock::builder(urls.to_vec())
+            .build()
+            .await
+            .expect("quorumlock build");
+        for variant in ["idle", "watchdog_1k", "watchdog", "extend_every_1s"] {
+            let ttl = match variant {
+                "idle" => Duration::from_secs(60),
+                "watchdog" | "watchdog_1k" => Duration::from_secs(2),
+                _ => Duration::from_secs(3),
+            };
+            let held = if variant == "watchdog_1k" {
+                held_default / 10
+            } else {
+                held_default
+            };
+            let is_watchdog = variant.starts_with("watchdog");
+            let rss0 = rss_kb();
+            let cpu0 = cpu_time();
+            let t0 = Instant::now();
+            let acquired: Vec<_> = futures::stream::iter(0..held)
+                .map(|i| {
+                    let ql = ql.clone();
+                    async move { ql.try_lock(&format!("held:{variant}:{i}"), ttl).await }
+                })
+                .buffer_unordered(64)
+                .collect::<Vec<_>>()
+                .await
+                .into_iter()
+                .map(|r| r.expect("acquire held lock"))
+                .collect();
+            let acquire_s = t0.elapsed().as_secs_f64();
+            let cpu_acq = cpu_time() - cpu0;
+            let mut locks = Vec::new();
+            let mut kept = Vec::new();
+            if is_watchdog {
+                kept = acquired
+                    .into_iter()
+                    .map(|l| l.keep_alive(Watchdog::new()))
+                    .collect();
+            } else {
+                locks = acquired;
+            }
+            let rss1 = rss_kb();
+            let cpu1 = cpu_time();
+            let srv1 = server_cpu();
+            let hold_start = Instant::now();
+            let mut extensions = 0u64;
+            while hold_start.elapsed() < HOLD {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if is_watchdog {
+                    let lost = kept.iter().filter(|k| k.is_lost()).count();
+                    eprintln!(
+                        "[held_10k:{variant}] t={:.1}s lost {lost}/{held}",
+                        hold_start.elapsed().as_secs_f64()
+                    );
+                }
+                if variant == "extend_every_1s" {
+                    let results: Vec<_> = futures::stream::iter(locks.iter_mut())
+                        .map(|l| l.extend(ttl))
+                        .buffer_unordered(64)
+                        .collect()
+                        .await;
+                    for r in results {
+                        r.expect("extend held lock");
+                        extensions += 1;
+                    }
+                }
+            }
+            let held_for = hold_start.elapsed().as_secs_f64();
+            let cpu_hold = cpu_time() - cpu1;
+            let srv_hold = server_cpu() - srv1;
+            let rss2 = rss_kb();
+            let still_valid = if is_watchdog {
+                kept.iter().filter(|k| !k.is_lost() && !k.remaining().is_zero()).count()
+            } else {
+                locks.iter().filter(|l| l.is_valid()).count()
+            };
+            let t1 = Instant::now();
+            let mut release_errors = 0usize;
+            let errs: Vec<bool> = futures::stream::iter(locks.drain(..))
+                .map(|l| async move { l.release().await.is_err() })
+                .buffer_unordered(64)
+                .collect()
+                .await;
+            release_errors += errs.iter().filter(|e| **e).count();
+            let errs: Vec<bool> = futures::stream::iter(kept.drain(..))
+                .map(|k| async move {
+                    let r = k.release().await;
+                    if let Err(e) = &r {
+                        static ONCE: std::sync::Once = std::sync::Once::new();
+                        ONCE.call_once(|| eprintln!("[held_10k:watchdog] first release error: {e}"));
+                    }
+                    r.is_err()
+                })
+                .buffer_unordered(64)
+                .collect()
+                .await;
+            release_errors += errs.iter().filter(|e| **e).count();
+            let release_s = t1.elapsed().as_secs_f64();
+            println!(
+                "[held_10k:{variant}] ttl {ttl:?}: acquire {acquire_s:.2} s (cpu {cpu_acq:.2} s), RSS {rss0} → {rss1} kB (+{} kB, {:.0} B/lock), hold {held_for:.1} s: client cpu {cpu_hold:.3} s ({:.2}% of a core), servers cpu {srv_hold:.2} s, {extensions} manual extensions, {still_valid} still valid, RSS {rss2} kB; release {release_s:.2} s, {release_errors} release errors",
+                rss1.saturating_sub(rss0),
+                (rss1.saturating_sub(rss0) * 1024) as f64 / held as f64,
+                100.0 * cpu_hold / held_for
+            );
+            summary.line(&format!(
+                r#"{{"section":"held_10k","variant":"{variant}","locks":{held},"ttl_ms":{},"acquire_s":{acquire_s:.3},"acquire_cpu_s":{cpu_acq:.3},"rss_before_kb":{rss0},"rss_held_kb":{rss1},"rss_end_kb":{rss2},"hold_s":{held_for:.2},"client_cpu_s":{cpu_hold:.4},"client_cpu_pct":{:.3},"servers_cpu_s":{srv_hold:.3},"extensions":{extensions},"still_valid":{still_valid},"release_s":{release_s:.3},"release_errors":{release_errors}}}"#,
+                ttl.as_millis(),
+                100.0 * cpu_hold / held_for
+            ));
+        }
+    });
+}
+
+/// What a contended run measured.
+struct Contended {
+    acquisitions: usize,
+    window: Duration,
+    latencies: Vec<Duration>,
+    order: Vec<u8>,
+    timeouts: u64,
+}
+
+/// Acquisition sequence number: bumped on every acquisition of the contended resource
+/// (read by the split-vote counter).
+pub static ACQ_SEQ: AtomicU64 = AtomicU64::new(0);
+
+#[derive(Clone)]
+enum Contender {
+    Quorumlock(Redlock),
+    Rslock(rslock::LockManager),
+}
+
+async fn run_contended(
+    contenders: Vec<Contender>,
+    resource: &'static str,
+    window: Duration,
+) -> Contended {
+    let ttl = Duration::from_secs(2);
+    let order = Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let timeouts = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let stop = start + window;
+    let mut tasks = Vec::new();
+    for (id, who) in contenders.into_iter().enumerate() {
+        let order = order.clone();
+        let timeouts = timeouts.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            while Instant::now() < stop {
+                let t = Instant::now();
+                match &who {
+                    Contender::Quorumlock(ql) => match ql.lock(resource, ttl).await {
+                        Ok(l) => {
+                            let d = t.elapsed();
+                            ACQ_SEQ.fetch_add(1, Ordering::SeqCst);
+                            if Instant::now() < stop {
+                                lat.push(d);
+                                order.lock().unwrap().push(id as u8);
+                            }
+                            l.release().await.expect("release");
+                        }
+                        Err(e) => {
+                            assert!(e.is_retryable(), "contended lock: {e}");
+                            timeouts.fetch_add(1, Ordering::Relaxed);
+                        }
+                    },
+                    Contender::Rslock(rs) => match rs.acquire_no_guard(resource, ttl).await {
+                        Ok(l) => {
+                            let d = t.elapsed();
+                            ACQ_SEQ.fetch_add(1, Ordering::SeqCst);
+                            if Instant::now() < stop {
+                                lat.push(d);
+                                order.lock().unwrap().push(id as u8);
+                            }
+                            rs.unlock(&l).await;
+                        }
+                        Err(e) => panic!("rslock acquire: {e:?}"),
+                    },
+                }
+            }
+            lat
+        }));
+    }
+    let mut latencies = Vec::new();
+    for t in tasks {
+        latencies.extend(t.await.expect("contender"));
+    }
+    let order = std::mem::take(&mut *order.lock().unwrap());
+    Contended {
+        acquisitions: order.len(),
+        window,
+        latencies,
+        order,
+        timeouts: timeouts.load(Ordering::Relaxed),
+    }
+}
+
+fn bench_contended(summary: &Summary, urls: &[String]) {
+    let window = Duration::from_secs(3);
+    let (rt, stats) = split_votes::runtime();
+    let variants: [(&str, &'static str); 4] = [
+        ("quorumlock-notify", "contended:notify"),
+        ("quorumlock-poll", "contended:poll"),
+        ("rslock", "contended:rslock"),
+        ("rslock-20ms", "contended:rslock20"),
+    ];
+    let mut samples: BTreeMap<&str, Vec<Duration>> = BTreeMap::new();
+    for (name, resource) in variants {
+        let result = rt.block_on(async {
+            let mut contenders = Vec::new();
+            for _ in 0..TASKS {
+                contenders.push(match name {
+                    "quorumlock-notify" | "quorumlock-poll" => Contender::Quorumlock(
+                        Redlock::builder(urls.to_vec())
+                            .notify(name == "quorumlock-notify")
+                            .build()
+                            .await
+                            .expect("quorumlock build"),
+                    ),
+                    _ => {
+                        let mut rs = rslock::LockManager::new(urls.to_vec());
+                        if name == "rslock-20ms" {
+                            rs.set_retry(3, Duration::from_millis(20));
+                        }
+                        // Connect before the clock starts.
+                        let l = rs.lock("warm", TTL).await.expect("rslock warm");
+                        rs.unlock(&l).await;
+                        Contender::Rslock(rs)
+                    }
+                });
+            }
+            // Warm-up: connections, scripts, subscriptions.
+            if let Contender::Quorumlock(ql) = &contenders[0] {
+                let l = ql.lock(resource, TTL).await.expect("warm");
+                l.release().await.expect("warm release");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            stats.reset();
+            run_contended(contenders, resource, window).await
+        });
+        let split = stats.snapshot();
+        let mut lat = result.latencies.clone();
+        let ops = result.acquisitions as f64 / result.window.as_secs_f64();
+        let p50 = us(percentile(&mut lat, 0.50));
+        let p99 = us(percentile(&mut lat, 0.99));
+        let max = us(percentile(&mut lat, 1.0));
+        let same = result.order.windows(2).filter(|w| w[0] == w[1]).count();
+        let fair_same_pct = 100.0 * same as f64 / (result.order.len().max(2) - 1) as f64;
+        let mut per_task = [0usize; TASKS];
+        for &id in &result.order {
+            per_task[id as usize] += 1;
+        }
+        let is_ql = name.starts_with("quorumlock");
+        println!(
+            "[contended_16] {name:<18} {ops:>7.0} ops/s  acquire p50 {p50:>9.1} µs  p99 {p99:>9.1} µs  max {max:>9.1} µs  same-task re-acquire {fair_same_pct:.1}%  per task {per_task:?}  timeouts {}{}",
+            result.timeouts,
+            if is_ql {
+                format!(
+                    "  attempts {} failed {} failed-with-grants {} split votes {} ({:.2}% of attempts)",
+                    split.attempts,
+                    split.failed,
+                    split.failed_with_grants,
+                    split.split,
+                    100.0 * split.split as f64 / split.attempts.max(1) as f64
+                )
+            } else {
+                String::new()
+            }
+        );
+        let split_json = if is_ql {
+            format!(
+                r#","attempts":{},"failed_attempts":{},"failed_with_grants":{},"split_votes":{},"split_vote_pct":{:.3}"#,
+                split.attempts,
+                split.failed,
+                split.failed_with_grants,
+                split.split,
+                100.0 * split.split as f64 / split.attempts.max(1) as f64
+            )
+        } else {
+            String::new()
+        };
+        summary.line(&format!(
+            r#"{{"section":"contended_16","impl":"{name}","ops_per_s":{ops:.0},"acquisitions":{},"p50_us":{p50:.1},"p99_us":{p99:.1},"max_us":{max:.1},"same_task_pct":{fair_same_pct:.2},"min_task_share":{},"max_task_share":{},"timeouts":{}{split_json}}}"#,
+            result.acquisitions,
+            per_task.iter().min().unwrap(),
+            per_task.iter().max().unwrap(),
+            result.timeouts
+        ));
+        samples.insert(name, result.latencies);
+    }
+    for (name, v) in samples {
+        let lat: Vec<f64> = v.iter().map(|d| us(*d)).collect();
+        summary.line(&format!(
+            r#"{{"section":"contended_samples","impl":"{name}","lat_us":{}}}"#,
+            support::json_f64s(&lat)
+        ));
+    }
+}
