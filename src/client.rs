@@ -354,10 +354,14 @@ impl Redlock {
 }
 
 /// How an acquire reply counts.
+///
+/// One resource is taken with `SET key token NX PX ttl GET` (Redis ≥ 7.0): nil means there
+/// was no key and ours is set; a string is the current holder's token (not set). The
+/// multi-resource script answers 1/0, the fenced one `{1, …}`/`{0}`.
 pub(crate) fn acquire_ballot(r: &Reply) -> Ballot {
     match r {
-        Reply::Value(Value::Okay) | Reply::Value(Value::Int(1)) => Ballot::Granted,
-        Reply::Value(Value::Nil) | Reply::Value(Value::Int(0)) => Ballot::Refused,
+        Reply::Value(Value::Nil | Value::Okay | Value::Int(1)) => Ballot::Granted,
+        Reply::Value(Value::BulkString(_) | Value::Int(0)) => Ballot::Refused,
         Reply::Value(Value::Array(a)) if matches!(a.first(), Some(Value::Int(0))) => {
             Ballot::Refused
         }
@@ -366,6 +370,25 @@ pub(crate) fn acquire_ballot(r: &Reply) -> Ballot {
         }
         _ => Ballot::Failed,
     }
+}
+
+/// The largest number of nodes one other owner holds, from `SET … GET` replies (each
+/// refusal names the holder's token). `None` when a refusal did not name its holder.
+fn largest_holder(round: &Round) -> Option<usize> {
+    let mut owners: Vec<(&[u8], usize)> = Vec::new();
+    for (_, r) in round.replies() {
+        match r {
+            Reply::Value(Value::BulkString(owner)) => {
+                match owners.iter_mut().find(|(o, _)| *o == owner.as_slice()) {
+                    Some((_, n)) => *n += 1,
+                    None => owners.push((owner.as_slice(), 1)),
+                }
+            }
+            r if acquire_ballot(r) == Ballot::Refused => return None,
+            _ => {}
+        }
+    }
+    Some(owners.iter().map(|(_, n)| *n).max().unwrap_or(0))
 }
 
 /// What an acquire reply says, for votes and tracing.
@@ -437,7 +460,8 @@ pub(crate) async fn acquire_once(
                 .arg(token.as_bytes())
                 .arg("NX")
                 .arg("PX")
-                .arg(ttl_ms);
+                .arg(ttl_ms)
+                .arg("GET");
             Request::Cmd(set)
         } else {
             Request::Script(Arc::new(ScriptCall::new(
@@ -528,7 +552,8 @@ impl Attempt {
                 fencing_token,
             ));
         }
-        let votes = self.round.votes(&self.inner.nodes, outcome(acquire_ballot));
+        let mut votes = self.round.votes(&self.inner.nodes, outcome(acquire_ballot));
+        votes.largest_holder = largest_holder(&self.round);
         let err = if decision == Decision::Reached {
             span.record("outcome", "no validity left");
             Error::Timeout(Timeout {

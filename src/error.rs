@@ -290,6 +290,7 @@ pub struct Votes {
     pub(crate) quorum: usize,
     pub(crate) votes: Vec<NodeVote>,
     pub(crate) elapsed: Duration,
+    pub(crate) largest_holder: Option<usize>,
 }
 
 impl Votes {
@@ -320,6 +321,16 @@ impl Votes {
     /// How many nodes timed out.
     pub fn timed_out(&self) -> usize {
         self.count(|o| matches!(o, NodeOutcome::TimedOut))
+    }
+    /// On how many nodes the most widespread *other* owner holds the key, when the nodes
+    /// said who holds it (single-resource acquisitions); `None` when unknown.
+    ///
+    /// Below the quorum while the attempt failed, no one holds the lock: the votes were
+    /// split between contenders (or a failed attempt's keys were not cleaned up yet), and
+    /// the resource is about to be free. [`Redlock::lock`](crate::Redlock::lock) then
+    /// retries after a short random back-off instead of waiting for a release.
+    pub fn largest_holder(&self) -> Option<usize> {
+        self.largest_holder
     }
     /// How long the vote took, from the first request to the decision.
     pub fn elapsed(&self) -> Duration {

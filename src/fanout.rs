@@ -105,6 +105,7 @@ impl Round {
     pub(crate) fn votes(&self, nodes: &[Node], outcome: impl Fn(&Reply) -> NodeOutcome) -> Votes {
         Votes {
             quorum: self.tally.quorum(),
+            largest_holder: None,
             elapsed: self.elapsed(),
             votes: nodes
                 .iter()

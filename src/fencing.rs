@@ -162,6 +162,7 @@ pub(crate) async fn acquire_fenced(
         round2.detach();
         let votes = Votes {
             quorum: inner.quorum,
+            largest_holder: None,
             votes,
             elapsed: attempt.round.elapsed(),
         };
@@ -284,6 +285,7 @@ async fn reseed_floor(
     }
     let votes = Votes {
         quorum: inner.quorum,
+        largest_holder: None,
         votes: inner
             .nodes
             .iter()

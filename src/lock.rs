@@ -393,13 +393,18 @@ impl Lock {
         );
         let expired = !self.is_valid();
         let mut round = self.release_round();
-        let decision = round
-            .decide(release_ballot_for(self.res.len()))
-            .instrument(span.clone())
-            .await;
+        let decision = round.decide(release_ballot).instrument(span.clone()).await;
         self.released = true;
         let inner = self.inner.clone();
-        let votes = round.votes(&inner.nodes, |r| outcome_for_release(self.res.len(), r));
+        if let Some(n) = &inner.notifier {
+            let listeners = round
+                .replies()
+                .filter_map(|(_, r)| release_reply(r).map(|(_, l)| l))
+                .max()
+                .unwrap_or(0);
+            n.released(&self.res, listeners);
+        }
+        let votes = round.votes(&inner.nodes, outcome_for_release);
         let refused = round.tally().refused();
         span.record("granted", round.tally().granted());
         span.record(
@@ -457,9 +462,8 @@ impl Drop for Lock {
         }
         let mut round = self.release_round();
         let quorum = self.inner.quorum;
-        let resources = self.res.len();
         let spawned = crate::fanout::spawn(async move {
-            let _ = round.decide(release_ballot_for(resources)).await;
+            let _ = round.decide(release_ballot).await;
             round.detach();
             let _ = quorum;
         });
@@ -492,34 +496,27 @@ fn extend_ballot(r: &Reply) -> Ballot {
     }
 }
 
-/// A node confirms a release when every key was ours and is now deleted; it refuses when
-/// some key no longer held our token.
-fn release_ballot_for(keys: usize) -> fn(&Reply) -> Ballot {
-    // Function pointers cannot capture; the count is encoded by choosing one of two.
-    if keys == 1 {
-        release_ballot_one
-    } else {
-        release_ballot_many
-    }
-}
-
-fn release_ballot_one(r: &Reply) -> Ballot {
+/// The release script's answer: `{deleted, listeners}`.
+pub(crate) fn release_reply(r: &Reply) -> Option<(i64, i64)> {
     match r {
-        Reply::Value(Value::Int(1)) => Ballot::Granted,
-        Reply::Value(Value::Int(0)) => Ballot::Refused,
-        _ => Ballot::Failed,
+        Reply::Value(Value::Array(a)) => match (a.first(), a.get(1)) {
+            (Some(Value::Int(d)), Some(Value::Int(l))) => Some((*d, *l)),
+            _ => None,
+        },
+        _ => None,
     }
 }
 
-fn release_ballot_many(r: &Reply) -> Ballot {
-    match r {
-        // Any deletion counts: the keys that were missing had expired on that node.
-        Reply::Value(Value::Int(n)) if *n > 0 => Ballot::Granted,
-        Reply::Value(Value::Int(0)) => Ballot::Refused,
-        _ => Ballot::Failed,
+/// A node confirms a release when it deleted our key(s) (for a multi-resource lock, keys
+/// already missing there had expired on that node); it refuses when none held our token.
+fn release_ballot(r: &Reply) -> Ballot {
+    match release_reply(r) {
+        Some((d, _)) if d > 0 => Ballot::Granted,
+        Some(_) => Ballot::Refused,
+        None => Ballot::Failed,
     }
 }
 
-fn outcome_for_release(keys: usize, r: &Reply) -> crate::error::NodeOutcome {
-    outcome(release_ballot_for(keys))(r)
+fn outcome_for_release(r: &Reply) -> crate::error::NodeOutcome {
+    outcome(release_ballot)(r)
 }

@@ -35,8 +35,31 @@ use crate::lock::Lock;
 use crate::node::NodeSpec;
 use crate::resource::Resources;
 
-/// The longest random pause a waiter takes after a release announcement before trying.
-pub const NOTIFY_STAGGER: Duration = Duration::from_micros(1500);
+/// The initial contention window: a waiter woken by a release announcement (or backing
+/// off after a split vote) pauses a random time in `0..window` before trying. The window
+/// adapts per resource: it doubles on every split vote (up to [`STAGGER_MAX`]) and shrinks
+/// by a quarter on every acquisition (down to [`STAGGER_MIN`]).
+pub const NOTIFY_STAGGER: Duration = Duration::from_micros(1000);
+/// The smallest contention window.
+pub const STAGGER_MIN: Duration = Duration::from_micros(250);
+/// The largest contention window.
+pub const STAGGER_MAX: Duration = Duration::from_millis(16);
+/// How long a caller that released a resource moments ago (while others listened for its
+/// release) waits before trying to take it again, so that a waiter gets it first.
+pub const POLITE_DELAY: Duration = Duration::from_micros(1500);
+/// How long after such a release the caller is considered "just released".
+const POLITE_WINDOW: Duration = Duration::from_millis(5);
+
+/// One contention-window step: doubled on a split vote, three quarters on an acquisition,
+/// kept within [`STAGGER_MIN`]..=[`STAGGER_MAX`].
+pub(crate) fn next_window(window: Duration, split: bool) -> Duration {
+    let next = if split {
+        window.saturating_mul(2)
+    } else {
+        window.saturating_mul(3) / 4
+    };
+    next.clamp(STAGGER_MIN, STAGGER_MAX)
+}
 
 /// How long a channel stays subscribed after its last waiter left (saves a SUBSCRIBE
 /// round trip for the next waiter, and closes the missed-release window).
@@ -51,7 +74,27 @@ pub(crate) fn jitter(min: Duration, max: Duration) -> Duration {
     min.saturating_add(Duration::from_nanos(rand::rng().random_range(0..=span)))
 }
 
+/// Whether a failed attempt's votes show that no one holds a quorum: the nodes that
+/// refused name their holders, and even if every node that did not answer belonged to the
+/// most widespread of them, it would stay below the quorum. The votes were split between
+/// contenders (or a failed attempt's keys are about to be cleaned up): the resource is
+/// about to be free, and no release will be announced for it.
+pub(crate) fn is_split(v: &Votes) -> bool {
+    let unknown = v.len().saturating_sub(v.granted() + v.held());
+    v.largest_holder()
+        .is_some_and(|largest| largest + unknown < v.quorum())
+}
+
 /// Acquires with retries, per `retry`.
+///
+/// After a failed attempt:
+/// * someone may hold a quorum → wait for a release announcement (then a short random
+///   stagger) or the retry delay, whichever comes first;
+/// * the votes were split (no one holds a quorum) → retry after a random back-off within
+///   the resource's contention window, which doubles on every split and shrinks on every
+///   acquisition (like Ethernet's exponential back-off);
+/// * a caller that itself released this resource moments ago, while others were listening
+///   for it, waits [`POLITE_DELAY`] before its first attempt, so a waiter gets it first.
 pub(crate) async fn acquire_waiting(
     inner: &Arc<Inner>,
     res: &Resources,
@@ -66,7 +109,13 @@ pub(crate) async fn acquire_waiting(
     });
     let mut attempts: u32 = 0;
     let mut interest: Option<Interest> = None;
-    let mut last: Option<Votes>;
+    let mut last: Option<Votes> = None;
+    if let Some(n) = &inner.notifier
+        && n.should_yield(res)
+    {
+        interest = Some(n.interest(res));
+        tokio::time::sleep(POLITE_DELAY).await;
+    }
     loop {
         attempts = attempts.saturating_add(1);
         let gate = interest.as_ref().map(|i| i.gate.clone());
@@ -74,15 +123,23 @@ pub(crate) async fn acquire_waiting(
             Some(g) => g.try_lock().ok(),
             None => None,
         };
+        let mut split = false;
         if gate.is_some() && guard.is_none() {
             // Another waiter of this Redlock is trying right now; wait for the next
             // release instead of splitting the vote with it.
-            last = None;
         } else {
             match acquire_once(inner, res, ttl, attempts).await {
-                Ok(lock) => return Ok(lock),
+                Ok(lock) => {
+                    if let Some(i) = &interest {
+                        i.adapt(false);
+                    }
+                    return Ok(lock);
+                }
                 Err(e) if !e.is_retryable() => return Err(e),
-                Err(e) => last = e.votes().cloned(),
+                Err(e) => {
+                    last = e.votes().cloned();
+                    split = last.as_ref().is_some_and(is_split);
+                }
             }
         }
         drop(guard);
@@ -91,6 +148,9 @@ pub(crate) async fn acquire_waiting(
         }
         if interest.is_none() {
             interest = inner.notifier.as_ref().map(|n| n.interest(res));
+        }
+        if split && let Some(i) = &interest {
+            i.adapt(true);
         }
         let mut delay = jitter(retry.delay_min, retry.delay_max);
         if let Some(at) = give_up_at {
@@ -101,10 +161,14 @@ pub(crate) async fn acquire_waiting(
             delay = delay.min(left);
         }
         match interest.as_mut() {
+            Some(i) if split => {
+                // No one holds it: back off randomly and try again, no announcement will come.
+                tokio::time::sleep(jitter(Duration::ZERO, i.window()).min(delay)).await;
+            }
             Some(i) => {
                 tokio::select! {
                     () = i.released() => {
-                        tokio::time::sleep(jitter(Duration::ZERO, NOTIFY_STAGGER)).await;
+                        tokio::time::sleep(jitter(Duration::ZERO, i.window())).await;
                     }
                     () = tokio::time::sleep(delay) => {}
                 }
@@ -135,6 +199,8 @@ pub(crate) struct Notifier {
 
 struct Shared {
     channels: Mutex<HashMap<Vec<u8>, Channel>>,
+    /// Channels this client released while others listened, until when it yields.
+    polite: Mutex<HashMap<Vec<u8>, Instant>>,
     nodes: Vec<mpsc::UnboundedSender<SubCmd>>,
 }
 
@@ -144,6 +210,7 @@ struct Channel {
     interest: usize,
     idle_since: Option<Instant>,
     gate: Arc<tokio::sync::Mutex<()>>,
+    window: Duration,
 }
 
 enum SubCmd {
@@ -161,6 +228,7 @@ impl Notifier {
         }
         let shared = Arc::new(Shared {
             channels: Mutex::new(HashMap::new()),
+            polite: Mutex::new(HashMap::new()),
             nodes: senders,
         });
         for (spec, rx) in specs.iter().zip(receivers) {
@@ -172,6 +240,49 @@ impl Notifier {
             }
         }
         Notifier { shared }
+    }
+
+    /// Notes a release of `res` that reached `listeners` subscribers on some node: if that
+    /// is more than this client's own subscription, others are waiting, and this client's
+    /// next `lock()` of it within [`POLITE_WINDOW`] yields first.
+    pub(crate) fn released(&self, res: &Resources, listeners: i64) {
+        if listeners <= 0 {
+            return;
+        }
+        let channels = res.channels();
+        let own = self
+            .shared
+            .channels
+            .lock()
+            .map(|m| channels.iter().any(|c| m.contains_key(c)))
+            .unwrap_or(false);
+        if listeners > i64::from(own)
+            && let Ok(mut p) = self.shared.polite.lock()
+        {
+            let until = Instant::now() + POLITE_WINDOW;
+            if p.len() > 4096 {
+                let now = Instant::now();
+                p.retain(|_, t| *t > now);
+            }
+            for c in channels {
+                p.insert(c, until);
+            }
+        }
+    }
+
+    /// Whether this client released `res` moments ago while others waited for it.
+    fn should_yield(&self, res: &Resources) -> bool {
+        let Ok(mut p) = self.shared.polite.lock() else {
+            return false;
+        };
+        let now = Instant::now();
+        let mut yield_ = false;
+        for c in res.channels() {
+            if let Some(until) = p.remove(&c) {
+                yield_ |= until > now;
+            }
+        }
+        yield_
     }
 
     /// Registers interest in a lock's resources (subscribing on every node if new).
@@ -191,6 +302,7 @@ impl Notifier {
                         interest: 0,
                         idle_since: None,
                         gate: Arc::new(tokio::sync::Mutex::new(())),
+                        window: NOTIFY_STAGGER,
                     }
                 });
                 entry.interest += 1;
@@ -217,6 +329,35 @@ struct Interest {
 }
 
 impl Interest {
+    /// The current contention window of the resource (its first channel).
+    fn window(&self) -> Duration {
+        let Some(s) = self.shared.upgrade() else {
+            return NOTIFY_STAGGER;
+        };
+        let Some(ch) = self.channels.first() else {
+            return NOTIFY_STAGGER;
+        };
+        s.channels
+            .lock()
+            .ok()
+            .and_then(|m| m.get(ch).map(|c| c.window))
+            .unwrap_or(NOTIFY_STAGGER)
+    }
+
+    /// Adapts the contention window after a split vote (`true`) or an acquisition.
+    fn adapt(&self, split: bool) {
+        let Some(s) = self.shared.upgrade() else {
+            return;
+        };
+        if let Ok(mut m) = s.channels.lock() {
+            for ch in &self.channels {
+                if let Some(c) = m.get_mut(ch) {
+                    c.window = next_window(c.window, split);
+                }
+            }
+        }
+    }
+
     /// Completes at the next release announced for any of the resources.
     async fn released(&mut self) {
         if self.rxs.is_empty() {
@@ -379,6 +520,53 @@ async fn subscriber(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn votes(outcomes: &[crate::NodeOutcome], largest: Option<usize>) -> Votes {
+        let addr = NodeSpec::parse(0, "redis://127.0.0.1:1").unwrap().addr;
+        Votes {
+            quorum: outcomes.len() / 2 + 1,
+            votes: outcomes
+                .iter()
+                .map(|o| crate::NodeVote {
+                    node: addr.clone(),
+                    outcome: o.clone(),
+                })
+                .collect(),
+            elapsed: Duration::ZERO,
+            largest_holder: largest,
+        }
+    }
+
+    #[test]
+    fn split_detection() {
+        use crate::NodeOutcome::{Granted as G, HeldByOther as H, NotAwaited as N, TimedOut as T};
+        // 2 ours, 2 + 1 held by two others: split.
+        assert!(is_split(&votes(&[G, G, H, H, H], Some(2))));
+        // One owner holds 3: not a split, wait for its release.
+        assert!(!is_split(&votes(&[G, G, H, H, H], Some(3))));
+        // Held 2 by one owner, one node unknown: that owner may hold 3.
+        assert!(!is_split(&votes(&[G, G, H, H, T], Some(2))));
+        assert!(!is_split(&votes(&[H, H, N, N, G], Some(2))));
+        // Holders unknown (multi-resource script): never a split.
+        assert!(!is_split(&votes(&[G, G, H, H, H], None)));
+        // 1 + 1 + 1 + 2 ours: split.
+        assert!(is_split(&votes(&[H, H, H, G, G], Some(1))));
+    }
+
+    #[test]
+    fn window_adapts_within_bounds() {
+        let mut w = NOTIFY_STAGGER;
+        for _ in 0..20 {
+            w = next_window(w, true);
+        }
+        assert_eq!(w, STAGGER_MAX);
+        for _ in 0..40 {
+            w = next_window(w, false);
+        }
+        assert_eq!(w, STAGGER_MIN);
+        assert_eq!(next_window(Duration::MAX, true), STAGGER_MAX);
+        assert_eq!(next_window(Duration::ZERO, false), STAGGER_MIN);
+    }
 
     #[test]
     fn jitter_in_range() {
