@@ -417,7 +417,28 @@ fn short_value(v: &Value) -> String {
     }
 }
 
-pub(crate) fn release_call(res: &Resources, token: &Token, announce: bool) -> ScriptCall {
+pub(crate) fn release_call(
+    res: &Resources,
+    token: &Token,
+    announce: bool,
+    waiter: &[u8],
+) -> ScriptCall {
+    if res.len() == 1 {
+        let [queue, expiry] = res.queue_keys();
+        let mut keys = res.lock_keys().to_vec();
+        keys.push(queue);
+        keys.push(expiry);
+        let channel = if announce {
+            res.channels().into_iter().next().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        return ScriptCall::new(
+            &crate::node::RELEASE_ONE,
+            keys,
+            vec![token.as_bytes().to_vec(), channel, waiter.to_vec()],
+        );
+    }
     let mut args = vec![token.as_bytes().to_vec()];
     if announce {
         args.extend(res.channels());
@@ -607,7 +628,7 @@ impl Attempt {
             later: self.round.take_pending(),
         };
         let inner = self.inner.clone();
-        let call = Arc::new(release_call(&self.res, &self.token, false));
+        let call = Arc::new(release_call(&self.res, &self.token, false, &[]));
         let timeout = self.node_timeout;
         cleanup.spawn(
             |r| acquire_ballot(r) == Ballot::Refused,

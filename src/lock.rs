@@ -59,6 +59,8 @@ pub struct Lock {
     inflight: Option<InFlight>,
     fencing: Option<u64>,
     released: bool,
+    /// The wait-queue id this lock was waited for under, if any (see `wait::Ticket`).
+    waiter: Option<Vec<u8>>,
 }
 
 impl fmt::Debug for Lock {
@@ -91,7 +93,13 @@ impl Lock {
             inflight,
             fencing,
             released: false,
+            waiter: None,
         }
+    }
+
+    /// Records the wait-queue id this lock was acquired under.
+    pub(crate) fn set_waiter(&mut self, id: Vec<u8>) {
+        self.waiter = Some(id);
     }
 
     /// The guaranteed validity left; zero once expired.
@@ -434,12 +442,21 @@ impl Lock {
 
     fn release_round(&self) -> Round {
         let announce = self.inner.config.notify;
-        let call = Arc::new(release_call(&self.res, &self.token, announce));
+        let waiter = self.waiter.as_deref().unwrap_or_default();
+        let loud = Arc::new(release_call(&self.res, &self.token, announce, waiter));
+        let quiet = Arc::new(release_call(&self.res, &self.token, false, waiter));
         let timeout = self.inner.config.node_timeout_for(self.ttl);
         let inflight = self.inflight.clone();
+        let n = self.inner.nodes.len();
+        let res = &self.res;
         Round::start(&self.inner.nodes, self.inner.quorum, |i, node| {
             let node = node.clone();
-            let call = call.clone();
+            // Only the resource's two heralds announce (and hand over to the queue).
+            let call = if res.len() > 1 || res.is_herald(i, n) {
+                loud.clone()
+            } else {
+                quiet.clone()
+            };
             let inflight = inflight.clone();
             async move { ordered(i, inflight.as_ref(), timeout, node.eval(&call, timeout)).await }
         })

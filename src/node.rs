@@ -61,6 +61,12 @@ pub(crate) use lua;
 pub(crate) static ACQUIRE_MANY: Lua = lua!("scripts/acquire.lua", idempotent: false);
 /// Compare-and-delete (and announce the release).
 pub(crate) static RELEASE: Lua = lua!("scripts/release.lua", idempotent: true);
+/// Compare-and-delete of one key, handing over to the wait queue's head.
+pub(crate) static RELEASE_ONE: Lua = lua!("scripts/release_one.lua", idempotent: true);
+/// Join a wait queue.
+pub(crate) static ENQUEUE: Lua = lua!("scripts/enqueue.lua", idempotent: true);
+/// Leave a wait queue.
+pub(crate) static DEQUEUE: Lua = lua!("scripts/dequeue.lua", idempotent: true);
 /// Compare-and-extend.
 pub(crate) static EXTEND: Lua = lua!("scripts/extend.lua", idempotent: true);
 

@@ -8,6 +8,7 @@
 //! | `quorumlock:lock:{name}` | the lock token, with the TTL |
 //! | `quorumlock:fence:{name}` | the fence counter (fencing only; never expires) |
 //! | `quorumlock:unseeded:{name}` | fencing only: set while a fence counter awaits re-seeding |
+//! | `quorumlock:queue:{name}`, `quorumlock:qexp:{name}` | waiters in arrival order, and when each gives up (notify waiting; expire by themselves) |
 //! | `quorumlock:released:{name}` | the pub/sub channel announcing releases |
 //!
 //! Names are arbitrary non-empty byte strings (up to 4 KiB); nothing is concatenated, so no
@@ -25,6 +26,8 @@ const LOCK_PREFIX: &[u8] = b"quorumlock:lock:";
 const FENCE_PREFIX: &[u8] = b"quorumlock:fence:";
 const CHANNEL_PREFIX: &[u8] = b"quorumlock:released:";
 const UNSEEDED_PREFIX: &[u8] = b"quorumlock:unseeded:";
+const QUEUE_PREFIX: &[u8] = b"quorumlock:queue:";
+const QUEUE_EXPIRY_PREFIX: &[u8] = b"quorumlock:qexp:";
 
 /// The longest resource name accepted, in bytes.
 pub const MAX_RESOURCE_LEN: usize = 4096;
@@ -95,6 +98,27 @@ impl Resources {
     }
     pub(crate) fn unseeded_keys(&self) -> Vec<Vec<u8>> {
         self.names.iter().map(|n| key(UNSEEDED_PREFIX, n)).collect()
+    }
+    /// Whether node `i` of `n` is one of the resource's two *heralds*: the nodes that
+    /// announce its releases and keep its wait queue (a deterministic choice from the
+    /// name, so every client agrees; two, so one node down does not silence them).
+    pub(crate) fn is_herald(&self, i: usize, n: usize) -> bool {
+        if n <= 2 {
+            return true;
+        }
+        let name = self.names.first().map(String::as_bytes).unwrap_or_default();
+        // FNV-1a: stable across processes and versions.
+        let h = name.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        let first = usize::try_from(h % n as u64).unwrap_or(0);
+        i == first || i == (first + 1) % n
+    }
+
+    /// The wait queue and its expiry hash (single-resource locks use the first name).
+    pub(crate) fn queue_keys(&self) -> [Vec<u8>; 2] {
+        let name = self.names.first().map(String::as_str).unwrap_or("");
+        [key(QUEUE_PREFIX, name), key(QUEUE_EXPIRY_PREFIX, name)]
     }
     pub(crate) fn channels(&self) -> Vec<Vec<u8>> {
         self.names.iter().map(|n| channel(n)).collect()

@@ -32,7 +32,7 @@ use crate::client::{Inner, acquire_once};
 use crate::config::Retry;
 use crate::error::{Error, Timeout, TimeoutBudget, Votes};
 use crate::lock::Lock;
-use crate::node::NodeSpec;
+use crate::node::{DEQUEUE, ENQUEUE, NodeSpec, ScriptCall};
 use crate::resource::Resources;
 
 /// The initial contention window: a waiter woken by a release announcement (or backing
@@ -109,48 +109,79 @@ pub(crate) async fn acquire_waiting(
     });
     let mut attempts: u32 = 0;
     let mut interest: Option<Interest> = None;
+    let mut ticket: Option<Ticket> = None;
     let mut last: Option<Votes> = None;
+    let mut try_now = true;
     if let Some(n) = &inner.notifier
         && n.should_yield(res)
     {
+        // We released it moments ago and others are queued for it: take our place at the
+        // end of the queue instead of trying first (multi-resource locks, which have no
+        // queue, just pause).
         interest = Some(n.interest(res));
-        tokio::time::sleep(POLITE_DELAY).await;
+        let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
+        match Ticket::new(inner, res, ttl, left) {
+            Some(t) => {
+                t.join().await;
+                ticket = Some(t);
+                try_now = false;
+            }
+            None => tokio::time::sleep(POLITE_DELAY).await,
+        }
     }
     loop {
-        attempts = attempts.saturating_add(1);
-        let gate = interest.as_ref().map(|i| i.gate.clone());
-        let guard = match &gate {
-            Some(g) => g.try_lock().ok(),
-            None => None,
-        };
         let mut split = false;
-        if gate.is_some() && guard.is_none() {
-            // Another waiter of this Redlock is trying right now; wait for the next
-            // release instead of splitting the vote with it.
-        } else {
-            match acquire_once(inner, res, ttl, attempts).await {
-                Ok(lock) => {
-                    if let Some(i) = &interest {
-                        i.adapt(false);
+        if try_now {
+            attempts = attempts.saturating_add(1);
+            let gate = interest.as_ref().map(|i| i.gate.clone());
+            let guard = match &gate {
+                Some(g) => g.try_lock().ok(),
+                None => None,
+            };
+            // With the gate taken, another waiter of this Redlock is trying right now:
+            // wait for the next release instead of splitting the vote with it.
+            if gate.is_none() || guard.is_some() {
+                match acquire_once(inner, res, ttl, attempts).await {
+                    Ok(mut lock) => {
+                        if let Some(i) = &interest {
+                            i.adapt(false);
+                        }
+                        if let Some(t) = &ticket {
+                            lock.set_waiter(t.id.clone());
+                        }
+                        return Ok(lock);
                     }
-                    return Ok(lock);
-                }
-                Err(e) if !e.is_retryable() => return Err(e),
-                Err(e) => {
-                    last = e.votes().cloned();
-                    split = last.as_ref().is_some_and(is_split);
+                    Err(e) if !e.is_retryable() => return Err(e),
+                    Err(e) => {
+                        last = e.votes().cloned();
+                        split = last.as_ref().is_some_and(is_split);
+                    }
                 }
             }
-        }
-        drop(guard);
-        if retry.attempts.is_some_and(|n| attempts >= n) {
-            return Err(gave_up(start, attempts, last));
+            drop(guard);
+            if retry.attempts.is_some_and(|n| attempts >= n) {
+                return Err(gave_up(start, attempts, last));
+            }
         }
         if interest.is_none() {
             interest = inner.notifier.as_ref().map(|n| n.interest(res));
         }
         if split && let Some(i) = &interest {
             i.adapt(true);
+        }
+        // Join the wait queue (once; again after a turn that was lost to someone else,
+        // since the release that named us popped us), so releases hand over in order.
+        if interest.is_some() && !split && try_now {
+            match &ticket {
+                Some(t) => t.join().await,
+                None => {
+                    let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
+                    if let Some(t) = Ticket::new(inner, res, ttl, left) {
+                        t.join().await;
+                        ticket = Some(t);
+                    }
+                }
+            }
         }
         let mut delay = jitter(retry.delay_min, retry.delay_max);
         if let Some(at) = give_up_at {
@@ -160,17 +191,27 @@ pub(crate) async fn acquire_waiting(
             }
             delay = delay.min(left);
         }
+        try_now = true;
         match interest.as_mut() {
             Some(i) if split => {
                 // No one holds it: back off randomly and try again, no announcement will come.
                 tokio::time::sleep(jitter(Duration::ZERO, i.window()).min(delay)).await;
             }
             Some(i) => {
+                let wake_at = tokio::time::Instant::now() + delay;
                 tokio::select! {
                     () = i.released() => {
-                        tokio::time::sleep(jitter(Duration::ZERO, i.window())).await;
+                        let heads = i.heads();
+                        let me = ticket.as_ref().map(|t| t.id.as_slice());
+                        match me {
+                            // Our turn: try at once.
+                            Some(me) if heads.iter().any(|h| h == me) => {}
+                            // Someone else's turn: keep waiting (the fallback timer stays).
+                            Some(_) if !heads.is_empty() => try_now = false,
+                            _ => tokio::time::sleep(jitter(Duration::ZERO, i.window())).await,
+                        }
                     }
-                    () = tokio::time::sleep(delay) => {}
+                    () = tokio::time::sleep_until(wake_at) => {}
                 }
             }
             None => tokio::time::sleep(delay).await,
@@ -179,6 +220,99 @@ pub(crate) async fn acquire_waiting(
             // One last look is not taken: the budget is spent.
             return Err(gave_up(start, attempts, last));
         }
+    }
+}
+
+/// A waiter's place in a resource's wait queue (single-resource locks, notify waiting).
+///
+/// Joining adds the waiter to a sorted set on the resource's two herald nodes, by arrival
+/// time; a release pops
+/// the first live waiters and names them in its announcement, so the lock is handed over
+/// in arrival order instead of to whoever of the woken waiters is fastest. The queue is
+/// only a hint for *who tries first*: the acquisition itself is the ordinary Redlock vote.
+/// Leaving (on drop: acquired, gave up or cancelled) removes the waiter in the background;
+/// entries of crashed waiters expire after their maximum wait.
+struct Ticket {
+    inner: Arc<Inner>,
+    res: Resources,
+    keys: Vec<Vec<u8>>,
+    id: Vec<u8>,
+    score: u64,
+    wait_ms: u64,
+    timeout: Duration,
+}
+
+impl Ticket {
+    fn new(
+        inner: &Arc<Inner>,
+        res: &Resources,
+        ttl: Duration,
+        left: Option<Duration>,
+    ) -> Option<Ticket> {
+        if res.len() != 1 {
+            return None;
+        }
+        let id = format!("{:016x}", rand::rng().random::<u64>()).into_bytes();
+        let score = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+        let wait = left
+            .unwrap_or(Duration::from_secs(60))
+            .saturating_add(Duration::from_secs(1));
+        Some(Ticket {
+            inner: inner.clone(),
+            res: res.clone(),
+            keys: res.queue_keys().to_vec(),
+            id,
+            score,
+            wait_ms: crate::quorum::millis_ceil(wait).max(1),
+            timeout: inner.config.node_timeout_for(ttl),
+        })
+    }
+
+    /// Joins (or re-joins, keeping the arrival order) on every node; bounded by the node
+    /// timeout, failures ignored (the queue is only a hint).
+    async fn join(&self) {
+        let call = Arc::new(ScriptCall::new(
+            &ENQUEUE,
+            self.keys.clone(),
+            vec![
+                self.id.clone(),
+                self.score.to_string().into_bytes(),
+                self.wait_ms.to_string().into_bytes(),
+            ],
+        ));
+        let all: futures::stream::FuturesUnordered<_> = self
+            .inner
+            .nodes
+            .iter()
+            .map(|n| n.eval(&call, self.timeout))
+            .collect();
+        all.collect::<Vec<_>>().await;
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let call = Arc::new(ScriptCall::new(
+            &DEQUEUE,
+            self.keys.clone(),
+            vec![self.id.clone()],
+        ));
+        let nodes = self.inner.nodes.clone();
+        let timeout = self.timeout;
+        let res = self.res.clone();
+        crate::fanout::spawn(async move {
+            let n = nodes.len();
+            let all: futures::stream::FuturesUnordered<_> = nodes
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| res.is_herald(*i, n))
+                .map(|(_, node)| node.eval(&call, timeout))
+                .collect();
+            all.collect::<Vec<_>>().await;
+        });
     }
 }
 
@@ -211,6 +345,8 @@ struct Channel {
     idle_since: Option<Instant>,
     gate: Arc<tokio::sync::Mutex<()>>,
     window: Duration,
+    /// The waiters the latest release named (queue heads), first one first.
+    heads: Vec<Vec<u8>>,
 }
 
 enum SubCmd {
@@ -249,6 +385,8 @@ impl Notifier {
         if listeners <= 0 {
             return;
         }
+        // A single-resource release reports the waiters queued for it (we are not one of
+        // them); a multi-resource one the subscribers it reached (ours included).
         let channels = res.channels();
         let own = self
             .shared
@@ -256,7 +394,12 @@ impl Notifier {
             .lock()
             .map(|m| channels.iter().any(|c| m.contains_key(c)))
             .unwrap_or(false);
-        if listeners > i64::from(own)
+        let others = if res.len() == 1 {
+            listeners
+        } else {
+            listeners - i64::from(own)
+        };
+        if others > 0
             && let Ok(mut p) = self.shared.polite.lock()
         {
             let until = Instant::now() + POLITE_WINDOW;
@@ -303,6 +446,7 @@ impl Notifier {
                         idle_since: None,
                         gate: Arc::new(tokio::sync::Mutex::new(())),
                         window: NOTIFY_STAGGER,
+                        heads: Vec::new(),
                     }
                 });
                 entry.interest += 1;
@@ -329,6 +473,21 @@ struct Interest {
 }
 
 impl Interest {
+    /// The waiters the latest release of the resource named (its first channel).
+    fn heads(&self) -> Vec<Vec<u8>> {
+        let Some(s) = self.shared.upgrade() else {
+            return Vec::new();
+        };
+        let Some(ch) = self.channels.first() else {
+            return Vec::new();
+        };
+        s.channels
+            .lock()
+            .ok()
+            .and_then(|m| m.get(ch).map(|c| c.heads.clone()))
+            .unwrap_or_default()
+    }
+
     /// The current contention window of the resource (its first channel).
     fn window(&self) -> Duration {
         let Some(s) = self.shared.upgrade() else {
@@ -401,22 +560,42 @@ const SUBSCRIBED: &[u8] = b"\0subscribed";
 /// been missed while the link was down).
 fn announce_subscribed(shared: &Weak<Shared>, channel: &[u8], epoch: u64) {
     if let Some(s) = shared.upgrade() {
-        let mut id = SUBSCRIBED.to_vec();
-        id.extend_from_slice(&epoch.to_le_bytes());
-        s.announce(channel, &id);
+        let id = format!("{}{epoch:x}", String::from_utf8_lossy(SUBSCRIBED));
+        s.announce(channel, id.as_bytes());
     }
 }
 
 impl Shared {
-    /// A release `id` was announced on `channel` (by any node): wake its waiters, once per
+    /// A release was announced on `channel` (by any node) with `payload`
+    /// `<release id>[:<first waiter>[:<second waiter>]]`: wake its waiters, once per
     /// release however many nodes announce it.
-    fn announce(&self, channel: &[u8], id: &[u8]) {
+    fn announce(&self, channel: &[u8], payload: &[u8]) {
+        let mut parts = payload.split(|b| *b == b':');
+        let id = parts.next().unwrap_or_default();
+        let heads: Vec<Vec<u8>> = parts
+            .filter(|p| !p.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect();
         let Ok(mut map) = self.channels.lock() else {
             return;
         };
         let Some(c) = map.get_mut(channel) else {
             return;
         };
+        if c.recent.back().is_some_and(|r| r == id) {
+            // The same release from the other herald: if its queue named someone else
+            // (the two queues can differ), name them too and wake the waiters again.
+            let before = c.heads.len();
+            for h in heads {
+                if !c.heads.contains(&h) {
+                    c.heads.push(h);
+                }
+            }
+            if c.heads.len() > before {
+                c.tx.send_modify(|g| *g = g.wrapping_add(1));
+            }
+            return;
+        }
         if c.recent.iter().any(|r| r == id) {
             return;
         }
@@ -424,6 +603,7 @@ impl Shared {
             c.recent.pop_front();
         }
         c.recent.push_back(id.to_vec());
+        c.heads = heads;
         c.tx.send_modify(|g| *g = g.wrapping_add(1));
     }
 }
