@@ -80,6 +80,24 @@ impl Round {
         }
     }
 
+    /// After the decision, gives the other nodes a short `grace` to answer too (recording
+    /// their answers, not changing the decision). On a healthy cluster every node answers
+    /// within microseconds of the quorum, so a release then leaves no key anywhere even if
+    /// the process exits right after; a slow or paused node costs at most the grace.
+    pub(crate) async fn settle(&mut self, grace: Duration) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + grace;
+        while let Ok(Some((i, reply))) =
+            tokio::time::timeout_at(deadline, self.pending.next()).await
+        {
+            if let Some(slot) = self.replies.get_mut(i) {
+                *slot = Some(reply);
+            }
+        }
+    }
+
     /// Time since the clock was read at the start.
     pub(crate) fn elapsed(&self) -> Duration {
         self.started.elapsed()
