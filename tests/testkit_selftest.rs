@@ -18,9 +18,14 @@ const NO_ANSWER: Duration = Duration::from_millis(300);
 /// Upper bound for anything that should succeed.
 const PATIENCE: Duration = Duration::from_secs(5);
 
+/// A connection whose replies may take up to `PATIENCE` (redis-rs's default response
+/// timeout of 500 ms is shorter than `WAIT … PATIENCE` while a replica still syncs).
 async fn connect(url: &str) -> redis::RedisResult<MultiplexedConnection> {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_response_timeout(Some(PATIENCE + Duration::from_secs(1)))
+        .set_connection_timeout(Some(PATIENCE));
     redis::Client::open(url)?
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&config)
         .await
 }
 
