@@ -301,15 +301,7 @@ impl Lock {
             let node = node.clone();
             let call = call.clone();
             let inflight = inflight.clone();
-            async move {
-                ordered(
-                    i,
-                    inflight.as_ref(),
-                    node_timeout,
-                    node.eval(&call, node_timeout),
-                )
-                .await
-            }
+            ordered(i, inflight, node_timeout, node, call)
         });
         let decision = round.decide(extend_ballot).await;
         let elapsed = round.elapsed();
@@ -466,7 +458,7 @@ impl Lock {
                 quiet.clone()
             };
             let inflight = inflight.clone();
-            async move { ordered(i, inflight.as_ref(), timeout, node.eval(&call, timeout)).await }
+            ordered(i, inflight, timeout, node, call)
         })
     }
 
@@ -498,18 +490,33 @@ impl Drop for Lock {
     }
 }
 
-/// Runs `fut` on node `i` only after that node's acquire request finished, all within
-/// `timeout` (so a node stuck in its acquire counts as timed out here too).
-async fn ordered<F>(i: usize, inflight: Option<&InFlight>, timeout: Duration, fut: F) -> Reply
-where
-    F: std::future::Future<Output = Reply>,
-{
-    match inflight {
-        None => fut.await,
-        Some(f) => match tokio::time::timeout(timeout, f.wait(i)).await {
-            Ok(()) => fut.await,
-            Err(_) => Reply::TimedOut,
-        },
+/// Runs an idempotent script (release, extend) on node `i`, but only after that node's
+/// acquire request finished, so it can never overtake the `SET`; the caller waits at most
+/// `timeout`. If the acquire is still in flight then, the script is sent in the background
+/// once it finishes (within [`LATE_LIMIT`](crate::node::LATE_LIMIT)): a node paused during
+/// the acquisition still gets its release when it resumes.
+async fn ordered(
+    i: usize,
+    inflight: Option<InFlight>,
+    timeout: Duration,
+    node: crate::node::Node,
+    call: Arc<ScriptCall>,
+) -> Reply {
+    let Some(inflight) = inflight else {
+        return node.eval(&call, timeout).await;
+    };
+    let mut run = Box::pin(async move {
+        inflight.wait(i).await;
+        node.eval(&call, timeout).await
+    });
+    tokio::select! {
+        r = &mut run => r,
+        () = tokio::time::sleep(timeout) => {
+            crate::fanout::spawn(async move {
+                let _ = tokio::time::timeout(crate::node::LATE_LIMIT, run).await;
+            });
+            Reply::TimedOut
+        }
     }
 }
 

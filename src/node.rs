@@ -391,7 +391,7 @@ impl Node {
 
 /// How long an idempotent script may go on in the background after its caller stopped
 /// waiting (a node paused for longer simply keeps the key until its TTL).
-const LATE_LIMIT: Duration = Duration::from_secs(30);
+pub(crate) const LATE_LIMIT: Duration = Duration::from_secs(30);
 
 /// One prepared request, shared by every node of a round.
 pub(crate) enum Request {
