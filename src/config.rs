@@ -13,7 +13,7 @@
 //!
 //! The per-node timeout bounds what one slow or paused node can cost an attempt; it must
 //! be small against the TTL, or a slow quorum uses the whole validity up. By default it is
-//! derived from each call's TTL (2 % of it, between 5 ms and 250 ms).
+//! derived from each call's TTL (2 % of it, between 20 ms and 250 ms).
 
 use std::fmt;
 use std::time::Duration;
@@ -42,7 +42,8 @@ pub struct Defaults {
     pub min_validity: Duration,
     /// The derived per-node timeout as a fraction of the TTL: `0.02`.
     pub node_timeout_fraction: f64,
-    /// Lower bound of the derived per-node timeout: 5 ms.
+    /// Lower bound of the derived per-node timeout: 20 ms (below that, a busy machine's
+    /// scheduling delays alone time requests out).
     pub node_timeout_min: Duration,
     /// Upper bound of the derived per-node timeout: 250 ms.
     pub node_timeout_max: Duration,
@@ -63,7 +64,7 @@ pub const DEFAULTS: Defaults = Defaults {
     drift_factor: 0.01,
     min_validity: Duration::ZERO,
     node_timeout_fraction: 0.02,
-    node_timeout_min: Duration::from_millis(5),
+    node_timeout_min: Duration::from_millis(20),
     node_timeout_max: Duration::from_millis(250),
     connect_timeout: Duration::from_secs(1),
     retry_delay_min: Duration::from_millis(10),
@@ -383,7 +384,7 @@ impl RedlockBuilder {
 
     /// The time one node may take to answer one request before it counts as timed out.
     ///
-    /// The default is derived from each call's TTL: 2 % of it, between 5 ms and 250 ms.
+    /// The default is derived from each call's TTL: 2 % of it, between 20 ms and 250 ms.
     /// Keep it small against the TTL (see the module docs on timing).
     ///
     /// # Example
@@ -737,7 +738,11 @@ mod tests {
         );
         assert_eq!(
             c.node_timeout_for(Duration::from_millis(10)),
-            Duration::from_millis(5)
+            Duration::from_millis(20)
+        );
+        assert_eq!(
+            c.node_timeout_for(Duration::from_secs(2)),
+            Duration::from_millis(40)
         );
         assert_eq!(
             c.node_timeout_for(Duration::from_secs(3600)),

@@ -327,13 +327,18 @@ async fn t40_extend_rules() {
     );
     assert_eq!(l.ttl(), Duration::from_secs(20));
     let key = lock_key("e");
-    let mut r0 = raw(&c, 0).await;
-    let pttl: i64 = redis::cmd("PTTL")
-        .arg(&key)
-        .query_async(&mut r0)
-        .await
-        .unwrap();
-    assert!(pttl > 15_000, "node TTL extended: {pttl}");
+    // A quorum has the new TTL at once (the rest may still be in flight).
+    let mut extended = 0;
+    for i in 0..5 {
+        let mut r = raw(&c, i).await;
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut r)
+            .await
+            .unwrap();
+        extended += usize::from(pttl > 15_000);
+    }
+    assert!(extended >= 3, "node TTLs extended on {extended} nodes");
 
     // Extension misses the quorum because 3 nodes are down: nothing is deleted, the
     // lock keeps its deadline.

@@ -19,8 +19,11 @@ async fn cluster() -> LocalCluster {
         .expect("launch redis-server")
 }
 
+/// Fixed per-node timeout: these tests are about token order, not latency, and the
+/// derived default (2 % of a 500 ms TTL) is tight on a loaded 2-core CI machine.
 async fn client(cluster: &LocalCluster, fencing: bool) -> Redlock {
     Redlock::builder(cluster.urls())
+        .node_timeout(Duration::from_millis(150))
         .fencing(fencing)
         .build()
         .await
