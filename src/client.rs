@@ -162,6 +162,44 @@ impl Redlock {
         &self.inner.addrs
     }
 
+    /// Waits until the background work of this process has finished, at most `within`:
+    /// the slower nodes of a release (which returns at the quorum), the clean-up of failed
+    /// or cancelled attempts, locks dropped without `release`. Returns whether everything
+    /// finished.
+    ///
+    /// Call it before a short-lived process exits (a CLI, a cron job): otherwise the slower
+    /// nodes may keep a released lock's key until its TTL, which delays the next holder on
+    /// those nodes (never safety). The work of every `Redlock` in the process counts.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// use std::time::Duration;
+    /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+    /// let lock = locks.try_lock("cron:nightly", Duration::from_secs(60)).await?;
+    /// // ... the job ...
+    /// lock.release().await?;
+    /// locks.flush(Duration::from_secs(1)).await; // before exiting
+    /// # Ok(()) }
+    /// ```
+    pub async fn flush(&self, within: Duration) -> bool {
+        crate::fanout::flush(within).await
+    }
+
+    /// [`flush`](Redlock::flush) without a client at hand (the work is per process anyway).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// quorumlock::Redlock::flush_background(std::time::Duration::from_secs(1)).await;
+    /// # }
+    /// ```
+    pub async fn flush_background(within: Duration) -> bool {
+        crate::fanout::flush(within).await
+    }
+
     /// The number of nodes that must grant: `N / 2 + 1`.
     ///
     /// # Example

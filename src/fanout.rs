@@ -18,6 +18,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -80,24 +82,6 @@ impl Round {
         }
     }
 
-    /// After the decision, gives the other nodes a short `grace` to answer too (recording
-    /// their answers, not changing the decision). On a healthy cluster every node answers
-    /// within microseconds of the quorum, so a release then leaves no key anywhere even if
-    /// the process exits right after; a slow or paused node costs at most the grace.
-    pub(crate) async fn settle(&mut self, grace: Duration) {
-        if self.pending.is_empty() {
-            return;
-        }
-        let deadline = tokio::time::Instant::now() + grace;
-        while let Ok(Some((i, reply))) =
-            tokio::time::timeout_at(deadline, self.pending.next()).await
-        {
-            if let Some(slot) = self.replies.get_mut(i) {
-                *slot = Some(reply);
-            }
-        }
-    }
-
     /// Time since the clock was read at the start.
     pub(crate) fn elapsed(&self) -> Duration {
         self.started.elapsed()
@@ -153,9 +137,44 @@ impl Round {
     }
 }
 
-/// Spawns on the current Tokio runtime, if there is one. Without one (a runtime shutting
-/// down, a `Drop` outside any runtime) the work is skipped: keys then expire by TTL.
+/// Background requests still running in this process (clean-ups, the slower nodes of a
+/// release, requests finished after their caller stopped waiting). See [`flush`].
+static BACKGROUND: AtomicUsize = AtomicUsize::new(0);
+static IDLE: LazyLock<tokio::sync::Notify> = LazyLock::new(tokio::sync::Notify::new);
+
+struct Tracked;
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        if BACKGROUND.fetch_sub(1, Ordering::AcqRel) == 1 {
+            IDLE.notify_waiters();
+        }
+    }
+}
+
+/// Spawns background request work on the current Tokio runtime, counted for [`flush`]. Without
+/// a runtime (one shutting down, a `Drop` outside any runtime) the work is skipped: keys
+/// then expire by TTL.
 pub(crate) fn spawn<F>(fut: F) -> bool
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) => {
+            BACKGROUND.fetch_add(1, Ordering::AcqRel);
+            let guard = Tracked;
+            drop(h.spawn(async move {
+                let _guard = guard;
+                fut.await;
+            }));
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// Spawns a long-lived task (a subscription connection), not counted by [`flush`].
+pub(crate) fn spawn_daemon<F>(fut: F) -> bool
 where
     F: Future<Output = ()> + Send + 'static,
 {
@@ -165,6 +184,23 @@ where
             true
         }
         Err(_) => false,
+    }
+}
+
+/// Waits until no background request work is running in this process, at most `within`.
+/// Returns whether it all finished.
+pub(crate) async fn flush(within: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let idle = IDLE.notified();
+        tokio::pin!(idle);
+        idle.as_mut().enable();
+        if BACKGROUND.load(Ordering::Acquire) == 0 {
+            return true;
+        }
+        if tokio::time::timeout_at(deadline, idle).await.is_err() {
+            return BACKGROUND.load(Ordering::Acquire) == 0;
+        }
     }
 }
 

@@ -394,14 +394,6 @@ impl Lock {
         let expired = !self.is_valid();
         let mut round = self.release_round();
         let decision = round.decide(release_ballot).instrument(span.clone()).await;
-        // Let the other nodes finish too, briefly: twice the time the quorum took, at
-        // least 2 ms, at most the node timeout. The votes then show every node.
-        let grace = round
-            .elapsed()
-            .saturating_mul(2)
-            .max(Duration::from_millis(2))
-            .min(self.inner.config.node_timeout_for(self.ttl));
-        round.settle(grace).await;
         self.released = true;
         let inner = self.inner.clone();
         if let Some(n) = &inner.notifier {

@@ -407,7 +407,7 @@ impl Notifier {
             let weak = Arc::downgrade(&shared);
             let addr = spec.addr.clone();
             if let Some(client) = client {
-                crate::fanout::spawn(subscriber(client, addr, weak, rx));
+                crate::fanout::spawn_daemon(subscriber(client, addr, weak, rx));
             }
         }
         Notifier { shared }

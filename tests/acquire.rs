@@ -485,6 +485,33 @@ async fn t61_drop_releases_in_the_background() {
     );
 }
 
+/// A release returns at the quorum; `flush` waits for the slower nodes' part.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t63_flush_waits_for_the_background_part_of_a_release() {
+    let c = cluster5().await;
+    let a = client(&c.urls()).await;
+    let l = a.try_lock("flushed", TTL).await.unwrap();
+    let key = lock_key("flushed");
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            count_key(&c, 0..5, &key).await == 5
+        })
+        .await
+    );
+    c.pause(4).await.unwrap();
+    l.release().await.expect("4 of 5 confirm");
+    assert!(
+        !a.flush(Duration::from_millis(300)).await,
+        "the release to the paused node is still on its way"
+    );
+    c.resume(4).await.unwrap();
+    assert!(
+        a.flush(Duration::from_secs(10)).await,
+        "everything finished"
+    );
+    assert_eq!(count_key(&c, 0..5, &key).await, 0, "no key left anywhere");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t62_lock_waits_and_times_out() {
     let c = cluster5().await;

@@ -213,6 +213,9 @@ async fn release(release: impl Future<Output = Result<(), Error>>, ttl: Duration
             humantime::format_duration(ttl)
         ),
     }
+    // The release returned at the quorum: let the slower nodes finish before we exit, so
+    // no node keeps the key until its TTL.
+    quorumlock::Redlock::flush_background(budget).await;
 }
 
 /// Sends SIGTERM to COMMAND, then SIGKILL after `grace`, and reaps it.
