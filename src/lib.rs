@@ -48,6 +48,7 @@
 //! | several resources atomically (move stock between two bins) | [`Redlock::try_lock_many`], [`Redlock::lock_many`] |
 //! | keep it alive while the work runs, stop when it is lost | [`Lock::keep_alive`] → [`KeptLock`] ([`KeptLock::lost`]), or scoped: [`Redlock::with_lock`] |
 //! | a number the storage can check against stale writers | [`RedlockBuilder::fencing`] and [`Lock::fencing_token`] |
+//! | exit right after releasing (CLI, cron) without leaving keys on slow nodes | [`Redlock::flush`] |
 //!
 //! # Keeping a lock alive
 //!
