@@ -200,6 +200,15 @@ impl Redlock {
         crate::fanout::flush(within).await
     }
 
+    /// The checks every acquiring call makes before any I/O: a runtime, valid resource
+    /// names, a valid TTL.
+    fn prepare<S: AsRef<str>>(&self, names: &[S], ttl: Duration) -> Result<Resources, Error> {
+        Error::ensure_runtime()?;
+        let res = Resources::new(names)?;
+        self.inner.config.check_ttl(ttl)?;
+        Ok(res)
+    }
+
     /// The number of nodes that must grant: `N / 2 + 1`.
     ///
     /// # Example
@@ -250,9 +259,7 @@ impl Redlock {
     /// # Ok(()) }
     /// ```
     pub async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
-        Error::ensure_runtime()?;
-        let res = Resources::new(&[resource])?;
-        self.inner.config.check_ttl(ttl)?;
+        let res = self.prepare(&[resource], ttl)?;
         acquire_once(&self.inner, &res, ttl, 1).await
     }
 
@@ -280,9 +287,7 @@ impl Redlock {
     /// # Ok(()) }
     /// ```
     pub async fn lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
-        Error::ensure_runtime()?;
-        let res = Resources::new(&[resource])?;
-        self.inner.config.check_ttl(ttl)?;
+        let res = self.prepare(&[resource], ttl)?;
         crate::wait::acquire_waiting(&self.inner, &res, ttl, &self.inner.config.retry).await
     }
 
@@ -311,9 +316,7 @@ impl Redlock {
         ttl: Duration,
         retry: Retry,
     ) -> Result<Lock, Error> {
-        Error::ensure_runtime()?;
-        let res = Resources::new(&[resource])?;
-        self.inner.config.check_ttl(ttl)?;
+        let res = self.prepare(&[resource], ttl)?;
         retry.validate().map_err(|e| match e {
             Error::Config(c) => Error::invalid("retry", c.to_string()),
             other => other,
@@ -350,10 +353,8 @@ impl Redlock {
         I: IntoIterator,
         I::Item: AsRef<str>,
     {
-        Error::ensure_runtime()?;
         let names: Vec<I::Item> = resources.into_iter().collect();
-        let res = Resources::new(&names)?;
-        self.inner.config.check_ttl(ttl)?;
+        let res = self.prepare(&names, ttl)?;
         acquire_once(&self.inner, &res, ttl, 1).await
     }
 
@@ -383,12 +384,28 @@ impl Redlock {
         I: IntoIterator,
         I::Item: AsRef<str>,
     {
-        Error::ensure_runtime()?;
         let names: Vec<I::Item> = resources.into_iter().collect();
-        let res = Resources::new(&names)?;
-        self.inner.config.check_ttl(ttl)?;
+        let res = self.prepare(&names, ttl)?;
         crate::wait::acquire_waiting(&self.inner, &res, ttl, &self.inner.config.retry).await
     }
+}
+
+/// Measures a decided round: the time it took and the validity left for `ttl`, recorded on
+/// the current span (`granted`, `elapsed_us`, `validity_ms`).
+pub(crate) fn record_vote(round: &Round, ttl: Duration, config: &Config) -> (Duration, Duration) {
+    let elapsed = round.elapsed();
+    let validity = quorum::validity(ttl, elapsed, quorum::drift(ttl, config.drift_factor));
+    let span = tracing::Span::current();
+    span.record("granted", round.tally().granted());
+    span.record(
+        "elapsed_us",
+        u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+    );
+    span.record(
+        "validity_ms",
+        u64::try_from(validity.as_millis()).unwrap_or(u64::MAX),
+    );
+    (elapsed, validity)
 }
 
 /// How an acquire reply counts.
@@ -582,20 +599,8 @@ impl Attempt {
         ttl: Duration,
         fencing_token: Option<u64>,
     ) -> Result<Lock, Error> {
-        let elapsed = self.round.elapsed();
-        let drift = quorum::drift(ttl, self.inner.config.drift_factor);
-        let validity = quorum::validity(ttl, elapsed, drift);
-        let granted = self.round.tally().granted();
+        let (elapsed, validity) = record_vote(&self.round, ttl, &self.inner.config);
         let span = tracing::Span::current();
-        span.record("granted", granted);
-        span.record(
-            "elapsed_us",
-            u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
-        );
-        span.record(
-            "validity_ms",
-            u64::try_from(validity.as_millis()).unwrap_or(u64::MAX),
-        );
         if quorum::is_held(decision, validity, self.inner.config.min_validity) {
             span.record("outcome", "acquired");
             self.armed = false;

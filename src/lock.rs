@@ -304,19 +304,8 @@ impl Lock {
             ordered(i, inflight, node_timeout, node, call)
         });
         let decision = round.decide(extend_ballot).await;
-        let elapsed = round.elapsed();
-        let validity =
-            quorum::validity(ttl, elapsed, quorum::drift(ttl, inner.config.drift_factor));
+        let (elapsed, validity) = crate::client::record_vote(&round, ttl, &inner.config);
         let span = tracing::Span::current();
-        span.record("granted", round.tally().granted());
-        span.record(
-            "elapsed_us",
-            u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
-        );
-        span.record(
-            "validity_ms",
-            u64::try_from(validity.as_millis()).unwrap_or(u64::MAX),
-        );
         let votes = round.votes(&inner.nodes, outcome(extend_ballot));
         let refused = round.tally().refused();
         let started = round.started();
