@@ -161,6 +161,11 @@ mod watchdog;
 #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 pub mod testkit;
 
+/// The user guide (`docs/guide.md`): one section per feature, with examples.
+pub mod guide {
+    #![doc = include_str!("../docs/guide.md")]
+}
+
 pub use client::Redlock;
 pub use config::{DEFAULTS, Defaults, MAX_NODES, RedlockBuilder, Retry};
 pub use error::{
