@@ -730,3 +730,61 @@ async fn t82_start_with_nodes_down() {
         .await
     );
 }
+
+/// The start-up checks warn, through `tracing`, about every breach of the deployment
+/// contract they can see (SPEC §7).
+#[tokio::test]
+async fn t90_start_up_checks_warn_about_the_deployment_contract() {
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let writer = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .finish();
+    // A current-thread test runtime: the checks' spawned tasks run on this thread.
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let c = quorumlock::testkit::LocalCluster::launch(4).await.unwrap();
+    let mut r0 = raw(&c, 0).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("allkeys-lru")
+        .query_async(&mut r0)
+        .await
+        .unwrap();
+    let mut r1 = raw(&c, 1).await;
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg("1")
+        .query_async(&mut r1)
+        .await
+        .unwrap();
+    let _locks = Redlock::builder(c.urls()).build().await.unwrap();
+    let text = || String::from_utf8_lossy(&buf.0.lock().unwrap()).to_string();
+    let expected = [
+        "an even number of nodes",
+        "maxmemory-policy is not noeviction",
+        "node is a replica",
+        "appendfsync always",
+    ];
+    let seen = eventually(Duration::from_secs(5), || async {
+        expected.iter().all(|e| text().contains(e))
+    })
+    .await;
+    assert!(seen, "missing warnings in:\n{}", text());
+}
