@@ -246,7 +246,22 @@ touch "$STARTED"; sleep 30 & p=$!; wait $p"#;
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn");
-    wait_for_file(&started_file, Duration::from_secs(10)).await;
+    let mut child = child;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !started_file.exists() {
+        if let Ok(Some(status)) = child.try_wait() {
+            let out = child.wait_with_output().await.expect("output");
+            panic!(
+                "quorumlock exited ({status}) before COMMAND started: {}",
+                stderr(&out)
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "COMMAND did not start within 20s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     for i in 0..3 {
         cluster.kill(i).await.expect("kill node");
     }

@@ -45,6 +45,10 @@ pub struct RunArgs {
     /// Take a fencing token and pass it to COMMAND in `QUORUMLOCK_FENCING_TOKEN`.
     #[arg(long)]
     fencing: bool,
+    /// How long one Redis node may take to answer one request. Default: 2% of the TTL,
+    /// between 50ms and 250ms (a CLI often runs on busy machines).
+    #[arg(long, value_parser = crate::parse_duration)]
+    node_timeout: Option<Duration>,
     /// When the lock is lost, time between SIGTERM and SIGKILL to COMMAND.
     #[arg(long, default_value = "10s", value_parser = crate::parse_duration)]
     grace: Duration,
@@ -72,7 +76,11 @@ pub async fn run(args: RunArgs) -> u8 {
         eprintln!("quorumlock: no COMMAND given");
         return exit::USAGE;
     };
+    let node_timeout = args.node_timeout.unwrap_or_else(|| {
+        (args.ttl / 50).clamp(Duration::from_millis(50), Duration::from_millis(250))
+    });
     let locks = match Redlock::builder(&args.nodes.nodes)
+        .node_timeout(node_timeout)
         .fencing(args.fencing)
         .build()
         .await
