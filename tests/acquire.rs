@@ -157,7 +157,10 @@ async fn t30_killed_nodes() {
     c.kill(2).await.unwrap();
     match a.try_lock("k", TTL).await {
         Err(Error::NoQuorum(v)) => {
-            assert!(v.failed() + v.timed_out() >= 3, "{v:#}");
+            // Three "no"s decide: the dead nodes' errors (or a survivor still finishing
+            // the previous release in the background).
+            assert!(v.failed() + v.timed_out() + v.held() >= 3, "{v:#}");
+            assert!(v.failed() + v.timed_out() >= 1, "{v:#}");
             assert!(v.granted() <= 2);
         }
         other => panic!("expected NoQuorum, got {other:?}"),
