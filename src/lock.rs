@@ -459,11 +459,9 @@ impl Drop for Lock {
             tracing::debug!(resource = %self.res.label(), "quorumlock: expired lock dropped");
         }
         let mut round = self.release_round();
-        let quorum = self.inner.quorum;
         let spawned = crate::fanout::spawn(async move {
             let _ = round.decide(release_ballot).await;
             round.detach();
-            let _ = quorum;
         });
         if !spawned {
             tracing::debug!(resource = %self.res.label(), "quorumlock: lock dropped outside a Tokio runtime; its keys expire by TTL");
@@ -486,19 +484,11 @@ async fn ordered(
     let Some(inflight) = inflight else {
         return node.eval(&call, timeout).await;
     };
-    let mut run = Box::pin(async move {
+    let run = async move {
         inflight.wait(i).await;
         node.eval(&call, timeout).await
-    });
-    tokio::select! {
-        r = &mut run => r,
-        () = tokio::time::sleep(timeout) => {
-            crate::fanout::spawn(async move {
-                let _ = tokio::time::timeout(crate::node::LATE_LIMIT, run).await;
-            });
-            Reply::TimedOut
-        }
-    }
+    };
+    crate::node::wait_or_finish_late(run, timeout, true).await
 }
 
 fn extend_ballot(r: &Reply) -> Ballot {

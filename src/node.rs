@@ -16,6 +16,7 @@
 //! travel as `KEYS`/`ARGV`.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -351,7 +352,7 @@ impl Node {
     pub(crate) async fn eval(&self, call: &Arc<ScriptCall>, timeout: Duration) -> Reply {
         let mut conn = self.conn.clone();
         let call2 = call.clone();
-        let mut run = Box::pin(async move {
+        let run = async move {
             let mut tries = if call2.idempotent { 2 } else { 1 };
             loop {
                 tries -= 1;
@@ -374,17 +375,28 @@ impl Node {
                     other => return other,
                 }
             }
-        });
-        tokio::select! {
-            r = &mut run => r,
-            () = tokio::time::sleep(timeout) => {
-                if call.idempotent {
-                    crate::fanout::spawn(async move {
-                        let _ = tokio::time::timeout(LATE_LIMIT, run).await;
-                    });
-                }
-                Reply::TimedOut
+        };
+        wait_or_finish_late(run, timeout, call.idempotent).await
+    }
+}
+
+/// Waits at most `timeout` for a request; if it is not done by then, the caller gets
+/// [`Reply::TimedOut`] and, when `finish_late`, the request goes on in the background
+/// (for at most [`LATE_LIMIT`]) instead of being dropped.
+pub(crate) async fn wait_or_finish_late<F>(run: F, timeout: Duration, finish_late: bool) -> Reply
+where
+    F: Future<Output = Reply> + Send + 'static,
+{
+    let mut run = Box::pin(run);
+    tokio::select! {
+        r = &mut run => r,
+        () = tokio::time::sleep(timeout) => {
+            if finish_late {
+                crate::fanout::spawn(async move {
+                    let _ = tokio::time::timeout(LATE_LIMIT, run).await;
+                });
             }
+            Reply::TimedOut
         }
     }
 }
