@@ -153,6 +153,7 @@ mod lock;
 mod node;
 mod quorum;
 mod resource;
+mod time;
 mod token;
 mod wait;
 mod watchdog;
@@ -169,8 +170,8 @@ pub mod guide {
 pub use client::Redlock;
 pub use config::{DEFAULTS, Defaults, MAX_NODES, RedlockBuilder, Retry};
 pub use error::{
-    ConfigError, Error, ErrorKind, InvalidInput, Lost, NodeOutcome, NodeVote, Result, Timeout,
-    Votes,
+    ConfigError, Error, ErrorKind, InvalidInput, Lost, LostReason, NodeOutcome, NodeVote,
+    RandomSourceError, Result, Timeout, Votes,
 };
 pub use lock::Lock;
 pub use node::NodeAddr;

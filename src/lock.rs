@@ -232,11 +232,19 @@ impl Lock {
         &self.inner
     }
 
-    /// Extends the lock: sets a new TTL on every node that still holds our token. The
-    /// new validity is measured from the start of this call.
+    /// Extends the lock: pushes the expiry of every node that still holds our token out to
+    /// at least `ttl` from now. The new validity is measured from the start of this call.
     ///
-    /// On success the deadline moves to `start + ttl − elapsed − drift`. If fewer than a
-    /// quorum confirm, nothing is deleted anywhere and the lock keeps its old deadline.
+    /// On success the deadline moves to `start + ttl − elapsed − drift`, or stays where it
+    /// was if that is later: an extension **never shortens** the lock, on any node
+    /// (`PEXPIRE … GT`), so a shorter `ttl` than the time left is a no-op and a lock
+    /// cannot be shortened behind the holder's back by an extension that reached only some
+    /// nodes, timed out, was cancelled, or finished late in the background. To give a lock
+    /// up early, [`release`](Lock::release) it. If fewer than a quorum confirm, nothing is
+    /// deleted anywhere and the lock keeps its old deadline.
+    ///
+    /// In every case [`remaining`](Lock::remaining) never exceeds the time for which a
+    /// quorum of nodes holds our token (under the deployment contract).
     ///
     /// # Errors
     ///
@@ -251,7 +259,8 @@ impl Lock {
     ///
     /// Cancel-safe: the deadline moves only after a quorum confirmed, so
     /// [`remaining`](Lock::remaining) never over-reports; some nodes may already have
-    /// been extended.
+    /// been extended (never shortened), and requests already sent may still land later,
+    /// which can only lengthen those nodes' hold.
     ///
     /// # Example
     ///
@@ -312,7 +321,11 @@ impl Lock {
         round.detach();
         if quorum::is_held(decision, validity, inner.config.min_validity) {
             span.record("outcome", "extended");
-            self.deadline = started + validity;
+            // Never earlier than before: the extension cannot shorten any node's expiry
+            // (`PEXPIRE … GT`), so the quorum behind the old deadline still holds until it.
+            self.deadline = self
+                .deadline
+                .max(crate::time::earlier_of_overflow(started, validity));
             self.ttl = ttl;
             return Ok(());
         }

@@ -102,11 +102,7 @@ pub(crate) async fn acquire_waiting(
     retry: &Retry,
 ) -> Result<Lock, Error> {
     let start = Instant::now();
-    let give_up_at = retry.max_wait.map(|w| {
-        start
-            .checked_add(w)
-            .unwrap_or(start + Duration::from_secs(86_400 * 365))
-    });
+    let give_up_at = retry.max_wait.map(|w| crate::time::later(start, w));
     let mut attempts: u32 = 0;
     let mut interest: Option<Interest> = None;
     let mut ticket: Option<Ticket> = None;
@@ -203,7 +199,7 @@ pub(crate) async fn acquire_waiting(
                 }
                 delay = delay.min(left);
             }
-            fallback_at = Some(tokio::time::Instant::now() + delay);
+            fallback_at = Some(crate::time::later_tokio(tokio::time::Instant::now(), delay));
         }
         let wake_at = fallback_at.unwrap_or_else(tokio::time::Instant::now);
         let delay = wake_at.saturating_duration_since(tokio::time::Instant::now());
@@ -437,7 +433,7 @@ impl Notifier {
         if others > 0
             && let Ok(mut p) = self.shared.polite.lock()
         {
-            let until = Instant::now() + POLITE_WINDOW;
+            let until = crate::time::later(Instant::now(), POLITE_WINDOW);
             if p.len() > 4096 {
                 let now = Instant::now();
                 p.retain(|_, t| *t > now);
