@@ -11,6 +11,7 @@
 //! | [`Error::Lost`] | the lock expired or could no longer be confirmed on a quorum | stop the work the lock protected |
 //! | [`Error::Config`] | the builder was given an invalid configuration | fix the configuration |
 //! | [`Error::InvalidInput`] | a call was given an invalid argument (empty resource, zero TTL, …) | fix the call |
+//! | [`Error::RandomSource`] | the operating system's random number generator failed, so no lock token could be drawn | fix the host; nothing was sent to any node |
 //!
 //! Errors that come from a vote carry a [`Votes`] value: the answer of every node, in the
 //! order the nodes were configured, printed like
@@ -72,6 +73,11 @@ pub enum Error {
     /// A call was given an invalid argument.
     #[error("invalid input: {0}")]
     InvalidInput(InvalidInput),
+    /// The operating system's random number generator failed, so no lock token could be
+    /// drawn. Nothing was sent to any node. This is a fault of the host, not of the call:
+    /// the lock is never taken with a weaker token instead.
+    #[error("{0}")]
+    RandomSource(RandomSourceError),
 }
 
 /// The kind of an [`Error`], for matching without the payload.
@@ -99,6 +105,8 @@ pub enum ErrorKind {
     Config,
     /// See [`Error::InvalidInput`].
     InvalidInput,
+    /// See [`Error::RandomSource`].
+    RandomSource,
 }
 
 impl Error {
@@ -120,6 +128,7 @@ impl Error {
             Error::Lost(_) => ErrorKind::Lost,
             Error::Config(_) => ErrorKind::Config,
             Error::InvalidInput(_) => ErrorKind::InvalidInput,
+            Error::RandomSource(_) => ErrorKind::RandomSource,
         }
     }
 
@@ -183,7 +192,7 @@ impl Error {
             Error::Held(v) | Error::NoQuorum(v) => Some(v),
             Error::Timeout(t) => t.votes.as_ref(),
             Error::Lost(l) => l.votes.as_ref(),
-            Error::Config(_) | Error::InvalidInput(_) => None,
+            Error::Config(_) | Error::InvalidInput(_) | Error::RandomSource(_) => None,
         }
     }
 
@@ -468,19 +477,82 @@ pub struct Lost {
     pub(crate) votes: Option<Votes>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LostReason {
-    /// The validity had run out before the call.
+/// Why a lock was lost: the answer of [`Lost::reason`].
+///
+/// The cases call for different reactions: a lock that is [`NotHeld`](LostReason::NotHeld)
+/// may already be someone else's, so the work it protected must stop at once and may have
+/// to be checked; one whose extension failed ([`ExtendFailed`](LostReason::ExtendFailed))
+/// points at the nodes; a cap ([`MaxHold`](LostReason::MaxHold),
+/// [`MaxExtensions`](LostReason::MaxExtensions)) is the policy working as configured.
+///
+/// # Example
+///
+/// ```
+/// use quorumlock::{Error, LostReason};
+/// fn explain(e: &Error) -> &'static str {
+///     match e {
+///         Error::Lost(lost) => match lost.reason() {
+///             LostReason::NotHeld => "someone else may have it now",
+///             LostReason::MaxHold | LostReason::MaxExtensions => "held as long as allowed",
+///             _ => "expired",
+///         },
+///         _ => "not a lost lock",
+///     }
+/// }
+/// # let _ = explain;
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The validity had already run out before the call (release or extend of an expired
+    /// lock, or a lock handed to a watchdog after its deadline).
     Expired,
-    /// A quorum no longer holds our token: the lock cannot be extended.
+    /// A quorum of nodes no longer holds our token: the keys expired or were deleted, and
+    /// another client may hold the resource now.
     NotHeld,
-    /// Extending was refused or failed and the validity ran out meanwhile.
+    /// Extending was refused or failed on too many nodes, and the validity (less the
+    /// watchdog's safety margin) ran out meanwhile.
     ExtendFailed,
-    /// A watchdog cap (hold time or extension count) was reached.
-    CapReached,
+    /// The watchdog's [`max_hold`](crate::Watchdog::max_hold) cap was reached.
+    MaxHold,
+    /// The watchdog's [`max_extensions`](crate::Watchdog::max_extensions) cap was reached.
+    MaxExtensions,
+    /// The watchdog's internal state was left inconsistent by a panic (a poisoned mutex).
+    /// The lock is reported lost rather than trusted: it fails closed.
+    WatchdogFailed,
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LostReason::Expired => "its validity had already run out",
+            LostReason::NotHeld => "a quorum of nodes no longer holds our token",
+            LostReason::ExtendFailed => "it could not be extended before it expired",
+            LostReason::MaxHold => "the watchdog's maximum hold time was reached",
+            LostReason::MaxExtensions => "the watchdog's maximum number of extensions was reached",
+            LostReason::WatchdogFailed => {
+                "the watchdog's state was poisoned by a panic (failing closed)"
+            }
+        })
+    }
 }
 
 impl Lost {
+    /// Why the lock was lost.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn f(e: quorumlock::Error) {
+    /// if let quorumlock::Error::Lost(lost) = &e {
+    ///     println!("lost: {}", lost.reason());
+    /// }
+    /// # }
+    /// ```
+    pub fn reason(&self) -> LostReason {
+        self.reason
+    }
+
     /// `true` when the lock's validity had already run out.
     pub fn is_expired(&self) -> bool {
         self.reason == LostReason::Expired
@@ -493,12 +565,7 @@ impl Lost {
 
 impl fmt::Display for Lost {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self.reason {
-            LostReason::Expired => "lock lost: its validity had already run out",
-            LostReason::NotHeld => "lock lost: a quorum of nodes no longer holds our token",
-            LostReason::ExtendFailed => "lock lost: it could not be extended before it expired",
-            LostReason::CapReached => "lock lost: the watchdog's hold cap was reached",
-        })?;
+        write!(f, "lock lost: {}", self.reason)?;
         if let Some(v) = &self.votes {
             write!(f, "; {v}")?;
         }
@@ -532,6 +599,33 @@ impl ConfigError {
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.field, self.detail)
+    }
+}
+
+/// The operating system's random number generator failed; the payload of
+/// [`Error::RandomSource`].
+///
+/// # Example
+///
+/// ```
+/// # fn f(e: quorumlock::Error) {
+/// if let quorumlock::Error::RandomSource(err) = &e {
+///     eprintln!("cannot draw lock tokens on this host: {err}");
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RandomSourceError {
+    pub(crate) detail: String,
+}
+
+impl fmt::Display for RandomSourceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the operating system's random number generator failed: {}",
+            self.detail
+        )
     }
 }
 

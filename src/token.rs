@@ -18,12 +18,7 @@ impl Token {
     /// A fresh token from the OS CSPRNG.
     pub(crate) fn generate() -> Result<Token, Error> {
         let mut raw = [0u8; 16];
-        getrandom::fill(&mut raw).map_err(|e| {
-            Error::invalid(
-                "token",
-                format!("the operating system's random number generator failed: {e}"),
-            )
-        })?;
+        getrandom::fill(&mut raw).map_err(random_failed)?;
         Ok(Token::from_bytes(raw))
     }
 
@@ -49,6 +44,13 @@ impl Token {
     }
 }
 
+/// The error for a failed OS random source: a fault of the host, never "invalid input".
+fn random_failed(e: getrandom::Error) -> Error {
+    Error::RandomSource(crate::error::RandomSourceError {
+        detail: e.to_string(),
+    })
+}
+
 impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}…", self.short())
@@ -64,6 +66,22 @@ impl fmt::Display for Token {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_random_source_is_not_invalid_input() {
+        for e in [
+            getrandom::Error::UNSUPPORTED,
+            getrandom::Error::new_custom(7),
+        ] {
+            let err = random_failed(e);
+            assert_eq!(err.kind(), crate::ErrorKind::RandomSource);
+            assert!(!err.is_retryable());
+            assert!(
+                err.to_string().contains("random number generator failed"),
+                "{err}"
+            );
+        }
+    }
 
     #[test]
     fn fresh_and_shortened() {

@@ -211,14 +211,19 @@ impl Entry {
     fn fire_at(&self, deadline: Instant) -> (Instant, LostReason) {
         let by_validity = deadline.checked_sub(self.margin).unwrap_or(deadline);
         match self.hold_end {
-            Some(h) if h < by_validity => (h, LostReason::CapReached),
+            Some(h) if h < by_validity => (h, LostReason::MaxHold),
             _ => (by_validity, LostReason::ExtendFailed),
         }
     }
 
     /// Marks the lock lost if its time is up; returns the error if it is lost.
+    ///
+    /// Fails closed: if the state's mutex was poisoned by a panic, the lock is reported
+    /// lost (never trusted on a state that may be half-updated).
     fn check(&self, now: Instant) -> Option<Error> {
-        let mut st = self.state.lock().ok()?;
+        let Ok(mut st) = self.state.lock() else {
+            return Some(Error::lost(LostReason::WatchdogFailed, None));
+        };
         if st.lost.is_none() && !st.stopped {
             let (at, reason) = self.fire_at(st.deadline);
             if now >= at {
@@ -230,6 +235,10 @@ impl Entry {
 
     fn mark_lost(&self, st: &mut State, e: Error) {
         if st.lost.is_none() {
+            if matches!(&e, Error::Lost(l) if l.reason() == LostReason::NotHeld) {
+                // The keys are gone from a quorum: no validity is left to report.
+                st.deadline = st.deadline.min(Instant::now());
+            }
             tracing::warn!(ttl_ms = quorum::millis_ceil(self.ttl), error = %e, "quorumlock: watchdog: lock lost");
             st.lost = Some(e);
             self.changed.send_modify(|g| *g = g.wrapping_add(1));
@@ -447,6 +456,11 @@ impl Lock {
     /// Hands the lock to the [`Redlock`]'s watchdog, which extends it (by its TTL) before
     /// its validity runs out, per `policy`.
     ///
+    /// A lock whose validity has already run out (or is inside the safety margin) is never
+    /// extended: the returned guard is lost at once ([`LostReason::Expired`] or
+    /// [`LostReason::ExtendFailed`]), and releasing or dropping it deletes whatever keys
+    /// still hold its token.
+    ///
     /// # Example
     ///
     /// ```no_run
@@ -482,6 +496,23 @@ impl Lock {
             max_extensions: policy.max_extensions,
             hold_end: policy.max_hold.and_then(|h| now.checked_add(h)),
         });
+        if now >= entry.fire_at(deadline).0 {
+            // Already past its deadline (or its lost signal's time): extending now could
+            // only refresh keys that are no longer a quorum's. Report it lost at once and
+            // never register it; release or drop still deletes whatever keys are left.
+            let reason = if self.is_valid() {
+                entry.fire_at(deadline).1
+            } else {
+                LostReason::Expired
+            };
+            if let Ok(mut st) = entry.state.lock() {
+                entry.mark_lost(&mut st, Error::lost(reason, None));
+            }
+            return KeptLock {
+                entry,
+                lock: Some(self),
+            };
+        }
         let inner = self.inner().clone();
         let registry = inner
             .watchdog
@@ -588,8 +619,11 @@ impl KeptLock {
     ///
     /// # Errors
     ///
-    /// As [`Lock::release`]: [`Error::Lost`] when the validity had run out,
-    /// [`Error::NoQuorum`] when too few nodes confirmed.
+    /// * [`Error::Lost`] when the watchdog had found the lock lost (its [`LostReason`]
+    ///   says why: a quorum no longer held it, an extension failed, a cap was reached);
+    ///   the keys still holding our token are deleted all the same;
+    /// * otherwise as [`Lock::release`]: [`Error::Lost`] when the validity had run out,
+    ///   [`Error::NoQuorum`] when too few nodes confirmed.
     ///
     /// # Cancel safety
     ///
@@ -604,14 +638,20 @@ impl KeptLock {
     /// # Ok(()) }
     /// ```
     pub async fn release(mut self) -> Result<(), Error> {
+        let lost = self.entry.check(Instant::now());
         self.stop();
         let deadline = self.entry.deadline();
-        match self.lock.take() {
+        let released = match self.lock.take() {
             Some(mut lock) => {
                 lock.set_deadline(deadline);
                 lock.release().await
             }
             None => Ok(()),
+        };
+        // A lock the watchdog found lost is reported lost, whatever the clean-up found.
+        match lost {
+            Some(e) => Err(e),
+            None => released,
         }
     }
 }
@@ -765,11 +805,20 @@ impl Task {
             if st.in_round {
                 return true;
             }
-            if st.next_try <= now + coalesce(e) {
-                if e.max_extensions.is_some_and(|m| st.extensions >= m)
-                    || e.hold_end.is_some_and(|h| now >= h)
-                {
-                    e.mark_lost(&mut st, Error::lost(LostReason::CapReached, None));
+            let (fire_at, reason) = e.fire_at(st.deadline);
+            if now >= fire_at {
+                // Its time is up: never extend a lock past its lost signal (the keys left
+                // on some nodes are no longer a quorum's to refresh).
+                e.mark_lost(&mut st, Error::lost(reason, None));
+                return false;
+            }
+            if st.next_try <= crate::time::later(now, coalesce(e)) {
+                if e.max_extensions.is_some_and(|m| st.extensions >= m) {
+                    e.mark_lost(&mut st, Error::lost(LostReason::MaxExtensions, None));
+                    return false;
+                }
+                if e.hold_end.is_some_and(|h| now >= h) {
+                    e.mark_lost(&mut st, Error::lost(LostReason::MaxHold, None));
                     return false;
                 }
                 st.in_round = true;
@@ -889,7 +938,7 @@ impl Task {
             return;
         }
         if decision == quorum::Decision::Reached && !validity.is_zero() {
-            let new = start + validity;
+            let new = crate::time::earlier_of_overflow(start, validity);
             if new > st.deadline {
                 st.deadline = new;
             }
@@ -908,7 +957,7 @@ impl Task {
         }
         // Retry soon, while validity remains.
         let retry = (e.refresh / 8).max(Duration::from_millis(5));
-        st.next_try = now + retry;
+        st.next_try = crate::time::later(now, retry);
         tracing::debug!("quorumlock: watchdog extension missed the quorum; retrying");
     }
 }
@@ -1033,5 +1082,67 @@ where
             Ok(v)
         }
         Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(deadline: Instant) -> Arc<Entry> {
+        Arc::new(Entry {
+            state: Mutex::new(State {
+                deadline,
+                lost: None,
+                stopped: false,
+                extensions: 0,
+                next_try: deadline,
+                in_round: false,
+            }),
+            changed: watch::channel(0).0,
+            keys: vec![b"k".to_vec()],
+            token: b"t".to_vec(),
+            ttl: Duration::from_secs(10),
+            refresh: Duration::from_secs(5),
+            margin: Duration::from_secs(1),
+            max_extensions: None,
+            hold_end: None,
+        })
+    }
+
+    /// A panic while the state's mutex is held poisons it. The lock must then read as
+    /// lost, with no validity left, and its lost signal must fire: failing open (as
+    /// before: `is_lost()` false, the signal never firing) would let work go on under a
+    /// lock nobody extends.
+    #[tokio::test]
+    async fn a_poisoned_state_fails_closed() {
+        let e = entry(Instant::now() + Duration::from_secs(60));
+        assert!(e.check(Instant::now()).is_none(), "healthy before");
+        let poisoner = e.clone();
+        let joined = std::thread::spawn(move || {
+            let _guard = poisoner.state.lock();
+            panic!("poison the watchdog state on purpose");
+        })
+        .join();
+        assert!(joined.is_err());
+        assert!(e.state.is_poisoned());
+        let lost = e.check(Instant::now());
+        match &lost {
+            Some(Error::Lost(l)) => assert_eq!(l.reason(), LostReason::WatchdogFailed),
+            other => panic!("a poisoned state must read as lost: {other:?}"),
+        }
+        assert!(
+            e.deadline() <= Instant::now(),
+            "no validity on a poisoned state"
+        );
+        let signal = LostSignal {
+            entry: e.clone(),
+            fut: None,
+        };
+        let fired = tokio::time::timeout(Duration::from_secs(1), signal).await;
+        assert!(
+            fired.is_ok(),
+            "the lost signal must fire on a poisoned state"
+        );
     }
 }

@@ -7,7 +7,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use quorumlock::testkit::LocalCluster;
-use quorumlock::{Error, Redlock, Retry, Watchdog};
+use quorumlock::{Error, LostReason, Redlock, Retry, Watchdog};
+use redis::AsyncCommands;
+
+mod support;
+
+/// Why a lock was lost, if `e` is a lost-lock error.
+fn reason(e: &Error) -> Option<LostReason> {
+    match e {
+        Error::Lost(l) => Some(l.reason()),
+        _ => None,
+    }
+}
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
@@ -154,7 +165,8 @@ async fn max_extensions_stops_extension_and_fires_lost() -> TestResult {
         .keep_alive(Watchdog::new().max_extensions(2));
     let e = tokio::time::timeout(Duration::from_secs(3), kept.lost()).await?;
     assert!(e.is_lost(), "{e}");
-    assert!(e.to_string().contains("cap"), "{e}");
+    assert_eq!(reason(&e), Some(LostReason::MaxExtensions), "{e}");
+    assert!(e.to_string().contains("number of extensions"), "{e}");
     // Two extensions happened: the hold outlived the first TTL.
     assert!(start.elapsed() > ttl, "fired after {:?}", start.elapsed());
     // No more extensions: the lock expires by itself and someone else gets it.
@@ -185,7 +197,8 @@ async fn max_hold_stops_extension_and_fires_lost() -> TestResult {
         .keep_alive(Watchdog::new().max_hold(Duration::from_millis(700)));
     let e = tokio::time::timeout(Duration::from_secs(3), kept.lost()).await?;
     let held = start.elapsed();
-    assert!(e.to_string().contains("cap"), "{e}");
+    assert_eq!(reason(&e), Some(LostReason::MaxHold), "{e}");
+    assert!(e.to_string().contains("maximum hold time"), "{e}");
     assert!(held > ttl, "fired after {held:?}, before any extension");
     assert!(kept.is_lost());
     eprintln!("max_hold 700 ms: lost fired after {held:?}");
@@ -307,6 +320,115 @@ async fn many_kept_locks_share_one_batched_round() -> TestResult {
     for k in kept {
         k.release().await?;
     }
+    Ok(())
+}
+
+/// A lock handed to the watchdog after its deadline is lost at once and never extended:
+/// before, the watchdog ran one more round and refreshed the leftover keys to a whole TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_of_an_expired_lock_is_lost_at_once_and_refreshes_nothing() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let a = client(&cluster.urls()).await?;
+    let key = support::lock_key("lc:expired");
+    let lock = a.try_lock("lc:expired", Duration::from_secs(1)).await?;
+    tokio::time::sleep_until(lock.deadline().into()).await;
+    assert!(!lock.is_valid());
+    // The keys outlive the guaranteed validity by the drift allowance; give them 150 ms
+    // more so that a refresh, if any, is visible.
+    let mut live = 0;
+    for i in 0..3 {
+        let mut c = support::raw(&cluster, i).await;
+        let set: bool = c.pexpire(&key, 150).await?;
+        live += usize::from(set);
+    }
+    assert!(
+        live >= 2,
+        "the keys were already gone on {} nodes",
+        3 - live
+    );
+    let kept = lock.keep_alive(Watchdog::new());
+    assert!(
+        kept.is_lost(),
+        "an expired lock must be reported lost at once"
+    );
+    let e = tokio::time::timeout(Duration::from_secs(1), kept.lost()).await?;
+    assert_eq!(reason(&e), Some(LostReason::Expired), "{e}");
+    assert_eq!(kept.remaining(), Duration::ZERO);
+    // Nothing extended the leftover keys: they expire on their own 150 ms.
+    let gone = support::eventually(Duration::from_secs(2), || async {
+        support::count_key(&cluster, 0..3, &key).await == 0
+    })
+    .await;
+    assert!(gone, "the watchdog refreshed the keys of an expired lock");
+    let r = kept.release().await;
+    assert!(matches!(&r, Err(Error::Lost(_))), "{r:?}");
+    Ok(())
+}
+
+/// Once the watchdog finds the keys gone from a quorum, the guard reports no validity
+/// left and its release reports the loss (before: `remaining()` stayed positive).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_lock_whose_keys_vanished_reports_no_validity_and_release_reports_lost() -> TestResult
+{
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let a = client(&cluster.urls()).await?;
+    let key = support::lock_key("lc:vanished");
+    let kept = a
+        .try_lock("lc:vanished", Duration::from_secs(2))
+        .await?
+        .keep_alive(Watchdog::new());
+    let ctx = kept.context();
+    for i in 0..3 {
+        let mut c = support::raw(&cluster, i).await;
+        let _: i64 = c.del(&key).await?;
+    }
+    // The next extension (at half-life) finds no key anywhere.
+    let e = tokio::time::timeout(Duration::from_secs(3), kept.lost()).await?;
+    assert_eq!(reason(&e), Some(LostReason::NotHeld), "{e}");
+    assert!(kept.is_lost() && ctx.is_lost());
+    assert_eq!(
+        kept.remaining(),
+        Duration::ZERO,
+        "validity reported after the keys vanished"
+    );
+    assert_eq!(ctx.remaining(), Duration::ZERO);
+    let r = kept.release().await;
+    match &r {
+        Err(e) => assert_eq!(reason(e), Some(LostReason::NotHeld), "{e}"),
+        Ok(()) => panic!("the release of a lock found lost returned Ok"),
+    }
+    Ok(())
+}
+
+/// Durations at their maximum saturate instead of panicking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_durations_saturate_instead_of_panicking() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let urls = cluster.urls();
+    // Nothing in the background: returns at once.
+    assert!(Redlock::flush_background(Duration::MAX).await);
+    let a = client(&urls).await?;
+    assert!(a.flush(Duration::MAX).await);
+    let held = a.try_lock("lc:huge", Duration::from_secs(5)).await?;
+    let waiter = Redlock::builder(&urls)
+        .node_timeout(Duration::from_millis(50))
+        .retry(
+            Retry::new()
+                .attempts(5)
+                .no_max_wait()
+                .delay(Duration::MAX, Duration::MAX),
+        )
+        .build()
+        .await?;
+    // The attempts find it held; the retry delay is "forever". The call must still be
+    // waiting (not panicked) when we stop looking.
+    let r = tokio::time::timeout(
+        Duration::from_millis(500),
+        waiter.lock("lc:huge", Duration::from_secs(1)),
+    )
+    .await;
+    assert!(r.is_err(), "expected the call to be waiting: {r:?}");
+    held.release().await?;
     Ok(())
 }
 
