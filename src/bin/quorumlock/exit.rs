@@ -7,6 +7,7 @@
 //! | 64 (`EX_USAGE`) | bad arguments, invalid node URL, TTL or resource name |
 //! | 69 (`EX_UNAVAILABLE`) | too few nodes answered for a quorum |
 //! | 70 (`EX_SOFTWARE`) | `run`: the lock was lost while COMMAND ran; COMMAND was stopped |
+//! | 71 (`EX_OSERR`) | the operating system's random number generator failed (no lock token) |
 //! | 75 (`EX_TEMPFAIL`) | `run`: held by another owner, or the wait timed out |
 //! | 126 / 127 | `run`: COMMAND could not be executed / was not found |
 
@@ -18,6 +19,8 @@ pub const USAGE: u8 = 64;
 pub const UNAVAILABLE: u8 = 69;
 /// The lock was lost while COMMAND ran (`EX_SOFTWARE`).
 pub const LOST: u8 = 70;
+/// The operating system failed us: no random lock token could be drawn (`EX_OSERR`).
+pub const OS_ERROR: u8 = 71;
 /// Held by another owner, or the wait timed out (`EX_TEMPFAIL`).
 pub const BUSY: u8 = 75;
 /// COMMAND exists but could not be executed.
@@ -33,6 +36,7 @@ Exit codes:
   64  EX_USAGE        bad arguments, invalid node URL, TTL or resource name
   69  EX_UNAVAILABLE  too few nodes answered for a quorum
   70  EX_SOFTWARE     run: the lock was lost while COMMAND ran (COMMAND was stopped)
+  71  EX_OSERR        the operating system's random number generator failed
   75  EX_TEMPFAIL     run: held by another owner, or the wait timed out
   126 / 127           run: COMMAND could not be executed / was not found";
 
@@ -53,6 +57,7 @@ pub fn for_error(e: &Error) -> u8 {
         },
         ErrorKind::Lost => LOST,
         ErrorKind::Config | ErrorKind::InvalidInput => USAGE,
+        ErrorKind::RandomSource => OS_ERROR,
         _ => UNAVAILABLE,
     }
 }
