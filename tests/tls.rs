@@ -120,6 +120,11 @@ async fn t10_rediss_lock_wait_and_release() {
         .await
         .expect("build b");
     assert!(a.nodes()[0].to_string().starts_with("rediss://"), "{a:?}");
+    let shown = format!("{a:?}");
+    assert!(
+        shown.contains("bytes of PEM") && !shown.contains("BEGIN CERTIFICATE"),
+        "Debug shows the CA's size, not its contents: {shown}"
+    );
 
     let lock = a.try_lock("tls:orders", TTL).await.expect("lock over TLS");
     let key = lock_key("tls:orders");
@@ -292,4 +297,31 @@ async fn t50_insecure_fragment_is_refused() {
         }
         other => panic!("expected a config error, got {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn t60_testkit_tls_refuses_proxies_and_reports_bad_files() {
+    let pki = Pki::new("A");
+    let err = LocalCluster::builder(1)
+        .tls(
+            pki.path("server.pem"),
+            pki.path("server.key"),
+            pki.path("ca.pem"),
+        )
+        .proxies(true)
+        .launch()
+        .await
+        .expect_err("TLS with proxies");
+    assert_eq!(err.kind(), std::io::ErrorKind::Unsupported, "{err}");
+    // A key file that does not exist: the server's own complaint, from its log.
+    let err = LocalCluster::builder(1)
+        .tls(
+            pki.path("server.pem"),
+            pki.path("missing.key"),
+            pki.path("ca.pem"),
+        )
+        .launch()
+        .await
+        .expect_err("missing key file");
+    assert!(err.to_string().contains("exited during start-up"), "{err}");
 }
