@@ -301,8 +301,8 @@ pub(crate) mod tls {
         }
 
         /// Checks that the PEM holds at least one certificate and that each is usable as a
-        /// trust anchor; returns how many it holds.
-        pub(crate) fn validate(&self) -> Result<usize, Error> {
+        /// trust anchor.
+        pub(crate) fn validate(&self) -> Result<(), Error> {
             let field = "tls_root_ca";
             let certs = CertificateDer::pem_slice_iter(&self.0)
                 .collect::<Result<Vec<_>, _>>()
@@ -326,7 +326,7 @@ pub(crate) mod tls {
                     )
                 })?;
             }
-            Ok(certs.len())
+            Ok(())
         }
     }
 
@@ -343,11 +343,10 @@ pub(crate) mod tls {
             if let Some(t) = err.downcast_ref::<rustls::Error>() {
                 return Some(match t {
                     // The hint comes first: a long reason may be cut at the end.
-                    rustls::Error::InvalidCertificate(_) => {
-                        format!(
-                            "TLS handshake failed, server certificate rejected (see tls_root_ca): {t}"
-                        )
-                    }
+                    rustls::Error::InvalidCertificate(_) => format!(
+                        "TLS handshake failed, server certificate rejected \
+                         (see tls_root_ca): {t}"
+                    ),
                     _ => format!("TLS handshake failed: {t}"),
                 });
             }
