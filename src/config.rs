@@ -263,6 +263,9 @@ pub(crate) struct Config {
     pub(crate) fencing: bool,
     pub(crate) max_ttl: Duration,
     pub(crate) notify: bool,
+    /// Certificate authorities trusted for `rediss://` nodes; `None`: the system's.
+    #[cfg(feature = "tls-rustls")]
+    pub(crate) tls_root_ca: Option<crate::node::tls::RootCa>,
 }
 
 impl Config {
@@ -378,6 +381,8 @@ impl RedlockBuilder {
                 fencing: false,
                 max_ttl: DEFAULTS.max_ttl,
                 notify: true,
+                #[cfg(feature = "tls-rustls")]
+                tls_root_ca: None,
             },
         }
     }
@@ -541,6 +546,47 @@ impl RedlockBuilder {
         self
     }
 
+    /// Trust these certificate authorities, and only these, for the `rediss://` nodes: a PEM
+    /// bundle of one or more `-----BEGIN CERTIFICATE-----` blocks (e.g. the contents of the
+    /// file given to Redis as `tls-ca-cert-file`). Use it when the servers' certificates are
+    /// signed by a private CA. `redis://` and `redis+unix://` nodes are not affected.
+    ///
+    /// Each server's certificate must be signed by one of them and name the host of its URL
+    /// (a DNS name, or an IP address subject alternative name for `rediss://10.0.0.5:6380`).
+    /// A node whose certificate does not verify fails on every request with the TLS error as
+    /// its [`NodeOutcome::Failed`](crate::NodeOutcome::Failed) text (so a lock attempt on
+    /// such nodes ends in [`Error::NoQuorum`]); it never panics.
+    ///
+    /// The default is the system's trust store (read through `rustls-native-certs`: on
+    /// Debian `/etc/ssl/certs`, from the `ca-certificates` package; the `SSL_CERT_FILE` and
+    /// `SSL_CERT_DIR` environment variables override it).
+    ///
+    /// Checked in [`build`](RedlockBuilder::build): a PEM without a certificate, or with one
+    /// that does not parse, is an [`Error::Config`] naming the field `tls_root_ca`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let ca = std::fs::read("/etc/redis/tls/ca.crt")?;
+    /// let locks = quorumlock::Redlock::builder([
+    ///     "rediss://redis-a.internal:6380",
+    ///     "rediss://redis-b.internal:6380",
+    ///     "rediss://redis-c.internal:6380",
+    /// ])
+    /// .tls_root_ca(ca)
+    /// .build()
+    /// .await?;
+    /// # let _ = locks;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls-rustls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls-rustls")))]
+    pub fn tls_root_ca(mut self, pem: impl Into<Vec<u8>>) -> RedlockBuilder {
+        self.config.tls_root_ca = Some(crate::node::tls::RootCa::new(pem.into()));
+        self
+    }
+
     /// Validates the configuration and creates the client.
     ///
     /// Connections are opened concurrently; `build` waits for them at most the connect
@@ -551,11 +597,20 @@ impl RedlockBuilder {
     ///
     /// Must be called within a Tokio runtime.
     ///
+    /// With `rediss://` nodes (feature `tls-rustls`), `build` also makes sure rustls has a
+    /// process-level crypto provider: it installs rustls's `ring` provider unless one is
+    /// installed already. An application that wants another provider installs it before
+    /// calling `build`. The feature turns on rustls's `ring` provider; if your application
+    /// also turns on rustls's `aws-lc-rs` provider and builds rustls configurations of its
+    /// own before `build` without installing a default, rustls can no longer pick one for it:
+    /// install a default provider at the start of `main`.
+    ///
     /// # Errors
     ///
     /// [`Error::Config`] for an invalid configuration: no nodes, more than 64, a malformed
-    /// URL, the same node twice, a drift factor outside `0.0..0.5`, a zero node or
-    /// connect timeout, an invalid retry policy.
+    /// URL, a `rediss://` URL without the `tls-rustls` feature or with `#insecure`, the same
+    /// node twice, a drift factor outside `0.0..0.5`, a zero node or connect timeout, an
+    /// invalid retry policy, a `tls_root_ca` that holds no usable certificate.
     ///
     /// # Example
     ///
@@ -567,6 +622,10 @@ impl RedlockBuilder {
     pub async fn build(self) -> Result<Redlock, Error> {
         Error::ensure_runtime()?;
         let specs = self.validate()?;
+        #[cfg(feature = "tls-rustls")]
+        if specs.iter().any(NodeSpec::is_tls) {
+            crate::node::tls::ensure_crypto_provider();
+        }
         Redlock::connect(specs, self.config).await
     }
 
@@ -619,6 +678,17 @@ impl RedlockBuilder {
             ));
         }
         c.retry.validate()?;
+        #[cfg(feature = "tls-rustls")]
+        let specs = match &c.tls_root_ca {
+            Some(ca) => {
+                ca.validate()?;
+                specs
+                    .into_iter()
+                    .map(|s| s.trusting(ca))
+                    .collect::<Result<Vec<_>, _>>()?
+            }
+            None => specs,
+        };
         Ok(specs)
     }
 }

@@ -140,7 +140,11 @@
 //! * `testkit`: [`testkit`], real `redis-server` processes, fault proxies, a history
 //!   checker, for your own tests too.
 //! * `cli`: the `quorumlock` binary.
-//! * `tls-rustls`: `rediss://` URLs through redis-rs (rustls).
+//! * `tls-rustls`: `rediss://` URLs through redis-rs and rustls. Servers are verified
+//!   against the system's trust store, or against your own CA with
+//!   `RedlockBuilder::tls_root_ca`. `build` installs rustls's `ring` crypto provider as
+//!   the process default unless one is installed already (install yours first to use
+//!   another).
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

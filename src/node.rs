@@ -206,15 +206,28 @@ impl NodeSpec {
                 ),
             )
         })?;
-        if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) && !cfg!(feature = "tls-rustls") {
-            return Err(Error::config(
-                "nodes",
-                format!(
-                    "node #{} uses rediss:// but quorumlock was built without TLS \
-                     (enable the `tls-rustls` feature)",
-                    index + 1
-                ),
-            ));
+        if let ConnectionAddr::TcpTls { insecure, .. } = info.addr() {
+            if !cfg!(feature = "tls-rustls") {
+                return Err(Error::config(
+                    "nodes",
+                    format!(
+                        "node #{} uses rediss:// but quorumlock was built without TLS \
+                         (enable the `tls-rustls` feature)",
+                        index + 1
+                    ),
+                ));
+            }
+            if *insecure {
+                return Err(Error::config(
+                    "nodes",
+                    format!(
+                        "node #{} asks for #insecure (no certificate check), which quorumlock \
+                         does not support: give the servers' certificate authority with \
+                         tls_root_ca instead",
+                        index + 1
+                    ),
+                ));
+            }
         }
         Ok(NodeSpec {
             addr: NodeAddr::from_info(&info),
@@ -222,10 +235,143 @@ impl NodeSpec {
         })
     }
 
+    /// Whether the node is reached over TLS (`rediss://`).
+    #[cfg(feature = "tls-rustls")]
+    pub(crate) fn is_tls(&self) -> bool {
+        matches!(self.info.addr(), ConnectionAddr::TcpTls { .. })
+    }
+
+    /// For a `rediss://` node: trust exactly these certificate authorities instead of the
+    /// system's trust store. Other nodes are returned unchanged.
+    #[cfg(feature = "tls-rustls")]
+    pub(crate) fn trusting(mut self, ca: &tls::RootCa) -> Result<NodeSpec, Error> {
+        if !self.is_tls() {
+            return Ok(self);
+        }
+        let certs = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(ca.pem().to_vec()),
+        };
+        let client = redis::Client::build_with_tls(self.info.clone(), certs).map_err(|e| {
+            Error::config(
+                "tls_root_ca",
+                format!("{}: {}", self.addr, Reply::error_text(&e)),
+            )
+        })?;
+        self.info = client.get_connection_info().clone();
+        Ok(self)
+    }
+
     /// Whether two specs name the same node (same address and database).
     pub(crate) fn same_node(&self, other: &NodeSpec) -> bool {
         self.info.addr() == other.info.addr()
             && self.info.redis_settings().db() == other.info.redis_settings().db()
+    }
+}
+
+/// TLS set-up: the trusted certificate authorities and the crypto provider.
+#[cfg(feature = "tls-rustls")]
+pub(crate) mod tls {
+    use std::fmt;
+    use std::sync::Arc;
+
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+
+    use crate::error::Error;
+
+    /// Certificate authorities (PEM) trusted for `rediss://` nodes, as the user gave them.
+    /// `Debug` shows only their size.
+    #[derive(Clone)]
+    pub(crate) struct RootCa(Arc<[u8]>);
+
+    impl fmt::Debug for RootCa {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "<{} bytes of PEM>", self.0.len())
+        }
+    }
+
+    impl RootCa {
+        pub(crate) fn new(pem: Vec<u8>) -> RootCa {
+            RootCa(pem.into())
+        }
+
+        pub(crate) fn pem(&self) -> &[u8] {
+            &self.0
+        }
+
+        /// Checks that the PEM holds at least one certificate and that each is usable as a
+        /// trust anchor.
+        pub(crate) fn validate(&self) -> Result<(), Error> {
+            let field = "tls_root_ca";
+            let certs = CertificateDer::pem_slice_iter(&self.0)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| Error::config(field, format!("not a valid PEM certificate: {e}")))?;
+            if certs.is_empty() {
+                return Err(Error::config(
+                    field,
+                    "no certificate in the PEM (expected one or more \
+                     -----BEGIN CERTIFICATE----- blocks)",
+                ));
+            }
+            let mut store = rustls::RootCertStore::empty();
+            for (i, cert) in certs.iter().enumerate() {
+                store.add(cert.clone()).map_err(|e| {
+                    Error::config(
+                        field,
+                        format!(
+                            "certificate #{} is not a usable certificate authority: {e}",
+                            i + 1
+                        ),
+                    )
+                })?;
+            }
+            Ok(())
+        }
+    }
+
+    /// The text of a failed TLS handshake, when `e` is one: rustls's reason, said to be a
+    /// TLS failure, with a hint for a rejected server certificate. `None` for other errors.
+    pub(crate) fn failure(e: &redis::RedisError) -> Option<String> {
+        use std::error::Error as StdError;
+        type Shared = Arc<dyn StdError + Send + Sync>;
+        // redis-rs keeps an I/O error behind an `Arc`; tokio-rustls puts the rustls error
+        // inside the I/O error. Walk that chain, a bounded number of steps.
+        let mut cur: Option<&(dyn StdError + 'static)> = StdError::source(e);
+        for _ in 0..8 {
+            let err = cur?;
+            if let Some(t) = err.downcast_ref::<rustls::Error>() {
+                return Some(match t {
+                    // The hint comes first: a long reason may be cut at the end.
+                    rustls::Error::InvalidCertificate(_) => format!(
+                        "TLS handshake failed, server certificate rejected \
+                         (see tls_root_ca): {t}"
+                    ),
+                    _ => format!("TLS handshake failed: {t}"),
+                });
+            }
+            cur = if let Some(shared) = err.downcast_ref::<Shared>() {
+                Some(&**shared as &(dyn StdError + 'static))
+            } else if let Some(io) = err.downcast_ref::<std::io::Error>() {
+                match io.get_ref() {
+                    Some(inner) => Some(inner as &(dyn StdError + 'static)),
+                    None => return None,
+                }
+            } else {
+                err.source()
+            };
+        }
+        None
+    }
+
+    /// Makes sure rustls has a process-level crypto provider, so that opening a TLS
+    /// connection never panics: installs rustls's `ring` provider unless the application
+    /// (or another library) installed one first, which is then kept.
+    pub(crate) fn ensure_crypto_provider() {
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            // An error means another thread installed a provider meanwhile: that one is used.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
     }
 }
 
@@ -265,6 +411,12 @@ impl Reply {
     /// The error text of a failed reply, for [`NodeOutcome::Failed`](crate::NodeOutcome).
     pub(crate) fn error_text(e: &RedisError) -> String {
         // redis-rs errors carry the server's message or the I/O error; never the URL.
+        #[cfg(feature = "tls-rustls")]
+        let s = match tls::failure(e) {
+            Some(t) => t,
+            None => e.to_string(),
+        };
+        #[cfg(not(feature = "tls-rustls"))]
         let s = e.to_string();
         if s.len() > 200 {
             let mut cut = 200;

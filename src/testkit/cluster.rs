@@ -15,6 +15,10 @@
 //! The binary is `$QUORUMLOCK_REDIS_SERVER` when set, else `redis-server` from `PATH` (or
 //! `/usr/bin`, `/usr/local/bin`). Redis 7.0 or newer is needed (`--enable-debug-command`).
 //!
+//! With [`LocalClusterBuilder::tls`] each server also serves TLS on a second loopback port
+//! and [`LocalCluster::urls`] hand out `rediss://` URLs (Debian's `redis-server` is built
+//! with TLS).
+//!
 //! Unix only: faults are signals.
 
 use std::fmt;
@@ -87,6 +91,15 @@ pub struct LocalClusterBuilder {
     args: Vec<String>,
     node_args: Vec<(usize, String)>,
     startup_timeout: Duration,
+    tls: Option<ServerTls>,
+}
+
+/// The certificate files of a TLS server (see [`LocalClusterBuilder::tls`]).
+#[derive(Debug, Clone)]
+struct ServerTls {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
 }
 
 impl LocalClusterBuilder {
@@ -142,6 +155,51 @@ impl LocalClusterBuilder {
         self
     }
 
+    /// Serves TLS: every server also listens on a second loopback port with this certificate
+    /// and key (PEM files), and [`LocalCluster::urls`] hand out
+    /// `rediss://127.0.0.1:<tls port>`. `ca` is the PEM file of the certificate authority
+    /// the server trusts for client certificates; clients are not asked for one
+    /// (`--tls-auth-clients no`). The server is started with
+    /// `--tls-port <port> --tls-cert-file <cert> --tls-key-file <key> --tls-ca-cert-file <ca>`.
+    ///
+    /// The plain port stays open on 127.0.0.1 for the kit's own start-up probes and for raw
+    /// inspection: [`LocalCluster::port`] and [`LocalCluster::direct_url`] name it, and
+    /// [`LocalCluster::tls_port`] the TLS one. A client given [`LocalCluster::urls`] only
+    /// ever talks TLS. The certificate must name `127.0.0.1` (an IP address subject
+    /// alternative name) for a client that checks it.
+    ///
+    /// The default for this is no TLS. TLS nodes cannot have proxies or replicas:
+    /// [`launch`](Self::launch) fails with `Unsupported` when combined with
+    /// [`proxies`](Self::proxies) or [`replicated`](Self::replicated).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use quorumlock::testkit::LocalCluster;
+    ///
+    /// # async fn demo() -> std::io::Result<()> {
+    /// let cluster = LocalCluster::builder(3)
+    ///     .tls("certs/server.pem", "certs/server.key", "certs/ca.pem")
+    ///     .launch()
+    ///     .await?;
+    /// assert!(cluster.urls()[0].starts_with("rediss://127.0.0.1:"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn tls(
+        mut self,
+        cert: impl Into<PathBuf>,
+        key: impl Into<PathBuf>,
+        ca: impl Into<PathBuf>,
+    ) -> Self {
+        self.tls = Some(ServerTls {
+            cert: cert.into(),
+            key: key.into(),
+            ca: ca.into(),
+        });
+        self
+    }
+
     /// How long a server may take to answer `PING` after it is started. The default for this
     /// is 10 seconds.
     pub fn startup_timeout(mut self, timeout: Duration) -> Self {
@@ -155,8 +213,9 @@ impl LocalClusterBuilder {
     /// # Errors
     ///
     /// `NotFound` when `redis-server` is missing (the message says how to install it),
-    /// `InvalidInput` for zero nodes or an out-of-range node index, or the start-up failure of
-    /// a server (with the end of its log).
+    /// `InvalidInput` for zero nodes or an out-of-range node index, `Unsupported` for TLS
+    /// with proxies or replicas, or the start-up failure of a server (with the end of its
+    /// log; e.g. a certificate file it cannot read).
     pub async fn launch(self) -> io::Result<LocalCluster> {
         if self.nodes == 0 {
             return Err(invalid("a LocalCluster needs at least one node"));
@@ -173,6 +232,12 @@ impl LocalClusterBuilder {
                 "node index {i} is out of range for a {}-node cluster",
                 self.nodes
             )));
+        }
+        if self.tls.is_some() && (self.proxies || !self.replicated.is_empty()) {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "TLS nodes cannot have proxies or replicas in the test kit",
+            ));
         }
         let binary = redis_server_binary()?;
         let nodes = (0..self.nodes).map(|i| self.start_node(i, &binary));
@@ -206,6 +271,7 @@ impl LocalClusterBuilder {
             args: args.clone(),
             replicaof,
             startup_timeout: self.startup_timeout,
+            tls: self.tls.clone(),
         };
         let master = Server::launch(spec(format!("node {i}"), None)).await?;
         let replicated = self.replicated.contains(&i);
@@ -281,6 +347,7 @@ impl LocalCluster {
             args: Vec::new(),
             node_args: Vec::new(),
             startup_timeout: Duration::from_secs(10),
+            tls: None,
         }
     }
 
@@ -336,7 +403,18 @@ impl LocalCluster {
         Ok(self.node(i)?.active().port)
     }
 
-    /// `redis://127.0.0.1:<port>` of the server that serves node `i`, bypassing its proxy.
+    /// The TLS port of node `i`'s server, `None` unless the cluster was built with
+    /// [`LocalClusterBuilder::tls`].
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for an index out of range.
+    pub fn tls_port(&self, i: usize) -> io::Result<Option<u16>> {
+        Ok(self.node(i)?.active().tls_port)
+    }
+
+    /// `redis://127.0.0.1:<port>` of the server that serves node `i`, bypassing its proxy
+    /// (and its TLS port: this is the plain port, see [`LocalClusterBuilder::tls`]).
     ///
     /// # Errors
     ///
@@ -618,7 +696,7 @@ impl Node {
     fn url(&self) -> String {
         match &self.proxy {
             Some(p) => p.url(),
-            None => self.active().url(),
+            None => self.active().client_url(),
         }
     }
 }
@@ -650,6 +728,7 @@ struct ServerSpec {
     args: Vec<String>,
     replicaof: Option<SocketAddr>,
     startup_timeout: Duration,
+    tls: Option<ServerTls>,
 }
 
 /// One `redis-server` slot: a fixed port and directory, a process that comes and goes.
@@ -663,6 +742,9 @@ struct Server {
     replicaof: Mutex<Option<SocketAddr>>,
     child: Mutex<Option<Child>>,
     startup_timeout: Duration,
+    tls: Option<ServerTls>,
+    /// The TLS port, when `tls` is set.
+    tls_port: Option<u16>,
 }
 
 impl fmt::Debug for Server {
@@ -670,6 +752,7 @@ impl fmt::Debug for Server {
         f.debug_struct("Server")
             .field("label", &self.label)
             .field("port", &self.port)
+            .field("tls_port", &self.tls_port)
             .field("pid", &self.pid())
             .field("persistence", &self.persistence)
             .field("dir", &self.dir.path())
@@ -702,10 +785,15 @@ impl Server {
             replicaof: Mutex::new(spec.replicaof),
             child: Mutex::new(None),
             startup_timeout: spec.startup_timeout,
+            tls: spec.tls,
+            tls_port: None,
         };
         let mut last_error = None;
         for _ in 0..PORT_ATTEMPTS {
             server.port = free_port()?;
+            if server.tls.is_some() {
+                server.tls_port = Some(free_port()?);
+            }
             server.spawn()?;
             match server.wait_ready(spec.replicaof.is_some()).await {
                 Ok(()) => return Ok(server),
@@ -726,6 +814,14 @@ impl Server {
 
     fn url(&self) -> String {
         format!("redis://{}", self.addr())
+    }
+
+    /// The URL a client uses: the TLS port's when the server serves TLS.
+    fn client_url(&self) -> String {
+        match self.tls_port {
+            Some(port) => format!("rediss://{}", SocketAddr::from((Ipv4Addr::LOCALHOST, port))),
+            None => self.url(),
+        }
     }
 
     fn pid(&self) -> Option<u32> {
@@ -760,6 +856,17 @@ impl Server {
             cmd.arg("--replicaof")
                 .arg(master.ip().to_string())
                 .arg(master.port().to_string());
+        }
+        if let (Some(tls), Some(port)) = (&self.tls, self.tls_port) {
+            cmd.arg("--tls-port")
+                .arg(port.to_string())
+                .arg("--tls-cert-file")
+                .arg(&tls.cert)
+                .arg("--tls-key-file")
+                .arg(&tls.key)
+                .arg("--tls-ca-cert-file")
+                .arg(&tls.ca)
+                .args(["--tls-auth-clients", "no"]);
         }
         cmd.args(&self.args);
         let log = OpenOptions::new()
