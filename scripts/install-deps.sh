@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what quorumlock's demo, tests and benchmarks need on a fresh Debian machine:
-# Debian's redis-server (and redis-tools). Idempotent; says clearly what failed.
+# Debian's redis-server (and redis-tools; ca-certificates for the TLS tests). Idempotent;
+# says clearly what failed.
 set -euo pipefail
 
 say() { printf 'quorumlock: %s\n' "$*" >&2; }
@@ -24,7 +25,7 @@ if ! $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q >/tmp/quorumlock
   say "apt-get update failed (see /tmp/quorumlock-apt.log)"
   exit 1
 fi
-if ! $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends redis-server redis-tools >>/tmp/quorumlock-apt.log 2>&1; then
+if ! $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends redis-server redis-tools ca-certificates >>/tmp/quorumlock-apt.log 2>&1; then
   say "apt-get install redis-server failed (see /tmp/quorumlock-apt.log)"
   exit 1
 fi
