@@ -1274,7 +1274,10 @@ async fn soak_16_contenders_under_random_nemesis() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn docs_example_exclusive_across_a_node_restart() {
+    // In contract: every node persists every write (AOF, appendfsync always), so a node
+    // that crashes and comes back at once still has the lock keys it granted.
     let cluster = LocalCluster::builder(5)
+        .persistence(Persistence::AofAlways)
         .proxies(true)
         .launch()
         .await
@@ -1290,7 +1293,7 @@ async fn docs_example_exclusive_across_a_node_restart() {
     a.acquired("job", lock.deadline(), lock.fencing_token());
     a.work_started("job");
 
-    cluster.restart(0, Duration::ZERO).await.unwrap(); // crash, back at once, empty
+    cluster.restart(0, Duration::ZERO).await.unwrap(); // crash, back at once, AOF reloaded
     b.acquire_invoked("job");
     match locks_b.try_lock("job", ttl).await {
         Ok(stolen) => {

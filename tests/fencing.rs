@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use quorumlock::Redlock;
 use quorumlock::testkit::nemesis::FaultKind;
-use quorumlock::testkit::{History, LocalCluster, RandomNemesis, ViolationKind};
+use quorumlock::testkit::{History, LocalCluster, Persistence, RandomNemesis, ViolationKind};
 use redis::AsyncCommands;
 
 const NODES: usize = 5;
@@ -386,6 +386,45 @@ async fn delayed_restarts_of_every_node_keep_tokens_rising() {
     let l = locks.lock("roll", ttl).await.unwrap();
     assert!(l.fencing_token().unwrap() > tb);
     l.release().await.unwrap();
+}
+
+/// The other half of the deployment contract: every node persists every write (AOF,
+/// `appendfsync always`) and is restarted at once, one after the other, while a holder
+/// holds the lock. The holder keeps it (no one else acquires) and the next holder's token
+/// is above the first one's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn immediate_restarts_with_aof_always_keep_tokens_rising() {
+    let cluster = LocalCluster::builder(NODES)
+        .persistence(Persistence::AofAlways)
+        .launch()
+        .await
+        .expect("launch redis-server");
+    let a = client(&cluster, true).await;
+    let b = client(&cluster, true).await;
+    let ttl = Duration::from_secs(10);
+    let la = a.lock("aof", ttl).await.unwrap();
+    let ta = la.fencing_token().unwrap();
+    for i in 0..NODES {
+        cluster.restart(i, Duration::ZERO).await.unwrap();
+    }
+    // Warm-ups reconnect both clients to the restarted nodes (the first request to each
+    // finds its old connection broken).
+    for locks in [&a, &b] {
+        if let Ok(l) = locks.try_lock("warmup", ttl).await {
+            l.release().await.unwrap();
+        }
+    }
+    // Each node reloaded A's key: B is refused while A holds.
+    let err = b
+        .try_lock("aof", ttl)
+        .await
+        .expect_err("B took a held lock");
+    assert!(err.is_held(), "{err}");
+    la.release().await.unwrap();
+    let lb = b.lock("aof", ttl).await.unwrap();
+    let tb = lb.fencing_token().unwrap();
+    assert!(tb > ta, "{tb} after {ta}");
+    lb.release().await.unwrap();
 }
 
 /// A resource no node has seen gets a token while two of the five nodes are down.
