@@ -382,6 +382,7 @@ async fn delayed_restarts_of_every_node_keep_tokens_rising() {
         tb > ta,
         "token went backwards after rolling restarts: {tb} after {ta}"
     );
+    eprintln!("rolling delayed restarts: token {ta} before, {tb} after");
     l.release().await.unwrap();
     let l = locks.lock("roll", ttl).await.unwrap();
     assert!(l.fencing_token().unwrap() > tb);
@@ -442,7 +443,9 @@ async fn new_resource_gets_a_token_with_two_nodes_down() {
     let t1 = l.fencing_token().unwrap();
     l.release().await.unwrap();
     let l = locks.try_lock("fresh", ttl).await.unwrap();
-    assert!(l.fencing_token().unwrap() > t1);
+    let t2 = l.fencing_token().unwrap();
+    assert!(t2 > t1);
+    eprintln!("new resource, nodes 3 and 4 down: tokens {t1}, {t2}");
     l.release().await.unwrap();
 }
 
@@ -527,6 +530,10 @@ async fn restarted_node_in_the_only_reachable_quorum_still_gets_a_larger_token()
     let tb = l.fencing_token().unwrap();
     assert!(tb > ta, "token went backwards: {tb} after {ta}");
     l.release().await.unwrap();
+    eprintln!(
+        "restarted node 2 in the only reachable quorum: naive {naive_a} then {naive_b}; \
+         quorumlock {ta} then {tb}"
+    );
 
     let l = locks.lock("ledger", ttl).await.unwrap();
     assert!(l.fencing_token().unwrap() > tb);
@@ -588,6 +595,13 @@ async fn a_node_stalling_between_the_rounds_does_not_fail_the_attempt() {
     let t = l.fencing_token().unwrap();
     assert!(t > t0, "{t} after {t0}");
     l.release().await.unwrap();
+    // The commit quorum was {0, 1, 3}: node 3 granted after the decision and confirmed.
+    for i in [0, 1, 3] {
+        let mut c = raw(&cluster, i).await;
+        let v: Option<u64> = c.get("quorumlock:fence:stall").await.unwrap();
+        assert!(v.is_some_and(|v| v >= t), "node {i}: counter {v:?} < {t}");
+    }
+    eprintln!("node 2 stalled between the rounds: token {t} committed on nodes 0, 1, 3");
     vacate(&cluster, &[4], "stall").await;
     let l = locks.lock("stall", ttl).await.unwrap();
     assert!(l.fencing_token().unwrap() > t);
