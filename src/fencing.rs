@@ -14,14 +14,15 @@
 //!    granted first, so a node stalling between the rounds does not fail the attempt);
 //!    otherwise the acquisition fails and is released.
 //!
-//! Why it is ordered: let A commit `t_A` and B acquire later (B's lock key on a node is
-//! set after A's was there, or B's attempt starts after A's returned). A's commit quorum
-//! and B's granting quorum share a node `x`; A's commit on `x` ran (the key was still
-//! A's) before B's grant on `x`. If `x` kept its counter, B's grant there is at least
+//! Why it is ordered: let A's acquisition return with `t_A`, and B's attempt start after
+//! that. A's commit quorum and B's granting quorum share a node `x`, and A's commit ran on
+//! `x` before B's grant there. If `x` kept its counter, B's grant there is at least
 //! `t_A + 1`. If `x` lost it (restarted without persistence, or from a stale snapshot),
-//! it was down for longer than the node clocks disagree, so its clock, and with it B's
-//! grant there, is past `t_A`, which was read from a clock before `x` went down. Either
-//! way `t_B`, the maximum over B's granting nodes, is larger than `t_A`.
+//! it was down for longer than the node clocks disagree, while `t_A` is a clock reading
+//! taken before `x` went down; so `x`'s clock, and with it B's grant there, is past `t_A`.
+//! Either way `t_B`, the maximum over B's granting nodes, is larger than `t_A`. (The same
+//! holds when B merely set its key on `x` after A's key there was gone: A's commit on `x`
+//! needed A's key, so it came first.)
 //!
 //! No quorum read, re-seed or "unseeded" state is needed: every granting quorum yields
 //! a token. Tokens read like timestamps in microseconds: they follow the fastest granting
