@@ -433,6 +433,58 @@ async fn immediate_restarts_with_aof_always_keep_tokens_rising() {
     lb.release().await.unwrap();
 }
 
+/// A counter ahead of every node's clock (a clock stepped back, or a node whose clock
+/// ran fast) still rises by one per holder: the clock is only a floor. A counter that is
+/// not a number makes the node fail its vote without writing anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counters_ahead_of_the_clock_rise_by_one_and_garbage_is_refused() {
+    let cluster = cluster().await;
+    let locks = client(&cluster, true).await;
+    let ttl = Duration::from_secs(2);
+    // Year 2128 in microseconds: above every node's clock, below 2^53.
+    let ahead: u64 = 5_000_000_000_000_000;
+    for i in 0..NODES {
+        let mut c = raw(&cluster, i).await;
+        let _: () = c.set("quorumlock:fence:ahead", ahead - 2).await.unwrap();
+    }
+    let _: () = raw(&cluster, 0)
+        .await
+        .set("quorumlock:fence:ahead", ahead)
+        .await
+        .unwrap();
+    let mut last = 0;
+    for _ in 0..3 {
+        let l = locks.try_lock("ahead", ttl).await.unwrap();
+        let t = l.fencing_token().unwrap();
+        assert!(t > last && t >= ahead - 1, "{t} after {last}");
+        last = t;
+        l.release().await.unwrap();
+    }
+    assert!(
+        last <= ahead + 3,
+        "rose by more than one per holder: {last}"
+    );
+
+    for i in 0..NODES {
+        let mut c = raw(&cluster, i).await;
+        let _: () = c
+            .set("quorumlock:fence:junk", "not-a-number")
+            .await
+            .unwrap();
+    }
+    let err = locks
+        .try_lock("junk", ttl)
+        .await
+        .expect_err("a token from counters that are not numbers");
+    assert!(!err.is_held(), "{err}");
+    for i in 0..NODES {
+        let mut c = raw(&cluster, i).await;
+        let key: Option<String> = c.get(lock_key("junk")).await.unwrap();
+        let fence: String = c.get("quorumlock:fence:junk").await.unwrap();
+        assert_eq!((key, fence.as_str()), (None, "not-a-number"), "node {i}");
+    }
+}
+
 /// A resource no node has seen gets a token while two of the five nodes are down.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn new_resource_gets_a_token_with_two_nodes_down() {
