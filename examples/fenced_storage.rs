@@ -6,6 +6,10 @@
 //! the lock with a larger token and writes; A wakes up and writes with its old token: the
 //! storage rejects it and B's update survives.
 //!
+//! Tokens read like microseconds since the Unix epoch (each lock node takes its own clock
+//! as a floor, which keeps them rising across nodes restarted without persistence); only
+//! their order matters to the storage.
+//!
 //! ```text
 //! cargo run --example fenced_storage --features testkit
 //! ```

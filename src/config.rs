@@ -491,6 +491,13 @@ impl RedlockBuilder {
     /// Issue a fencing token with every lock (see [`Lock::fencing_token`](crate::Lock::fencing_token)
     /// and `docs/safety.md`). Costs one more round trip per acquisition.
     ///
+    /// Tokens strictly increase across successive holders of a resource whenever the
+    /// deployment contract holds: each node persists every write (AOF, `appendfsync
+    /// always`), or a crashed node is restarted only after the longest TTL, in which case
+    /// the nodes' wall clocks must agree to within that restart delay (a node that lost
+    /// its counters takes its floor from its clock). A token is issued whenever a quorum
+    /// of nodes grants, including for a resource no node has seen.
+    ///
     /// The default is `false`.
     ///
     /// # Example

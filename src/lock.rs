@@ -207,7 +207,13 @@ impl Lock {
     /// the storage the lock protects, which must refuse writes with a token below the
     /// largest it has seen. `None` when fencing is off.
     ///
-    /// A multi-resource lock has one token that is valid for every one of its resources.
+    /// A multi-resource lock has one token that is valid for every one of its resources:
+    /// larger than every earlier holder's token of each of them, and smaller than every
+    /// later holder's.
+    ///
+    /// Only the order of tokens means something. (They read like microseconds since the
+    /// Unix epoch by the nodes' clocks, because each grant takes the node's clock as a
+    /// floor; do not rely on that.)
     ///
     /// # Example
     ///

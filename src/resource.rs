@@ -6,8 +6,7 @@
 //! | key | holds |
 //! | --- | --- |
 //! | `quorumlock:lock:{name}` | the lock token, with the TTL |
-//! | `quorumlock:fence:{name}` | the fence counter (fencing only; never expires) |
-//! | `quorumlock:unseeded:{name}` | fencing only: set while a fence counter awaits re-seeding |
+//! | `quorumlock:fence:{name}` | the fence counter (fencing only; never expires; the largest fencing token issued or committed on this node, in microseconds since the Unix epoch or above) |
 //! | `quorumlock:queue:{name}`, `quorumlock:qexp:{name}` | waiters in arrival order, and when each gives up (notify waiting; expire by themselves) |
 //! | `quorumlock:released:{name}` | the pub/sub channel announcing releases |
 //!
@@ -25,7 +24,6 @@ use crate::error::Error;
 const LOCK_PREFIX: &[u8] = b"quorumlock:lock:";
 const FENCE_PREFIX: &[u8] = b"quorumlock:fence:";
 const CHANNEL_PREFIX: &[u8] = b"quorumlock:released:";
-const UNSEEDED_PREFIX: &[u8] = b"quorumlock:unseeded:";
 const QUEUE_PREFIX: &[u8] = b"quorumlock:queue:";
 const QUEUE_EXPIRY_PREFIX: &[u8] = b"quorumlock:qexp:";
 
@@ -95,9 +93,6 @@ impl Resources {
     }
     pub(crate) fn fence_keys(&self) -> Vec<Vec<u8>> {
         self.names.iter().map(|n| key(FENCE_PREFIX, n)).collect()
-    }
-    pub(crate) fn unseeded_keys(&self) -> Vec<Vec<u8>> {
-        self.names.iter().map(|n| key(UNSEEDED_PREFIX, n)).collect()
     }
     /// Whether node `i` of `n` is one of the resource's two *heralds*: the nodes that
     /// announce its releases and keep its wait queue (a deterministic choice from the

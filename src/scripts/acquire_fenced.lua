@@ -1,30 +1,45 @@
--- Fenced acquire, round 1: take every lock key or none; on success increment each
--- resource's fence counter and return the largest new value.
--- KEYS[1..n]: the lock keys. KEYS[n+1..2n]: the fence counters. KEYS[2n+1..3n]: the
--- "unseeded" flags, all in the same resource order.
+-- Fenced acquire, round 1: take every lock key or none; on success raise each resource's
+-- fence counter to max(counter + 1, this node's clock in microseconds) and return the
+-- largest new value. The clock floor keeps tokens rising on a node that lost its counters:
+-- it came back after a restart delayed by more than the nodes' clocks disagree, so its
+-- clock is past every token issued before it went down.
+-- KEYS[1..n]: the lock keys. KEYS[n+1..2n]: the fence counters, in the same order.
 -- ARGV[1]: our token. ARGV[2]: the TTL in milliseconds.
--- Returns {0} when any lock key exists, else {1, largest counter, unseeded count}.
--- A counter that is missing (first use, or the node lost its data) is flagged unseeded;
--- the flag stays until a client that re-seeded the counter from a quorum commits.
-local n = #KEYS / 3
+-- Returns {0} when any lock key exists, else {1, largest counter}; an error (and no
+-- write) when a counter is not an integer.
+-- Values stay below 2^53, exact as Lua numbers; a counter is only ever written by INCR or
+-- as the decimal string built from TIME, never formatted from a Lua number.
+local n = #KEYS / 2
+local counters = {}
 for i = 1, n do
   if redis.call('EXISTS', KEYS[i]) == 1 then
     return {0}
   end
+  local raw = redis.call('GET', KEYS[n + i])
+  local c = 0
+  if raw then
+    c = tonumber(raw)
+    if c == nil or c < 0 or c ~= math.floor(c) then
+      return redis.error_reply('fence counter ' .. KEYS[n + i] .. ' is not an integer')
+    end
+  end
+  counters[i] = c
 end
+local now = redis.call('TIME')
+local now_us = now[1] .. string.format('%06d', tonumber(now[2]))
+local floor = tonumber(now_us)
 local top = 0
-local unseeded = 0
 for i = 1, n do
-  if redis.call('EXISTS', KEYS[n + i]) == 0 then
-    redis.call('SET', KEYS[2 * n + i], '1')
-  end
-  if redis.call('EXISTS', KEYS[2 * n + i]) == 1 then
-    unseeded = unseeded + 1
-  end
   redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
-  local c = redis.call('INCR', KEYS[n + i])
-  if c > top then
-    top = c
+  local v
+  if counters[i] + 1 > floor then
+    v = redis.call('INCR', KEYS[n + i])
+  else
+    redis.call('SET', KEYS[n + i], now_us)
+    v = floor
+  end
+  if v > top then
+    top = v
   end
 end
-return {1, top, unseeded}
+return {1, top}
