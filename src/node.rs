@@ -666,7 +666,7 @@ pub(crate) async fn check_deployment(node: &Node, timeout: Duration, fencing: bo
         let save = get(node.query(&config_get("save"), timeout).await);
         if save.as_deref().is_some_and(|s| !s.trim().is_empty()) {
             tracing::warn!(node = %addr, save = ?save,
-                "quorumlock: fencing with RDB snapshots: a restart can bring back stale fence counters; use AOF with appendfsync always, or no persistence at all");
+                "quorumlock: fencing with RDB snapshots: a restart brings back stale fence counters; tokens stay ordered only if a crashed node is restarted after the longest TTL with its clock in sync (as for a node without persistence); use AOF with appendfsync always to restart at once");
         }
     }
     if let Reply::Value(v) = node

@@ -4,8 +4,8 @@
 //!
 //! ```text
 //! orders:42 on 5 nodes (quorum 3)
-//!   redis://127.0.0.1:7001  held by 3f2a9c1b…  ttl 8.2s     fence 17
-//!   redis://127.0.0.1:7002  free                             fence 17
+//!   redis://127.0.0.1:7001  held by 3f2a9c1b…  ttl 8.2s  fence 1796077923605324
+//!   redis://127.0.0.1:7002  free                          fence 1796077923605324
 //!   redis://127.0.0.1:7003  unreachable: timed out after 500ms
 //! verdict: held by 3f2a9c1b… on 4/5 nodes (quorum 3): HELD
 //! ```
