@@ -417,7 +417,10 @@ impl LockContext {
         self.entry.check(Instant::now()).is_some() || self.entry.is_stopped()
     }
 
-    /// The lost signal (see [`KeptLock::lost`]).
+    /// The lost signal (see [`KeptLock::lost`]). Like every [`LostSignal`], it never
+    /// completes once the lock was released without being lost: a task that may outlive
+    /// the guard should also check [`is_lost`](LockContext::is_lost), which turns `true`
+    /// on release.
     ///
     /// # Example
     ///

@@ -218,3 +218,44 @@ async fn a_late_refresh_point_does_not_make_the_watchdog_spin() -> TestResult {
     kept.release().await?;
     Ok(())
 }
+
+/// The watchdog extends every key of a multi-resource lock (one `EVALSHA` with all its
+/// keys), so the lock outlives many TTLs and each resource stays taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_keeps_every_key_of_a_multi_resource_lock() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let urls = cluster.urls();
+    let client = || {
+        Redlock::builder(&urls)
+            .node_timeout(Duration::from_millis(100))
+            .retry(Retry::new().attempts(1))
+            .build()
+    };
+    let a = client().await?;
+    let b = client().await?;
+    let ttl = Duration::from_millis(400);
+    let kept = a
+        .try_lock_many(["kept:m1", "kept:m2"], ttl)
+        .await?
+        .keep_alive(Watchdog::new());
+    let deadline = Instant::now() + ttl * 4;
+    let mut refused = 0;
+    while Instant::now() < deadline {
+        for r in ["kept:m1", "kept:m2"] {
+            match b.try_lock(r, ttl).await {
+                Ok(_) => panic!("{r} was taken while the multi-resource lock was kept"),
+                Err(e) if e.is_held() => refused += 1,
+                Err(e) => assert!(e.is_retryable(), "{e}"),
+            }
+        }
+        assert!(!kept.is_lost(), "the multi-resource lock was lost");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(refused > 10, "only {refused} refusals");
+    kept.release().await?;
+    b.try_lock_many(["kept:m1", "kept:m2"], ttl)
+        .await?
+        .release()
+        .await?;
+    Ok(())
+}
