@@ -161,6 +161,12 @@ impl Watchdog {
     /// extension confirmed. The default for this is `ttl / 10`; it is capped at
     /// `ttl × fraction / 2`.
     ///
+    /// [`KeptLock::is_lost`] turns `true` exactly at `deadline − margin`; the
+    /// [`LostSignal`] future completes no earlier, but its timer has 1 ms resolution and
+    /// the task that awaits it must still be scheduled: with a margin of a few milliseconds
+    /// or less (zero included) the signal can arrive at or after the deadline. Choose a
+    /// margin larger than your scheduling delays.
+    ///
     /// # Example
     ///
     /// ```
