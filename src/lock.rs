@@ -104,6 +104,12 @@ impl Lock {
 
     /// The guaranteed validity left; zero once expired.
     ///
+    /// Measured on the process's monotonic clock ([`Instant`]). On Linux that clock does not
+    /// advance while the host is suspended (a laptop asleep, a VM suspended), while the
+    /// nodes' keys keep expiring: after the client host resumes, the lock can report
+    /// validity its keys no longer have. A suspended client host is outside what the
+    /// validity accounts for, like a clock that jumps rather than slews.
+    ///
     /// # Example
     ///
     /// ```no_run

@@ -161,6 +161,12 @@ impl Watchdog {
     /// extension confirmed. The default for this is `ttl / 10`; it is capped at
     /// `ttl × fraction / 2`.
     ///
+    /// [`KeptLock::is_lost`] turns `true` exactly at `deadline − margin`; the
+    /// [`LostSignal`] future completes no earlier, but its timer has 1 ms resolution and
+    /// the task that awaits it must still be scheduled: with a margin of a few milliseconds
+    /// or less (zero included) the signal can arrive at or after the deadline. Choose a
+    /// margin larger than your scheduling delays.
+    ///
     /// # Example
     ///
     /// ```
@@ -245,11 +251,25 @@ impl Entry {
         }
     }
 
+    /// The deadline the guard and its contexts report. Once the lock was released (or its
+    /// [`KeptLock`] dropped) no validity is left to report: a context that outlived the
+    /// guard must not call a lock valid that another client may hold by now.
     fn deadline(&self) -> Instant {
         self.state
             .lock()
-            .map(|s| s.deadline)
+            .map(|s| {
+                if s.stopped {
+                    s.deadline.min(Instant::now())
+                } else {
+                    s.deadline
+                }
+            })
             .unwrap_or_else(|_| Instant::now())
+    }
+
+    /// Whether the guard released the lock or was dropped (a poisoned state counts).
+    fn is_stopped(&self) -> bool {
+        self.state.lock().map(|s| s.stopped).unwrap_or(true)
     }
 }
 
@@ -375,7 +395,8 @@ impl LockContext {
         self.fencing
     }
 
-    /// The guaranteed validity left (it grows with each extension).
+    /// The guaranteed validity left (it grows with each extension); zero once the lock is
+    /// lost with no validity left, released, or its [`KeptLock`] dropped.
     ///
     /// # Example
     ///
@@ -388,7 +409,10 @@ impl LockContext {
             .saturating_duration_since(Instant::now())
     }
 
-    /// Whether the lock is lost (see [`KeptLock::is_lost`]).
+    /// Whether the lock is lost (see [`KeptLock::is_lost`]), or no longer held through
+    /// this context at all: released, or its [`KeptLock`] dropped (a context can outlive
+    /// its guard, e.g. in a task the closure of [`Redlock::with_lock`] spawned). Once
+    /// `true`, stays `true`.
     ///
     /// # Example
     ///
@@ -396,10 +420,13 @@ impl LockContext {
     /// # fn f(ctx: quorumlock::LockContext) { if ctx.is_lost() { return; } }
     /// ```
     pub fn is_lost(&self) -> bool {
-        self.entry.check(Instant::now()).is_some()
+        self.entry.check(Instant::now()).is_some() || self.entry.is_stopped()
     }
 
-    /// The lost signal (see [`KeptLock::lost`]).
+    /// The lost signal (see [`KeptLock::lost`]). Like every [`LostSignal`], it never
+    /// completes once the lock was released without being lost: a task that may outlive
+    /// the guard should also check [`is_lost`](LockContext::is_lost), which turns `true`
+    /// on release.
     ///
     /// # Example
     ///
@@ -608,11 +635,18 @@ impl KeptLock {
         }
     }
 
-    fn stop(&self) {
-        if let Ok(mut st) = self.entry.state.lock() {
-            st.stopped = true;
-        }
+    /// Stops the watchdog for this lock and returns the deadline it had, for the release
+    /// that follows; from then on the entry (and every context) reports no validity.
+    fn stop(&self) -> Instant {
+        let deadline = match self.entry.state.lock() {
+            Ok(mut st) => {
+                st.stopped = true;
+                st.deadline
+            }
+            Err(_) => Instant::now(),
+        };
         self.entry.changed.send_modify(|g| *g = g.wrapping_add(1));
+        deadline
     }
 
     /// Stops the watchdog and releases the lock (see [`Lock::release`]).
@@ -639,8 +673,7 @@ impl KeptLock {
     /// ```
     pub async fn release(mut self) -> Result<(), Error> {
         let lost = self.entry.check(Instant::now());
-        self.stop();
-        let deadline = self.entry.deadline();
+        let deadline = self.stop();
         let released = match self.lock.take() {
             Some(mut lock) => {
                 lock.set_deadline(deadline);
@@ -658,9 +691,9 @@ impl KeptLock {
 
 impl Drop for KeptLock {
     fn drop(&mut self) {
-        self.stop();
+        let deadline = self.stop();
         if let Some(mut lock) = self.lock.take() {
-            lock.set_deadline(self.entry.deadline());
+            lock.set_deadline(deadline);
             drop(lock); // released in the background
         }
     }
@@ -754,9 +787,14 @@ struct Task {
     node_timeout: NodeTimeout,
 }
 
-/// How long after its own due time an entry may be swept into a round (batching window).
+/// How long before its own due time an entry may be swept into a round (batching window).
+///
+/// A quarter of the refresh window, and never more than a quarter of the time between two
+/// extensions (`ttl − refresh`): with a late refresh point (`refresh_at(0.95)`) a window
+/// of `refresh / 4` would make the lock due again the moment it was extended, and the
+/// watchdog would run rounds back to back.
 fn coalesce(e: &Entry) -> Duration {
-    e.refresh / 4
+    e.refresh.min(e.ttl.saturating_sub(e.refresh)) / 4
 }
 
 impl Task {
@@ -854,6 +892,7 @@ impl Task {
                 .arg(quorum::millis_ceil(e.ttl));
         }
         let count = due.len() + 1;
+        let pipe = Arc::new(pipe);
         let start = Instant::now();
         let span = tracing::debug_span!(
             "quorumlock.watchdog",
@@ -868,8 +907,8 @@ impl Task {
             .iter()
             .map(|n| {
                 let n = n.clone();
-                let pipe = &pipe;
-                async move { n.pipeline(pipe, count, timeout).await }
+                let pipe = pipe.clone();
+                async move { n.pipeline(&pipe, count, timeout).await }
             })
             .collect();
         let mut tallies: Vec<Tally> = due
@@ -897,6 +936,17 @@ impl Task {
                     self.apply(e, d, tallies[k], start, at);
                 }
             }
+            if done.iter().all(|d| *d) {
+                break;
+            }
+        }
+        if !replies.is_empty() {
+            // Every lock of the round is decided: the slower nodes' answers can no longer
+            // change anything. They finish in the background instead of holding up the next
+            // round: a node that does not answer must not make every other kept lock wait
+            // out its timeout (a short lock falling due meanwhile would be reported lost
+            // while a healthy quorum holds it).
+            crate::fanout::spawn(async move { while replies.next().await.is_some() {} });
         }
         for (k, e) in due.iter().enumerate() {
             if !done[k] {
@@ -921,10 +971,24 @@ impl Task {
     ) {
         let Ok(mut st) = e.state.lock() else { return };
         st.in_round = false;
-        if st.stopped || st.lost.is_some() {
+        if st.stopped {
             return;
         }
         let now = Instant::now();
+        if decision != quorum::Decision::Reached
+            && tally.refused() > self.nodes.len().saturating_sub(self.quorum)
+        {
+            // Fewer than a quorum can still hold our token: no validity is left, even if
+            // the lock was already marked lost for another reason (its lost signal's time
+            // came, or a cap) while this round was running.
+            st.deadline = st.deadline.min(now);
+            e.mark_lost(&mut st, Error::lost(LostReason::NotHeld, None));
+            e.changed.send_modify(|g| *g = g.wrapping_add(1));
+            return;
+        }
+        if st.lost.is_some() {
+            return;
+        }
         let validity = quorum::validity(
             e.ttl,
             at.saturating_duration_since(start),
@@ -943,16 +1007,25 @@ impl Task {
                 st.deadline = new;
             }
             st.extensions = st.extensions.saturating_add(1);
-            st.next_try = st.deadline.checked_sub(e.refresh).unwrap_or(now);
+            // Never due again at once: when an extension leaves less than the refresh
+            // window (a late refresh point with a large drift allowance), wait at least
+            // half the time between extensions, and at most half-way to the lost signal.
+            let (fire, _) = e.fire_at(st.deadline);
+            let gap = e
+                .ttl
+                .saturating_sub(e.refresh)
+                .min(fire.saturating_duration_since(now))
+                / 2;
+            st.next_try = st
+                .deadline
+                .checked_sub(e.refresh)
+                .unwrap_or(now)
+                .max(crate::time::later(now, gap));
             e.changed.send_modify(|g| *g = g.wrapping_add(1));
             tracing::trace!(
                 validity_ms = quorum::millis_ceil(validity),
                 "quorumlock: watchdog extended a lock"
             );
-            return;
-        }
-        if tally.refused() > self.nodes.len().saturating_sub(self.quorum) {
-            e.mark_lost(&mut st, Error::lost(LostReason::NotHeld, None));
             return;
         }
         // Retry soon, while validity remains.
