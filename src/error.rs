@@ -517,6 +517,10 @@ pub enum LostReason {
     MaxHold,
     /// The watchdog's [`max_extensions`](crate::Watchdog::max_extensions) cap was reached.
     MaxExtensions,
+    /// The lock was released (or its guard dropped) by its holder. Only a
+    /// [`LostSignal`](crate::LostSignal) that outlived the guard (a spawned task holding a
+    /// [`LockContext`](crate::LockContext)) reports it: the work it protects must stop.
+    Released,
     /// The watchdog's internal state was left inconsistent by a panic (a poisoned mutex).
     /// The lock is reported lost rather than trusted: it fails closed.
     WatchdogFailed,
@@ -530,6 +534,7 @@ impl fmt::Display for LostReason {
             LostReason::ExtendFailed => "it could not be extended before it expired",
             LostReason::MaxHold => "the watchdog's maximum hold time was reached",
             LostReason::MaxExtensions => "the watchdog's maximum number of extensions was reached",
+            LostReason::Released => "it was released by its holder",
             LostReason::WatchdogFailed => {
                 "the watchdog's state was poisoned by a panic (failing closed)"
             }

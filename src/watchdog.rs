@@ -278,9 +278,10 @@ impl Entry {
 /// a [`Watchdog`] cap stopped extension.
 ///
 /// It fires **before** the guaranteed validity ends, driven by its own timer, so hanging
-/// extension requests cannot delay it. It never completes once the lock was released
-/// (or the [`KeptLock`] dropped) without being lost. `Send + 'static`; clone it freely
-/// (each clone is an independent future).
+/// extension requests cannot delay it. Once the lock is released (or the [`KeptLock`]
+/// dropped) without having been lost, it completes with [`LostReason::Released`]: code
+/// that outlives the guard (a spawned task waiting on a [`LockContext`]'s signal) stops
+/// either way. `Send + 'static`; clone it freely (each clone is an independent future).
 ///
 /// # Example
 ///
@@ -344,7 +345,9 @@ async fn wait_lost(entry: Arc<Entry>) -> Error {
             return std::future::pending().await;
         };
         if stopped {
-            return std::future::pending().await;
+            // Released, or its guard dropped: whoever still waits on the signal (a task
+            // that outlived the guard) must stop too.
+            return Error::lost(LostReason::Released, None);
         }
         tokio::select! {
             r = rx.changed() => if r.is_err() { return std::future::pending().await },

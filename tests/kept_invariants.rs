@@ -51,6 +51,9 @@ async fn a_context_that_outlives_its_scope_reports_the_lock_gone() -> TestResult
         "a released lock's context still reports validity while another client holds it"
     );
     assert!(ctx.is_lost(), "a released lock's context reads as held");
+    // A task waiting only on the signal is told too (it never completed before).
+    let e = tokio::time::timeout(Duration::from_secs(1), ctx.lost()).await?;
+    assert_eq!(reason(&e), Some(quorumlock::LostReason::Released), "{e}");
     other.release().await?;
 
     // The same through a kept lock that is dropped.
@@ -63,6 +66,8 @@ async fn a_context_that_outlives_its_scope_reports_the_lock_gone() -> TestResult
     drop(kept);
     assert_eq!(ctx.remaining(), Duration::ZERO);
     assert!(ctx.is_lost());
+    let e = tokio::time::timeout(Duration::from_secs(1), ctx.lost()).await?;
+    assert_eq!(reason(&e), Some(quorumlock::LostReason::Released), "{e}");
     Ok(())
 }
 
