@@ -90,6 +90,7 @@ impl Actor {
 
     async fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
         let resource = lock.resources()[0].clone();
+        self.rec.extend_invoked(&resource);
         let result = lock.extend(ttl).await;
         match &result {
             Ok(()) => {
@@ -99,6 +100,34 @@ impl Actor {
                 self.rec.lost(&resource);
             }
             Err(_) => {
+                self.rec.extend_failed(&resource);
+            }
+        }
+        result
+    }
+
+    /// `extend` under a caller's timeout `limit`: `None` when it was cancelled (recorded as
+    /// unknown: the lock keeps its deadline, whatever reached the nodes).
+    async fn extend_within(
+        &self,
+        lock: &mut Lock,
+        ttl: Duration,
+        limit: Duration,
+    ) -> Option<Result<(), Error>> {
+        let resource = lock.resources()[0].clone();
+        self.rec.extend_invoked(&resource);
+        let result = tokio::time::timeout(limit, lock.extend(ttl)).await.ok();
+        match &result {
+            None => {
+                self.rec.extend_unknown(&resource);
+            }
+            Some(Ok(())) => {
+                self.rec.extended(&resource, lock.deadline());
+            }
+            Some(Err(Error::Lost(_))) => {
+                self.rec.lost(&resource);
+            }
+            Some(Err(_)) => {
                 self.rec.extend_failed(&resource);
             }
         }
@@ -1101,6 +1130,229 @@ async fn row08_holder_paused_past_validity_works_outside_its_hold() {
 }
 
 // ---------------------------------------------------------------------------------------
+// An extension that does not succeed must never shorten the lock behind the holder's back.
+// The holder keeps believing `remaining()`; whatever the extension left on the nodes must
+// keep every key at least that long, or a second client wins while the first still holds.
+// ---------------------------------------------------------------------------------------
+
+/// How many `PEXPIRE` calls node `i` has run (scripts' calls count too): the extend script
+/// runs one per key, so this says whether an extension has reached the node, late or not.
+async fn pexpire_calls(c: &LocalCluster, i: usize) -> u64 {
+    let mut r = raw(c, i).await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_pexpire:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits (bounded) until every node has run more `PEXPIRE`s than `before` says: the
+/// extension that was sent has landed everywhere, including where it arrived late.
+async fn await_extension_everywhere(c: &LocalCluster, before: &[u64]) {
+    let ok = eventually(PATIENCE, || async {
+        for (i, b) in before.iter().enumerate() {
+            if pexpire_calls(c, i).await <= *b {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    let mut now = Vec::new();
+    for i in 0..c.len() {
+        now.push(pexpire_calls(c, i).await);
+    }
+    assert!(
+        ok,
+        "the extension never reached every node: PEXPIRE calls before {before:?}, now {now:?}"
+    );
+}
+
+async fn pexpire_baseline(c: &LocalCluster) -> Vec<u64> {
+    let mut out = Vec::new();
+    for i in 0..c.len() {
+        out.push(pexpire_calls(c, i).await);
+    }
+    out
+}
+
+/// Whether every node's key outlives what the holder believes: PTTL ≥ `remaining()` (read
+/// after the PTTL, so the comparison errs in the key's favour by the time between the two).
+/// `Err` says which do not.
+async fn keys_outlive_the_belief(c: &LocalCluster, lock: &Lock) -> Result<(), String> {
+    let res = lock.resources()[0].clone();
+    let dump = key_dump(c, &res).await;
+    let remaining = lock.remaining();
+    let short: Vec<(usize, i64)> = dump
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, pttl))| u128::try_from(*pttl).map_or(true, |p| p < remaining.as_millis()))
+        .map(|(i, (_, pttl))| (i, *pttl))
+        .collect();
+    if short.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "the holder reports {remaining:?} left, but these nodes expire its key sooner \
+         (node, PTTL ms): {short:?}; all nodes (value, PTTL ms): {dump:?}"
+    ))
+}
+
+/// B contends for `window` (or until A's validity ends, if sooner) and must never win:
+/// `Ok(refusals)`, or `Err` when B got the lock (its hold is in the history).
+async fn nobody_else_wins(b: &Actor, lock: &Lock, window: Duration) -> Result<usize, String> {
+    let until = lock.deadline().min(Instant::now() + window);
+    let (won, failures) = b
+        .contend(
+            RES,
+            Duration::from_secs(10),
+            until,
+            Duration::from_millis(25),
+        )
+        .await;
+    match won {
+        None => Ok(failures.len()),
+        Some(stolen) => {
+            let left = lock.remaining();
+            b.release(stolen).await.ok();
+            Err(format!(
+                "B acquired after {} refusals while A still reported {left:?} of validity",
+                failures.len()
+            ))
+        }
+    }
+}
+
+/// Asserts the outcome of an extension that did not succeed: keys outlive the holder's
+/// belief, no one else won, the checker is clean.
+fn assert_not_shortened(
+    row: &str,
+    keys: Result<(), String>,
+    others: &Result<usize, String>,
+    h: &History,
+) -> Report {
+    let report = h.check();
+    let mut problems = Vec::new();
+    problems.extend(keys.err());
+    problems.extend(others.clone().err());
+    if !report.is_clean() {
+        problems.push(format!("checker: {report}"));
+    }
+    assert!(
+        problems.is_empty(),
+        "{row}: an extension that did not succeed shortened the lock:\n{}\nhistory:\n{h}",
+        problems.join("\n")
+    );
+    report
+}
+
+/// The example of an outside review: A holds (10 s), three of five nodes pause, A's
+/// `extend` with a *shorter* TTL (1 s) reaches only two and fails; the paused nodes resume
+/// and run the extension late. A still reports ~10 s; every key must still outlive that,
+/// and B must not get the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_shorter_failed_on_a_paused_majority_never_shortens_the_lock() {
+    let c = cluster5().await;
+    let h = History::new();
+    let a = Actor::new(&h, 1, &c.urls()).await;
+    let b = Actor::new(&h, 2, &c.urls()).await;
+    let ttl = Duration::from_secs(10);
+    let short = Duration::from_secs(1);
+
+    let mut lock = a.try_lock(RES, ttl).await.expect("A acquires");
+    wait_holders(&c, &lock, &[0, 1, 2, 3, 4]).await;
+    let before = pexpire_baseline(&c).await;
+    for i in 0..3 {
+        c.pause(i).await.unwrap();
+    }
+    let deadline = lock.deadline();
+    match a.extend(&mut lock, short).await {
+        Err(Error::NoQuorum(v)) => assert_eq!(v.granted(), 2, "{v:#}"),
+        other => panic!("extend with 3 of 5 paused: expected NoQuorum, got {other:?}"),
+    }
+    assert_eq!(
+        lock.deadline(),
+        deadline,
+        "a failed extension keeps the deadline"
+    );
+    for i in 0..3 {
+        c.resume(i).await.unwrap();
+    }
+    await_extension_everywhere(&c, &before).await;
+
+    let keys = keys_outlive_the_belief(&c, &lock).await;
+    let others = nobody_else_wins(&b, &lock, short * 2).await;
+    let left = lock.remaining();
+    a.release(lock).await.ok();
+    let report = assert_not_shortened("paused majority", keys, &others, &h);
+    let refusals = others.unwrap_or_default();
+    observed(
+        "extend-short-paused",
+        format!(
+            "safe: after the failed extend(1 s) landed on all 5 nodes, every PTTL ≥ remaining; B refused {refusals} times; A still had {left:?}; {report}"
+        ),
+    );
+}
+
+/// The same with the extension cancelled midway: every link is slow (100 ms each way),
+/// A's `extend(1 s)` is dropped after 20 ms (a caller's timeout), and the requests that
+/// were already on their way land later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_shorter_cancelled_midway_never_shortens_the_lock() {
+    let c = cluster5().await;
+    let h = History::new();
+    let a = Actor::new(&h, 1, &c.urls()).await;
+    let b = Actor::new(&h, 2, &c.urls()).await;
+    let ttl = Duration::from_secs(10);
+    let short = Duration::from_secs(1);
+
+    let mut lock = a.try_lock(RES, ttl).await.expect("A acquires");
+    // A first, successful extension: every node has the script cached afterwards, so the
+    // cancelled one is a single request per node (no second round trip to lose).
+    a.extend(&mut lock, ttl).await.expect("A extends");
+    wait_holders(&c, &lock, &[0, 1, 2, 3, 4]).await;
+    let before = pexpire_baseline(&c).await;
+    for i in 0..5 {
+        c.delay(i, Duration::from_millis(100)).unwrap();
+    }
+    let deadline = lock.deadline();
+    match a
+        .extend_within(&mut lock, short, Duration::from_millis(20))
+        .await
+    {
+        None => {}
+        Some(other) => panic!("extend over 100 ms links, cancelled after 20 ms: got {other:?}"),
+    }
+    assert_eq!(
+        lock.deadline(),
+        deadline,
+        "a cancelled extension keeps the deadline"
+    );
+    for i in 0..5 {
+        c.reconnect(i).await.unwrap();
+    }
+    await_extension_everywhere(&c, &before).await;
+
+    let keys = keys_outlive_the_belief(&c, &lock).await;
+    let others = nobody_else_wins(&b, &lock, short * 2).await;
+    let left = lock.remaining();
+    a.release(lock).await.ok();
+    let report = assert_not_shortened("cancelled", keys, &others, &h);
+    let refusals = others.unwrap_or_default();
+    observed(
+        "extend-short-cancelled",
+        format!(
+            "safe: after the cancelled extend(1 s) landed on all 5 nodes, every PTTL ≥ remaining; B refused {refusals} times; A still had {left:?}; {report}"
+        ),
+    );
+}
+
+// ---------------------------------------------------------------------------------------
 // Soak: 16 contenders under the random nemesis.
 // ---------------------------------------------------------------------------------------
 
@@ -1219,7 +1471,10 @@ async fn soak_16_contenders_under_random_nemesis() {
     for f in log.faults() {
         use quorumlock::testkit::Fault;
         match f {
-            Fault::Kill(n) | Fault::Pause(n) | Fault::Disconnect(n) => {
+            Fault::Kill(n)
+            | Fault::Pause(n)
+            | Fault::Disconnect(n)
+            | Fault::Slow { node: n, .. } => {
                 faulty.insert(n);
             }
             Fault::Start(n) | Fault::Resume(n) | Fault::Reconnect(n) => {

@@ -127,6 +127,20 @@ pub trait Faults: Send + Sync {
     /// Cuts the client's link to the node: nothing passes in either direction (blackhole).
     fn disconnect(&self, node: usize) -> impl Future<Output = io::Result<()>> + Send;
 
-    /// Restores the client's link to the node.
+    /// Restores the client's link to the node (a cut one, and a slowed one).
     fn reconnect(&self, node: usize) -> impl Future<Output = io::Result<()>> + Send;
+
+    /// Slows the client's link to the node: every byte is delivered `delay` late, in each
+    /// direction, in order; [`reconnect`](Faults::reconnect) makes it fast again (bytes
+    /// already on their way still arrive). The default is `Unsupported`, for backends
+    /// without a proxy.
+    fn slow(&self, node: usize, delay: Duration) -> impl Future<Output = io::Result<()>> + Send {
+        let _ = delay;
+        async move {
+            Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("node {node}: this backend cannot slow a link"),
+            ))
+        }
+    }
 }
