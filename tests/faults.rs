@@ -1744,11 +1744,11 @@ async fn soak_16_contenders_extending_under_random_nemesis() {
 
 /// Negative control, outside the deployment contract: nodes without persistence restart
 /// at once (down for 0–200 ms, one at a time) every 30–200 ms while holders keep 1.5–3 s
-/// locks to their deadline. A holder's keys vanish from a majority within its validity,
+/// locks to their deadline (a third of `QUORUMLOCK_SOAK_SECS`, 3–8 s; 5 s by default). A holder's keys vanish from a majority within its validity,
 /// and the checker must flag the overlapping holds that follow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soak_negative_control_restarts_without_persistence_are_flagged() {
-    let secs = soak_secs().min(8);
+    let secs = (soak_secs() / 3).clamp(3, 8);
     let c = launched(LocalCluster::builder(5).launch().await);
     let plan = SoakPlan {
         contenders: 8,
