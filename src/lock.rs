@@ -312,7 +312,7 @@ impl Lock {
         round.detach();
         if quorum::is_held(decision, validity, inner.config.min_validity) {
             span.record("outcome", "extended");
-            self.deadline = started + validity;
+            self.deadline = self.deadline.max(started + validity);
             self.ttl = ttl;
             return Ok(());
         }

@@ -8,6 +8,6 @@ for i = 1, #KEYS do
   end
 end
 for i = 1, #KEYS do
-  redis.call('PEXPIRE', KEYS[i], ARGV[2])
+  redis.call('PEXPIRE', KEYS[i], ARGV[2], 'GT')
 end
 return 1
