@@ -1301,14 +1301,17 @@ async fn extend_shorter_failed_on_a_paused_majority_never_shortens_the_lock() {
     );
 }
 
-/// The same with the extension cancelled midway: every link is slow (100 ms each way),
-/// A's `extend(1 s)` is dropped after 20 ms (a caller's timeout), and the requests that
-/// were already on their way land later.
+/// The same with the extension cancelled midway: every link is slow (300 ms each way),
+/// A's `extend(1 s)` is dropped after 150 ms (a caller's timeout, shorter than A's node
+/// timeout), and the requests that were already on their way land later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extend_shorter_cancelled_midway_never_shortens_the_lock() {
     let c = cluster5().await;
     let h = History::new();
-    let a = Actor::new(&h, 1, &c.urls()).await;
+    // A waits for slow nodes (2 s), so only the caller's timeout ends its extension. (The
+    // 150 ms leave the client's connection tasks ample time to write the requests: a
+    // request dropped before it was written is never sent.)
+    let a = Actor::with(&h, 1, &c.urls(), |b| b.node_timeout(Duration::from_secs(2))).await;
     let b = Actor::new(&h, 2, &c.urls()).await;
     let ttl = Duration::from_secs(10);
     let short = Duration::from_secs(1);
@@ -1320,15 +1323,15 @@ async fn extend_shorter_cancelled_midway_never_shortens_the_lock() {
     wait_holders(&c, &lock, &[0, 1, 2, 3, 4]).await;
     let before = pexpire_baseline(&c).await;
     for i in 0..5 {
-        c.delay(i, Duration::from_millis(100)).unwrap();
+        c.delay(i, Duration::from_millis(300)).unwrap();
     }
     let deadline = lock.deadline();
     match a
-        .extend_within(&mut lock, short, Duration::from_millis(20))
+        .extend_within(&mut lock, short, Duration::from_millis(150))
         .await
     {
         None => {}
-        Some(other) => panic!("extend over 100 ms links, cancelled after 20 ms: got {other:?}"),
+        Some(other) => panic!("extend over 300 ms links, cancelled after 150 ms: got {other:?}"),
     }
     assert_eq!(
         lock.deadline(),
@@ -1561,12 +1564,14 @@ struct SoakRun {
     /// The most nodes faulty at once, and how many faults left a majority faulty.
     max_faulty: usize,
     majority_faults: usize,
+    /// How long after the final heal the first acquisition came, if it came within 15 s.
+    after_heal: Option<Duration>,
 }
 
 impl SoakRun {
     fn summary(&self, name: &str) -> String {
         format!(
-            "[{name}] seed {} ({} s): {} faults (most faulty at once {}, {} left a majority faulty); {} ({:?} per third, per client {:?}); {}",
+            "[{name}] seed {} ({} s): {} faults (most faulty at once {}, {} left a majority faulty); {} ({:?} per third, per client {:?}); first acquisition {:?} after the final heal; {}",
             self.seed,
             self.secs,
             self.log.entries.len(),
@@ -1575,7 +1580,23 @@ impl SoakRun {
             self.stats.line(),
             self.thirds,
             self.per_client,
-            self.report
+            self.after_heal,
+            self.verdict()
+        )
+    }
+
+    /// The checker's verdict in one line.
+    fn verdict(&self) -> String {
+        if self.report.is_clean() {
+            return self.report.to_string();
+        }
+        format!(
+            "{} violation(s): {} overlapping holds, {} work outside its hold ({} events, {} holds)",
+            self.report.violations().len(),
+            self.report.count(ViolationKind::Overlap),
+            self.report.count(ViolationKind::WorkOutsideHold),
+            self.report.events(),
+            self.report.holds()
         )
     }
 }
@@ -1610,6 +1631,21 @@ async fn run_soak(
         .await
         .expect("nemesis");
     let ended = h.now();
+    // Liveness: once every node is healed, someone gets a lock again (a holder from before
+    // the heal may keep its lock for a few seconds first).
+    let mut after_heal = None;
+    for _ in 0..300 {
+        let first = h
+            .events()
+            .iter()
+            .find(|e| e.at >= ended && matches!(e.kind, EventKind::Acquired { .. }))
+            .map(|e| e.at - ended);
+        if first.is_some() {
+            after_heal = first;
+            break;
+        }
+        tokio::time::sleep(ms(50)).await;
+    }
     stop.store(true, Ordering::SeqCst);
     let mut per_client = Vec::new();
     for t in tasks {
@@ -1668,6 +1704,7 @@ async fn run_soak(
         thirds,
         max_faulty,
         majority_faults,
+        after_heal,
     }
 }
 
@@ -1685,7 +1722,7 @@ fn soak_client(b: quorumlock::RedlockBuilder) -> quorumlock::RedlockBuilder {
 /// and hold until near their reported deadline. An extension that does not succeed must
 /// never shorten the lock: the checker must stay clean.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn soak_16_contenders_extending_under_random_nemesis() {
+async fn soak_16_contenders_under_random_nemesis() {
     let secs = soak_secs();
     let c = launched(
         LocalCluster::builder(5)
@@ -1724,15 +1761,14 @@ async fn soak_16_contenders_extending_under_random_nemesis() {
         "nemesis broke more than 3 nodes:\n{}",
         run.log
     );
+    // Progress: a majority may be down for seconds at a time, so no rate per third; but
+    // overall, and again once everything is healed.
     let total = run.stats.acquisitions.load(Ordering::SeqCst);
+    assert!(total >= secs, "progress: {total} acquisitions in {secs} s");
     assert!(
-        total >= 2 * secs,
-        "progress: {total} acquisitions in {secs} s"
-    );
-    assert!(
-        run.thirds.iter().all(|&n| n >= 1),
-        "progress in every third: {:?}",
-        run.thirds
+        run.after_heal.is_some(),
+        "no acquisition within 15 s of the final heal:\n{}",
+        run.log
     );
     let shorter = run.stats.shorter.load(Ordering::SeqCst);
     assert!(
