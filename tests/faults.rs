@@ -1379,7 +1379,10 @@ struct SoakPlan {
     resources: u64,
     /// Acquisition TTLs, drawn uniformly (ms).
     ttl_ms: (u64, u64),
-    /// At most this many extensions per hold (drawn uniformly from 0).
+    /// Chance (%) that a hold is quick: one short piece of work, then release (churn for
+    /// the hand-off to waiters); the others hold to near their deadline.
+    quick_percent: u64,
+    /// At most this many extensions per hold that is not quick (drawn uniformly from 0).
     max_extends: u64,
     /// Chance (%) that an extension runs under a caller's timeout of 0.1–5 ms, so that it
     /// is often cancelled midway (its requests are sent on the first poll).
@@ -1492,6 +1495,15 @@ async fn soak_contender(
             };
         mine += 1;
         stats.acquisitions.fetch_add(1, Ordering::Relaxed);
+        if rng.random_range(0..100) < plan.quick_percent {
+            let keep = lock
+                .remaining()
+                .saturating_sub(ms(rng.random_range(1..=10)));
+            work_until(&actor, &res, &lock, keep, &mut rng, &stats).await;
+            let _ = tokio::time::timeout(Duration::from_secs(3), actor.release(lock)).await;
+            tokio::time::sleep(ms(rng.random_range(1..=10))).await;
+            continue;
+        }
         let mut held = true;
         for _ in 0..rng.random_range(0..=plan.max_extends) {
             // Work until a random point of the validity, then extend.
@@ -1735,6 +1747,7 @@ async fn soak_16_contenders_under_random_nemesis() {
         contenders: 16,
         resources: 4,
         ttl_ms: (200, 1_500),
+        quick_percent: 25,
         max_extends: 4,
         cancel_percent: 40,
     };
@@ -1790,6 +1803,7 @@ async fn soak_negative_control_restarts_without_persistence_are_flagged() {
         contenders: 8,
         resources: 2,
         ttl_ms: (1_500, 3_000),
+        quick_percent: 0,
         max_extends: 0,
         cancel_percent: 0,
     };
