@@ -1,9 +1,10 @@
 //! The fault matrix of SPEC §8: one test per row, against real `redis-server` processes,
-//! plus a bounded randomized soak. Every believed hold is recorded in a [`History`] and
-//! judged by the checker: the safe rows must stay clean, and the known-unsafe rows (restart
-//! without persistence when the holder had only 3 of 5 nodes, failover of a single instance
-//! to a lagging replica, a holder paused past its validity) must be *flagged*: that is the
-//! proof that the checker can fail.
+//! plus scripted tests of extensions that do not succeed, and two bounded randomized soaks.
+//! Every believed hold is recorded in a [`History`] and judged by the checker: the safe rows
+//! and the main soak must stay clean, and the known-unsafe rows (restart without persistence
+//! when the holder had only 3 of 5 nodes, failover of a single instance to a lagging
+//! replica, a holder paused past its validity) and the negative-control soak (restarts
+//! without persistence) must be *flagged*: that is the proof that the checker can fail.
 //!
 //! Notation (5 nodes, quorum 3): k = nodes that hold A's key, f = nodes that lose it early.
 //! A second client B can win a majority while A still believes it holds iff f ≥ k − 2.
