@@ -1661,8 +1661,9 @@ async fn run_soak(
     }
     stop.store(true, Ordering::SeqCst);
     let mut per_client = Vec::new();
+    // (A hold with four extensions of up to 3 s can last ~14 s, then a release.)
     for t in tasks {
-        let n = tokio::time::timeout(Duration::from_secs(15), t)
+        let n = tokio::time::timeout(Duration::from_secs(30), t)
             .await
             .expect("contender stops within bound")
             .expect("contender task");
