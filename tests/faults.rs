@@ -1302,6 +1302,44 @@ async fn extend_shorter_failed_on_a_paused_majority_never_shortens_the_lock() {
     );
 }
 
+/// A shorter extension that succeeds leaves the lock as it was: the keys keep their later
+/// expiry and the deadline stays the later of the old one and the extension's (a shorter
+/// deadline would be safe but needlessly short; a later deadline than the keys' expiry
+/// would not be safe).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_shorter_that_succeeds_keeps_the_later_deadline() {
+    let c = cluster5().await;
+    let h = History::new();
+    let a = Actor::new(&h, 1, &c.urls()).await;
+    let b = Actor::new(&h, 2, &c.urls()).await;
+    let ttl = Duration::from_secs(10);
+    let short = Duration::from_secs(1);
+
+    let mut lock = a.try_lock(RES, ttl).await.expect("A acquires");
+    wait_holders(&c, &lock, &[0, 1, 2, 3, 4]).await;
+    let before = pexpire_baseline(&c).await;
+    let deadline = lock.deadline();
+    a.extend(&mut lock, short).await.expect("A extends");
+    await_extension_everywhere(&c, &before).await;
+    assert!(
+        lock.deadline() >= deadline,
+        "a successful shorter extension moved the deadline {:?} earlier",
+        deadline.saturating_duration_since(lock.deadline())
+    );
+    let keys = keys_outlive_the_belief(&c, &lock).await;
+    let others = nobody_else_wins(&b, &lock, short * 2).await;
+    let left = lock.remaining();
+    a.release(lock).await.ok();
+    let report = assert_not_shortened("succeeded", keys, &others, &h);
+    observed(
+        "extend-short-ok",
+        format!(
+            "safe: extend(1 s) on a 10 s lock succeeded and kept the deadline; every PTTL ≥ remaining; B refused {} times; A still had {left:?}; {report}",
+            others.unwrap_or_default()
+        ),
+    );
+}
+
 /// The same with the extension cancelled midway: every link is slow (300 ms each way),
 /// A's `extend(1 s)` is dropped after 150 ms (a caller's timeout, shorter than A's node
 /// timeout), and the requests that were already on their way land later.
