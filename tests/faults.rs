@@ -1,4 +1,4 @@
-//! The fault matrix of SPEC §8: one test per row, against real `redis-server` processes,
+//! The fault matrix (docs/testing.md): one test per row, against real `redis-server` processes,
 //! plus scripted tests of extensions that do not succeed, and two bounded randomized soaks.
 //! Every believed hold is recorded in a [`History`] and judged by the checker: the safe rows
 //! and the main soak must stay clean, and the known-unsafe rows (restart without persistence
@@ -736,7 +736,7 @@ async fn row05_pause_one_or_two_nodes_safe_latency_bounded() {
 
 /// Releases and clean-ups sent to a paused node must land when it resumes, however long
 /// the pause: a released lock must not keep blocking a node until its TTL, and "a failed
-/// attempt leaves no key behind" (SPEC §3.5, §10). Node 4 has no cached scripts, like any
+/// attempt leaves no key behind". Node 4 has no cached scripts, like any
 /// node that was just (re)started.
 ///
 /// FAILS at the time of writing (library bug, see docs/testing.md): releases are scripts

@@ -1,5 +1,5 @@
 //! Waiting strategies against real `redis-server`s: notify hand-off vs polling, a cut
-//! subscription link, and 16 contenders with their own clients (SPEC §4).
+//! subscription link, and 16 contenders with their own clients.
 #![cfg(feature = "testkit")]
 
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //!
 //! It is what quorumlock's own fault tests use, and it is meant for yours: enable the
 //! `testkit` feature in your `[dev-dependencies]` and test your service's critical sections
-//! against the failures of SPEC §8 (a node crashing mid-lease, a restart without persistence,
+//! against the failures of the fault matrix (a node crashing mid-lease, a restart without persistence,
 //! a pause, a partition, a failover to a lagging replica, a paused holder).
 //!
 //! # Contents
