@@ -8,7 +8,7 @@
 //! | `quorumlock:lock:{name}` | the lock token, with the TTL |
 //! | `quorumlock:fence:{name}` | the fence counter (fencing only; never expires) |
 //! | `quorumlock:unseeded:{name}` | fencing only: set while a fence counter awaits re-seeding |
-//! | `quorumlock:queue:{name}`, `quorumlock:qexp:{name}` | waiters in arrival order, and when each gives up (notify waiting; expire by themselves) |
+//! | `quorumlock:queue:{name}`, `quorumlock:qlease:{name}` | waiters in arrival order, and when each one's lease lapses (notify waiting; on the resource's two herald nodes only; vanish with the last lease) |
 //! | `quorumlock:released:{name}` | the pub/sub channel announcing releases |
 //!
 //! Names are arbitrary non-empty byte strings (up to 4 KiB); nothing is concatenated, so no
@@ -27,7 +27,7 @@ const FENCE_PREFIX: &[u8] = b"quorumlock:fence:";
 const CHANNEL_PREFIX: &[u8] = b"quorumlock:released:";
 const UNSEEDED_PREFIX: &[u8] = b"quorumlock:unseeded:";
 const QUEUE_PREFIX: &[u8] = b"quorumlock:queue:";
-const QUEUE_EXPIRY_PREFIX: &[u8] = b"quorumlock:qexp:";
+const QUEUE_LEASE_PREFIX: &[u8] = b"quorumlock:qlease:";
 
 /// The longest resource name accepted, in bytes.
 pub const MAX_RESOURCE_LEN: usize = 4096;
@@ -115,10 +115,10 @@ impl Resources {
         i == first || i == (first + 1) % n
     }
 
-    /// The wait queue and its expiry hash (single-resource locks use the first name).
+    /// The wait queue and its leases (single-resource locks use the first name).
     pub(crate) fn queue_keys(&self) -> [Vec<u8>; 2] {
         let name = self.names.first().map(String::as_str).unwrap_or("");
-        [key(QUEUE_PREFIX, name), key(QUEUE_EXPIRY_PREFIX, name)]
+        [key(QUEUE_PREFIX, name), key(QUEUE_LEASE_PREFIX, name)]
     }
     pub(crate) fn channels(&self) -> Vec<Vec<u8>> {
         self.names.iter().map(|n| channel(n)).collect()
