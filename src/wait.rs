@@ -232,7 +232,8 @@ pub(crate) async fn acquire_waiting(
                     let lost = t.join().await.lost;
                     if lost && !try_now {
                         // Our place was gone (a release named us and we missed it, or the
-                        // lease lapsed): it is back, at our arrival; try at once.
+                        // lease lapsed): it is back, at our arrival; try at once. (Also when
+                        // no herald answered: then we cannot count on being named.)
                         try_now = true;
                         continue;
                     }
@@ -407,15 +408,19 @@ impl Ticket {
         // Every reply is awaited (dropping a request midway could leave a herald unrenewed).
         let replies: Vec<Reply> = all.collect().await;
         let mut joined = Joined::default();
+        let mut answered = false;
         for r in &replies {
             if let Reply::Value(redis::Value::Array(a)) = r
                 && let (Some(redis::Value::Int(added)), Some(redis::Value::Int(ahead))) =
                     (a.first(), a.get(1))
             {
+                answered = true;
                 joined.lost |= *added == 1;
                 joined.ahead = joined.ahead.max(*ahead);
             }
         }
+        // No herald answered: our place cannot be vouched for either.
+        joined.lost |= !answered;
         joined
     }
 }
@@ -423,7 +428,8 @@ impl Ticket {
 /// What a join told: over the heralds that answered.
 #[derive(Default)]
 struct Joined {
-    /// Some herald did not have us queued (first join, or the place was popped or lapsed).
+    /// Some herald did not have us queued (first join, or the place was popped or lapsed),
+    /// or none answered.
     lost: bool,
     /// The most waiters queued ahead of us on one herald (0 when none answered).
     ahead: i64,
@@ -531,8 +537,16 @@ impl Notifier {
 
     /// Notes a release of `res` that reached `listeners` subscribers on some node: if that
     /// is more than this client's own subscription, others are waiting, and this client's
-    /// next `lock()` of it within [`POLITE_WINDOW`] yields first.
-    pub(crate) fn released(&self, res: &Resources, listeners: i64) {
+    /// next `lock()` of it within [`POLITE_WINDOW`] yields first. So it does after a lock
+    /// it had to queue for (`queued`): the release may have been decided by nodes that keep
+    /// no queue (with five nodes, three answers need not include a herald), and yielding
+    /// costs one round trip to the heralds when no one turns out to be queued.
+    pub(crate) fn released(&self, res: &Resources, listeners: i64, queued: bool) {
+        let listeners = if queued && res.len() == 1 {
+            listeners.max(1)
+        } else {
+            listeners
+        };
         if listeners <= 0 {
             return;
         }
