@@ -171,15 +171,16 @@ pub(crate) async fn acquire_waiting(
         if let Some(t) = &t {
             i.register(&t.id);
         }
-        interest = Some(i);
         match t {
             Some(mut t) => {
-                // Try at once only if no one is (known to be) queued ahead of us.
-                try_now = t.join().await.ahead == 0;
+                // Try at once only if no one is (known to be) queued ahead of us, and our
+                // release did not just hand over to someone (who is no longer queued).
+                try_now = t.join().await.ahead == 0 && !i.handoff_under_way(&t.id, handoff);
                 ticket = Some(t);
             }
             None => tokio::time::sleep(POLITE_DELAY).await,
         }
+        interest = Some(i);
     }
     loop {
         let mut split = false;
