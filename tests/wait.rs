@@ -388,6 +388,67 @@ async fn a_crashed_waiters_entry_expires_without_other_traffic() -> TestResult {
     Ok(())
 }
 
+/// Waiters that leave — one cancelled (its future dropped), one giving up at its maximum
+/// wait — take their queue entries with them at once, on every node: well before their
+/// leases could have lapsed, only the holder's lock key is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_that_leave_take_their_entries_with_them() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let mut conns = inspectors(&cluster).await?;
+    let resource = "w:leave";
+    let urls = cluster.urls();
+    let holder = Redlock::builder(&urls).build().await?;
+    let lock = holder.try_lock(resource, Duration::from_secs(60)).await?;
+    // The one that gives up queues first, the one that is cancelled (patient) second.
+    let giving_up = Redlock::builder(&urls).build().await?;
+    let short = SLOW.max_wait(Duration::from_millis(1500));
+    let g = tokio::spawn(async move {
+        giving_up
+            .lock_with(resource, Duration::from_secs(10), short)
+            .await
+    });
+    let (sizes, queued) = poll_until(
+        Duration::from_secs(5),
+        async || queue_sizes(&mut conns, resource).await.unwrap_or_default(),
+        |s: &Vec<u64>| s.iter().any(|n| *n >= 1),
+    )
+    .await;
+    assert!(queued, "the first waiter never queued: {sizes:?}");
+    let cancelled = Redlock::builder(&urls).build().await?;
+    let slow = SLOW.max_wait(Duration::from_secs(60));
+    let c = tokio::spawn(async move {
+        cancelled
+            .lock_with(resource, Duration::from_secs(10), slow)
+            .await
+    });
+    let (sizes, queued) = poll_until(
+        Duration::from_secs(5),
+        async || queue_sizes(&mut conns, resource).await.unwrap_or_default(),
+        |s: &Vec<u64>| s.iter().any(|n| *n >= 2),
+    )
+    .await;
+    assert!(queued, "the second waiter never queued: {sizes:?}");
+    c.abort();
+    match tokio::time::timeout(Duration::from_secs(5), g).await?? {
+        Err(Error::Timeout(_)) => {}
+        other => panic!("expected the first waiter to give up: {other:?}"),
+    }
+    let left = Instant::now();
+    let (sizes, gone) = poll_until(
+        QUEUE_LEASE / 2,
+        async || db_sizes(&mut conns).await.unwrap_or_default(),
+        |s: &Vec<u64>| s.len() == 3 && s.iter().all(|n| *n == 1),
+    )
+    .await;
+    eprintln!(
+        "waiters left: keys per node {sizes:?} {:?} later",
+        left.elapsed()
+    );
+    assert!(gone, "queue entries left behind: keys per node {sizes:?}");
+    lock.release().await?;
+    Ok(())
+}
+
 /// A crashed waiter's entry is purged within its lease even while another waiter keeps
 /// the queue busy (joining, renewing): live waiters do not keep it alive.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
