@@ -370,7 +370,9 @@ impl Ticket {
 
     /// When the lease is next due for renewal.
     fn renew_at(&self) -> tokio::time::Instant {
-        self.joined_at + QUEUE_LEASE / 3
+        self.joined_at
+            .checked_add(QUEUE_LEASE / 3)
+            .unwrap_or(self.joined_at)
     }
 
     fn renewal_due(&self) -> bool {
