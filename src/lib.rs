@@ -182,5 +182,5 @@ pub use error::{
 pub use lock::Lock;
 pub use node::NodeAddr;
 pub use resource::{MAX_RESOURCE_LEN, MAX_RESOURCES};
-pub use wait::{NOTIFY_STAGGER, POLITE_DELAY, STAGGER_MAX, STAGGER_MIN};
+pub use wait::{NOTIFY_STAGGER, POLITE_DELAY, QUEUE_LEASE, STAGGER_MAX, STAGGER_MIN};
 pub use watchdog::{KeptLock, LockContext, LostSignal, Watchdog};
