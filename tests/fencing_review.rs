@@ -1,0 +1,161 @@
+//! Adversarial checks of the fencing protocol against real Redis servers: where the clock
+//! floor's assumption really lies (a clock that once ran ahead), counters that Lua reads as
+//! numbers but `INCR` refuses, and cancellation between the two rounds.
+#![cfg(feature = "testkit")]
+
+mod support;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use quorumlock::Redlock;
+use quorumlock::testkit::LocalCluster;
+use redis::AsyncCommands;
+use support::{lock_key, raw};
+
+const NODES: usize = 5;
+
+async fn cluster() -> LocalCluster {
+    LocalCluster::launch(NODES)
+        .await
+        .expect("launch redis-server")
+}
+
+async fn fenced(cluster: &LocalCluster) -> Redlock {
+    Redlock::builder(cluster.urls())
+        .node_timeout(Duration::from_millis(150))
+        .fencing(true)
+        .build()
+        .await
+        .expect("build client")
+}
+
+fn fence_key(name: &str) -> String {
+    format!("quorumlock:fence:{name}")
+}
+
+/// Microseconds since the Unix epoch by this machine's clock (the nodes' clock too: they
+/// run here).
+fn now_us() -> u64 {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+async fn set_on(cluster: &LocalCluster, nodes: &[usize], key: &str, value: &str) {
+    for &i in nodes {
+        let mut c = raw(cluster, i).await;
+        let _: () = c.set(key, value).await.unwrap();
+    }
+}
+
+async fn del_on(cluster: &LocalCluster, nodes: &[usize], key: &str) {
+    for &i in nodes {
+        let mut c = raw(cluster, i).await;
+        let _: () = c.del(key).await.unwrap();
+    }
+}
+
+/// `try_lock` a few times: a request to a freshly restarted node may find the connection
+/// the restart broke (the client reconnects on the next one). A refusal because the lock
+/// is held is never retried.
+async fn try_lock_retrying(
+    locks: &Redlock,
+    name: &str,
+    ttl: Duration,
+) -> Result<quorumlock::Lock, quorumlock::Error> {
+    let mut got = locks.try_lock(name, ttl).await;
+    for _ in 0..5 {
+        match &got {
+            Ok(_) => break,
+            Err(e) if e.is_held() => break,
+            Err(_) => got = locks.try_lock(name, ttl).await,
+        }
+    }
+    got
+}
+
+/// The clock floor's real assumption is about every clock reading that ever went into a
+/// token, not about the clocks at the time of the restart.
+///
+/// Node 0's clock runs one hour fast while it grants holder A (simulated: its counter
+/// holds exactly the value its fast `TIME` would have written), and is then stepped back
+/// to the right time; it keeps its counter, which by itself is harmless. A's commit puts
+/// that hour-ahead token on nodes 1 and 2 too. Later node 2 crashes and is restarted
+/// without persistence after more than the TTL: at that moment every node's clock is
+/// right, so "the restarted node's clock is not behind any other node's clock by the
+/// downtime or more" holds. Yet B, granted by {2, 3, 4}, gets a token an hour *below*
+/// A's: node 2's floor is today's clock, and nodes 3 and 4 never saw A.
+///
+/// This pins the limit: the assumption must read "no clock ever reads ahead of true time
+/// by more than the restart delay allows, even briefly, and a restarted node's clock is
+/// right before it serves". A clock that ran ahead and was stepped back, or a host that
+/// starts `redis-server` before its clock is synchronised, breaks fencing after a later
+/// delayed restart of another node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clock_that_once_ran_ahead_breaks_order_after_a_later_delayed_restart() {
+    let cluster = cluster().await;
+    let locks = fenced(&cluster).await;
+    let ttl = Duration::from_millis(500);
+    let name = "skew";
+    let hour_ahead = now_us() + 3_600_000_000;
+
+    // A is granted by {0, 1, 2} only (3 and 4 hold someone else's key), while node 0's
+    // clock reads an hour ahead.
+    set_on(&cluster, &[3, 4], &lock_key(name), "someone-else").await;
+    set_on(&cluster, &[0], &fence_key(name), &hour_ahead.to_string()).await;
+    let a = locks.try_lock(name, ttl).await.unwrap();
+    let ta = a.fencing_token().unwrap();
+    assert!(ta >= hour_ahead, "A's token {ta} should carry node 0's fast clock");
+    a.release().await.unwrap();
+    del_on(&cluster, &[3, 4], &lock_key(name)).await;
+
+    // Node 2 crashes and comes back empty after more than the TTL; every clock is right.
+    cluster
+        .restart(2, ttl + Duration::from_millis(200))
+        .await
+        .unwrap();
+    // Nodes 0 and 1 stall: {2, 3, 4} is the only quorum that answers.
+    cluster.pause(0).await.unwrap();
+    cluster.pause(1).await.unwrap();
+    let got = try_lock_retrying(&locks, name, ttl).await;
+    cluster.resume(0).await.unwrap();
+    cluster.resume(1).await.unwrap();
+    let b = got.expect("{2, 3, 4} answered");
+    let tb = b.fencing_token().unwrap();
+    b.release().await.unwrap();
+    eprintln!(
+        "clock once ahead by 1 h, later delayed restart of another node: A {ta}, B {tb} ({} s below)",
+        ta.saturating_sub(tb) / 1_000_000
+    );
+    // The documented limit: the token went backwards by about the hour node 0 ran ahead.
+    assert!(
+        tb < ta,
+        "expected the token to go backwards (a clock that ran ahead is outside the assumption): {tb} after {ta}"
+    );
+}
+
+/// A counter that Lua's `tonumber` reads as an integer but that `INCR` refuses (`1e16`)
+/// passes the script's check; the script then sets the lock keys and raises the first
+/// resource's counter before `INCR` fails on the second (resources are taken in name
+/// order: `ok`, then `zz-bad`). The node fails its vote, as it
+/// should, but not "without any write": `fence:ok` is left raised on every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counter_incr_refuses_fails_the_vote_without_any_write() {
+    let cluster = cluster().await;
+    let locks = fenced(&cluster).await;
+    let ttl = Duration::from_secs(2);
+    let all: Vec<usize> = (0..NODES).collect();
+    set_on(&cluster, &all, &fence_key("zz-bad"), "1e16").await;
+    let err = locks
+        .try_lock_many(["ok", "zz-bad"], ttl)
+        .await
+        .expect_err("a token from a counter INCR refuses");
+    assert!(!err.is_held(), "{err}");
+    for i in 0..NODES {
+        let mut c = raw(&cluster, i).await;
+        let ok: Option<String> = c.get(fence_key("ok")).await.unwrap();
+        let bad: String = c.get(fence_key("zz-bad")).await.unwrap();
+        assert_eq!((ok, bad.as_str()), (None, "1e16"), "node {i}");
+    }
+}
