@@ -159,3 +159,34 @@ async fn a_counter_incr_refuses_fails_the_vote_without_any_write() {
         assert_eq!((ok, bad.as_str()), (None, "1e16"), "node {i}");
     }
 }
+
+/// Above 2^53 a Lua number cannot hold every integer: `INCR` returns 2^53 + 3, Lua rounds
+/// it to 2^53 + 4 and hands that out; the next holder's `INCR` really gives 2^53 + 4, and
+/// two successive holders share a token. Counters at or above 2^53 (only reachable by a
+/// clock centuries ahead or a counter written by hand) must fail the node's vote instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counters_above_2_pow_53_never_repeat_a_token() {
+    let cluster = cluster().await;
+    let locks = fenced(&cluster).await;
+    let ttl = Duration::from_secs(2);
+    let all: Vec<usize> = (0..NODES).collect();
+    let above: u64 = (1 << 53) + 2;
+    set_on(&cluster, &all, &fence_key("huge"), &above.to_string()).await;
+    let mut last = 0;
+    for round in 0..3 {
+        match locks.try_lock("huge", ttl).await {
+            Ok(l) => {
+                let t = l.fencing_token().unwrap();
+                l.release().await.unwrap();
+                assert!(t > last, "holder {round}: token {t} after {last}");
+                last = t;
+            }
+            Err(e) => assert!(!e.is_held(), "{e}"),
+        }
+    }
+    for i in 0..NODES {
+        let mut c = raw(&cluster, i).await;
+        let key: Option<String> = c.get(lock_key("huge")).await.unwrap();
+        assert_eq!(key, None, "node {i} kept a lock key");
+    }
+}
