@@ -190,3 +190,70 @@ async fn counters_above_2_pow_53_never_repeat_a_token() {
         assert_eq!(key, None, "node {i} kept a lock key");
     }
 }
+
+/// The acquisition is cancelled (its future dropped) while the commit waits on a node
+/// that stalled between the rounds. The stalled node later applies the stale commit
+/// (our key is still there, so it raises its counter: harmless, counters only rise),
+/// then the clean-up's release queued behind it: no lock key is left anywhere, and the
+/// next holder's token is above every token issued before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_during_the_commit_leaves_no_key_and_tokens_keep_rising() {
+    let cluster = support::cluster5().await;
+    let locks = Redlock::builder(cluster.urls())
+        .node_timeout(Duration::from_millis(1500))
+        .fencing(true)
+        .build()
+        .await
+        .expect("build client");
+    let ttl = Duration::from_secs(10);
+    let name = "cancel";
+    // Warm every connection up (and load the scripts) before the links are slowed.
+    let l = locks.try_lock(name, ttl).await.unwrap();
+    let t0 = l.fencing_token().unwrap();
+    l.release().await.unwrap();
+
+    // Only {0, 1, 2} can grant; 0 and 1 are slow, so node 2 grants first and is paused
+    // before the commit reaches it. The commit then needs node 2, and the caller gives up.
+    set_on(&cluster, &[3, 4], &lock_key(name), "someone-else").await;
+    cluster.delay(0, Duration::from_millis(150)).unwrap();
+    cluster.delay(1, Duration::from_millis(150)).unwrap();
+    let attempt = {
+        let locks = locks.clone();
+        tokio::spawn(async move {
+            tokio::time::timeout(Duration::from_millis(1000), locks.try_lock(name, ttl)).await
+        })
+    };
+    let granted = support::eventually(Duration::from_secs(2), || async {
+        support::get(&cluster, 2, &lock_key(name)).await.is_some()
+    })
+    .await;
+    assert!(granted, "node 2 never granted");
+    cluster.pause(2).await.unwrap();
+    let outcome = attempt.await.unwrap();
+    // The commit on 0 and 1 landed before the caller gave up: their counters carry t.
+    let c0 = support::get(&cluster, 0, &fence_key(name)).await;
+    cluster.resume(2).await.unwrap();
+    cluster.delay(0, Duration::ZERO).unwrap();
+    cluster.delay(1, Duration::ZERO).unwrap();
+    if let Ok(r) = outcome {
+        panic!(
+            "the attempt finished without node 2's confirmation: {:?}",
+            r.map(|l| l.fencing_token())
+        );
+    }
+    assert!(locks.flush(Duration::from_secs(5)).await, "clean-up never finished");
+    let ours_gone = support::eventually(Duration::from_secs(5), || async {
+        support::count_key(&cluster, [0, 1, 2], &lock_key(name)).await == 0
+    })
+    .await;
+    assert!(ours_gone, "the cancelled attempt left a lock key");
+    let c2 = support::get(&cluster, 2, &fence_key(name)).await;
+    eprintln!("cancelled during the commit: node 0 counter {c0:?}, node 2 counter {c2:?}");
+    assert_eq!(c0, c2, "the stale commit should have raised node 2 to t as well");
+
+    del_on(&cluster, &[3, 4], &lock_key(name)).await;
+    let l = locks.lock(name, ttl).await.unwrap();
+    let t = l.fencing_token().unwrap();
+    assert!(t > t0, "{t} after {t0}");
+    l.release().await.unwrap();
+}
