@@ -106,7 +106,10 @@ async fn a_clock_that_once_ran_ahead_breaks_order_after_a_later_delayed_restart(
     set_on(&cluster, &[0], &fence_key(name), &hour_ahead.to_string()).await;
     let a = locks.try_lock(name, ttl).await.unwrap();
     let ta = a.fencing_token().unwrap();
-    assert!(ta >= hour_ahead, "A's token {ta} should carry node 0's fast clock");
+    assert!(
+        ta >= hour_ahead,
+        "A's token {ta} should carry node 0's fast clock"
+    );
     a.release().await.unwrap();
     del_on(&cluster, &[3, 4], &lock_key(name)).await;
 
@@ -241,7 +244,10 @@ async fn cancelled_during_the_commit_leaves_no_key_and_tokens_keep_rising() {
             r.map(|l| l.fencing_token())
         );
     }
-    assert!(locks.flush(Duration::from_secs(5)).await, "clean-up never finished");
+    assert!(
+        locks.flush(Duration::from_secs(5)).await,
+        "clean-up never finished"
+    );
     let ours_gone = support::eventually(Duration::from_secs(5), || async {
         support::count_key(&cluster, [0, 1, 2], &lock_key(name)).await == 0
     })
@@ -249,11 +255,99 @@ async fn cancelled_during_the_commit_leaves_no_key_and_tokens_keep_rising() {
     assert!(ours_gone, "the cancelled attempt left a lock key");
     let c2 = support::get(&cluster, 2, &fence_key(name)).await;
     eprintln!("cancelled during the commit: node 0 counter {c0:?}, node 2 counter {c2:?}");
-    assert_eq!(c0, c2, "the stale commit should have raised node 2 to t as well");
+    assert_eq!(
+        c0, c2,
+        "the stale commit should have raised node 2 to t as well"
+    );
 
     del_on(&cluster, &[3, 4], &lock_key(name)).await;
     let l = locks.lock(name, ttl).await.unwrap();
     let t = l.fencing_token().unwrap();
     assert!(t > t0, "{t} after {t0}");
     l.release().await.unwrap();
+}
+
+/// Two attempts that overlap in time are ordered by the moment they return. B starts
+/// first and is granted by {0, 1, 2} at once, but its commit confirmation from node 2
+/// comes back only after B's TTL. Meanwhile B's keys on 0 and 1 expire and A (another
+/// client, direct links) is granted by {0, 1, 3, 4}, commits, and returns with `t_A`.
+/// B's token was computed before A's grants, so it is smaller: B must not return a lock
+/// after A did. It does not: its validity is measured over both rounds, and none is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overlapping_attempt_returning_after_a_later_grant_gets_no_lock() {
+    let cluster = support::cluster5().await;
+    let b = Redlock::builder(cluster.urls())
+        .node_timeout(Duration::from_secs(4))
+        .fencing(true)
+        .build()
+        .await
+        .expect("build client B");
+    let direct: Vec<String> = (0..NODES).map(|i| cluster.direct_url(i).unwrap()).collect();
+    let a = Redlock::builder(direct)
+        .node_timeout(Duration::from_millis(300))
+        .fencing(true)
+        .build()
+        .await
+        .expect("build client A");
+    let ttl = Duration::from_secs(2);
+    let name = "overlap";
+    // Warm B's connections up (and load the scripts) before the links are slowed.
+    let l = b.try_lock(name, ttl).await.unwrap();
+    l.release().await.unwrap();
+
+    set_on(&cluster, &[3, 4], &lock_key(name), "someone-else").await;
+    cluster.delay(0, Duration::from_millis(150)).unwrap();
+    cluster.delay(1, Duration::from_millis(150)).unwrap();
+    let attempt_b = tokio::spawn(async move {
+        let r = b.try_lock(name, ttl).await;
+        (r, std::time::Instant::now())
+    });
+    let granted = support::eventually(Duration::from_secs(2), || async {
+        support::get(&cluster, 2, &lock_key(name)).await.is_some()
+    })
+    .await;
+    assert!(granted, "node 2 never granted B");
+    // B's commit to node 2 (sent once 0 and 1 granted) lands within B's TTL, but its
+    // answer comes back after it.
+    cluster.delay(2, Duration::from_millis(1200)).unwrap();
+    let b_decided = support::eventually(Duration::from_secs(2), || async {
+        support::count_key(&cluster, [0, 1], &lock_key(name)).await == 2
+    })
+    .await;
+    assert!(b_decided, "nodes 0 and 1 never granted B");
+    del_on(&cluster, &[3, 4], &lock_key(name)).await;
+
+    // A: granted by {0, 1, 3, 4} once B's keys on 0 and 1 expired.
+    let mut got_a = None;
+    for _ in 0..100 {
+        if let Ok(l) = a.try_lock(name, ttl).await {
+            got_a = Some((l.fencing_token().unwrap(), std::time::Instant::now(), l));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (ta, a_returned, la) = got_a.expect("A never got the lock");
+    let (rb, b_returned) = attempt_b.await.unwrap();
+    cluster.delay(0, Duration::ZERO).unwrap();
+    cluster.delay(1, Duration::ZERO).unwrap();
+    cluster.delay(2, Duration::ZERO).unwrap();
+    eprintln!(
+        "overlapping attempts: A {ta} returned {:?} before B's outcome {:?}",
+        b_returned.saturating_duration_since(a_returned),
+        rb.as_ref().map(|l| l.fencing_token())
+    );
+    if let Ok(lb) = &rb {
+        let tb = lb.fencing_token().unwrap();
+        assert!(
+            b_returned < a_returned || tb > ta,
+            "B returned after A with a smaller token: {tb} after {ta} (B's remaining {:?})",
+            lb.remaining()
+        );
+    }
+    assert!(
+        rb.is_err(),
+        "B's attempt outlived its TTL and still returned a lock"
+    );
+    // A's lock may have expired meanwhile (B's failed attempt waits for its clean-up).
+    drop(la);
 }
