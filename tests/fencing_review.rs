@@ -351,3 +351,93 @@ async fn an_overlapping_attempt_returning_after_a_later_grant_gets_no_lock() {
     // A's lock may have expired meanwhile (B's failed attempt waits for its clean-up).
     drop(la);
 }
+
+/// A's whole commit quorum ({0, 1, 2}: 3 and 4 refused A) crashes at once and comes
+/// back empty after more than the TTL; nodes 3 and 4 never saw a counter. No node
+/// remembers anything, and B's token still rises: every floor is a clock reading taken
+/// after A's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_commit_quorum_restarted_at_once_keeps_tokens_rising() {
+    let cluster = cluster().await;
+    let locks = fenced(&cluster).await;
+    let ttl = Duration::from_millis(500);
+    let name = "quorum-lost";
+    set_on(&cluster, &[3, 4], &lock_key(name), "someone-else").await;
+    let a = locks.try_lock(name, ttl).await.unwrap();
+    let ta = a.fencing_token().unwrap();
+    a.release().await.unwrap();
+    del_on(&cluster, &[3, 4], &lock_key(name)).await;
+    for i in 0..3 {
+        cluster.kill(i).await.unwrap();
+    }
+    tokio::time::sleep(ttl + Duration::from_millis(200)).await;
+    for i in 0..3 {
+        cluster.start(i).await.unwrap();
+    }
+    for i in 0..NODES {
+        let fence = support::get(&cluster, i, &fence_key(name)).await;
+        assert_eq!(fence, None, "node {i} still has a counter");
+    }
+    let b = try_lock_retrying(&locks, name, ttl)
+        .await
+        .expect("all nodes are up");
+    let tb = b.fencing_token().unwrap();
+    b.release().await.unwrap();
+    eprintln!("whole commit quorum restarted at once: A {ta}, B {tb}");
+    assert!(tb > ta, "{tb} after {ta}");
+}
+
+/// Multi-resource and single-resource locks overlapping on some resources, with a plain
+/// (unfenced) client in between: the plain client never touches a counter, and every
+/// fenced token exceeds the tokens of the earlier holders of each of its resources.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_multi_and_single_locks_with_a_plain_client_between() {
+    let cluster = cluster().await;
+    let locks = fenced(&cluster).await;
+    let plain = Redlock::builder(cluster.urls())
+        .node_timeout(Duration::from_millis(150))
+        .build()
+        .await
+        .expect("build plain client");
+    let ttl = Duration::from_secs(2);
+    let token = |l: &quorumlock::Lock| l.fencing_token().unwrap();
+
+    let l = locks.try_lock_many(["x", "y"], ttl).await.unwrap();
+    let t_xy = token(&l);
+    l.release().await.unwrap();
+
+    let mut before = Vec::new();
+    for i in 0..NODES {
+        before.push(support::get(&cluster, i, &fence_key("y")).await);
+    }
+    for names in [vec!["y"], vec!["y", "w"]] {
+        let l = plain.try_lock_many(names, ttl).await.unwrap();
+        assert_eq!(l.fencing_token(), None);
+        l.release().await.unwrap();
+    }
+    for (i, b) in before.iter().enumerate() {
+        let now = support::get(&cluster, i, &fence_key("y")).await;
+        assert_eq!(&now, b, "the plain client changed node {i}'s counter");
+    }
+
+    let l = locks.try_lock("y", ttl).await.unwrap();
+    let t_y = token(&l);
+    l.release().await.unwrap();
+    let l = locks.try_lock("x", ttl).await.unwrap();
+    let t_x = token(&l);
+    l.release().await.unwrap();
+    assert!(
+        t_y > t_xy && t_x > t_xy,
+        "x {t_x}, y {t_y} after x+y {t_xy}"
+    );
+    let l = locks.try_lock_many(["z", "y", "x"], ttl).await.unwrap();
+    let t_xyz = token(&l);
+    l.release().await.unwrap();
+    assert!(
+        t_xyz > t_x && t_xyz > t_y,
+        "x+y+z {t_xyz} after x {t_x}, y {t_y}"
+    );
+    let l = locks.try_lock("z", ttl).await.unwrap();
+    assert!(token(&l) > t_xyz);
+    l.release().await.unwrap();
+}
