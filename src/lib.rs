@@ -133,8 +133,9 @@
 //! other), N is odd (3, 5, 7), `maxmemory-policy noeviction`, and a crashed node either
 //! persists every write (`appendfsync always`) or restarts only after the longest TTL.
 //! Clocks must not jump. With fencing tokens and restarts without persistence, the nodes'
-//! wall clocks must also agree to within that restart delay (the tokens carry a floor from
-//! the nodes' clocks; see `docs/safety.md`). [`RedlockBuilder::build`] checks what it can
+//! wall clocks must also agree to within that restart delay at every moment, not only when
+//! a node restarts, and a node's server starts only once its clock is synchronised (the
+//! tokens carry a floor from the nodes' clocks; see `docs/safety.md`). [`RedlockBuilder::build`] checks what it can
 //! and warns through `tracing`. See `docs/operations.md`.
 //!
 //! # Crate features
