@@ -3,8 +3,10 @@
 //!
 //! It decides as soon as the outcome is certain (it does not wait for a slow node),
 //! cleans up every key a failed attempt may have left (even a `SET` that lands late),
-//! never deletes a lock whose extension missed the quorum, and is tested under process
-//! kills, pauses, restarts, failovers and cut links with a checker that can fail.
+//! never deletes a lock whose extension missed the quorum, never lets an extension shorten
+//! a lock, and is tested under process kills, pauses, restarts, failovers and cut links
+//! with a checker that can fail. `docs/safety.md` in the repository names the test behind
+//! every guarantee.
 //!
 //! ```no_run
 //! use std::time::Duration;
