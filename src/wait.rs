@@ -539,7 +539,9 @@ impl Notifier {
     /// next `lock()` of it within [`POLITE_WINDOW`] yields first. So it does after a lock
     /// it had to queue for (`queued`): the release may have been decided by nodes that keep
     /// no queue (with five nodes, three answers need not include a herald), and yielding
-    /// costs one round trip to the heralds when no one turns out to be queued.
+    /// costs one round trip to the heralds when no one turns out to be queued. The caller
+    /// also passes `queued` for a release that no herald answered before it was decided:
+    /// then nothing told how many wait.
     pub(crate) fn released(&self, res: &Resources, listeners: i64, queued: bool) {
         let listeners = if queued && res.len() == 1 {
             listeners.max(1)
