@@ -103,11 +103,13 @@ async fn a_holder_that_never_waited_leaves_the_lock_to_a_queued_waiter() -> Test
     Ok(())
 }
 
-/// One client of the queue protocol as this version of the library speaks it, on a host
-/// whose wall clock runs `skew_back` behind: it joins with the arrival score its clock
-/// gives (microseconds since the Unix epoch), waits until a release names it (renewing its
-/// lease), takes the lock with `SET NX PX` on a majority, holds it 5 ms, releases it
-/// (heralds: the hand-over script naming the next waiter), and queues again at once.
+/// One client of the queue protocol as the library speaks it, on a host whose wall clock
+/// runs `skew_back` behind. It joins as the library does: a first join lets the herald
+/// assign the arrival score, a re-join sends back the score that herald returned (the
+/// protocol has no place for the client's clock; before, the client sent its own clock's
+/// reading, `now - skew_back` here). It waits until a release names it, takes the lock
+/// with `SET NX PX` on a majority (in parallel), holds it 5 ms, releases it (heralds: the
+/// hand-over script naming the next waiter), and queues again at once.
 async fn skewed_peer(
     urls: Vec<String>,
     resource: &'static str,
@@ -146,6 +148,7 @@ async fn skewed_peer(
     let id = format!("{:016x}", rand::random::<u64>());
     let mut round = 0u64;
     let mut try_now = true;
+    let mut scores: std::collections::HashMap<usize, Vec<u8>> = Default::default();
     // After a failed attempt a waiter tries again at its (short) fallback delay.
     let mut patience = Duration::from_secs(1);
     while !stop.load(Ordering::Relaxed) {
@@ -178,6 +181,8 @@ async fn skewed_peer(
                 Duration::from_millis(30)
             };
             if won {
+                // This `lock()` call is over: the next one is a new waiter, a new place.
+                scores.clear();
                 holds.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
@@ -196,13 +201,12 @@ async fn skewed_peer(
                 r?;
             }
         }
-        // (Re-)join with the arrival score this host's clock gives, then wait to be named.
-        let score = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .saturating_sub(skew_back)
-            .as_micros() as u64;
+        // (Re-)join: the score each herald gave us, or none yet (the herald assigns one).
+        // This host's clock (`skew_back` behind) plays no part.
+        let _clock = std::time::SystemTime::now().checked_sub(skew_back);
         for h in hs {
-            let _: redis::Value = enqueue
+            let score = scores.get(&h).cloned().unwrap_or_default();
+            let reply: Vec<redis::Value> = enqueue
                 .key(&queue)
                 .key(&leases)
                 .arg(&id)
@@ -210,6 +214,9 @@ async fn skewed_peer(
                 .arg(3000)
                 .invoke_async(&mut conns[h])
                 .await?;
+            if let Some(redis::Value::BulkString(s)) = reply.get(2) {
+                scores.insert(h, s.clone());
+            }
         }
         while futures::FutureExt::now_or_never(messages.next()).is_some() {}
         let named = tokio::time::timeout(patience, async {
@@ -228,15 +235,14 @@ async fn skewed_peer(
     Ok(())
 }
 
-/// Arrival scores come from each client's own wall clock. Two clients on a host whose
-/// clock is 60 s behind hold a resource in turn: each queues while the other holds, with
-/// a score a minute "older" than anyone else's, so every release names the other one. A
-/// waiter on a correct clock, queued behind them, is never named, and skips its fallback
-/// attempts because a hand-off is always under way: it gets the lock only when a race
-/// between the two breaks their turn-taking (observed after 130-190 of their holds), or
-/// gives up at its maximum wait.
+/// Two clients on a host whose clock is 60 s behind hold a resource in turn: each queues
+/// again while the other holds. A waiter on a correct clock that arrived while one held and
+/// the other was queued is served within arrival order's bound. (When arrival scores came
+/// from the clients' clocks, each re-join was a minute "older" than the waiter's, every
+/// release named the other skewed client, the waiter skipped its fallback attempts because
+/// a hand-off was always under way, and it got the lock only when a race broke their
+/// turn-taking: after 39 to 190 of their holds; or gave up at its maximum wait.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finding: arrival scores from client wall clocks let skewed clients starve others"]
 async fn clients_with_a_clock_behind_do_not_starve_a_waiter() -> TestResult {
     let resource = "wr:skew";
     let cluster = LocalCluster::builder(3).launch().await?;
