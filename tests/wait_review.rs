@@ -296,3 +296,80 @@ async fn clients_with_a_clock_behind_do_not_starve_a_waiter() -> TestResult {
     );
     Ok(())
 }
+
+/// Two waiters queue (first A, then B, each with its own client and a 2 s fallback delay)
+/// while a holder keeps the resource; one herald is restarted empty. The renewals rebuild
+/// its queue within a renewal period, in the original order (a re-join sends back the score
+/// that herald gave at the first join), and the hand-overs still go A, then B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_herald_restarted_empty_gets_its_queue_back_in_order() -> TestResult {
+    use std::sync::Mutex;
+    let resource = "wr:restart";
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let urls: Vec<String> = (0..3)
+        .map(|i| cluster.direct_url(i))
+        .collect::<Result<_, _>>()?;
+    let queue = format!("quorumlock:queue:{resource}");
+    let [restarted, _] = heralds(resource, 3);
+    let mut inspect = redis::Client::open(urls[restarted].as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let holder = Redlock::builder(&urls).build().await?;
+    let lock = holder.try_lock(resource, Duration::from_secs(60)).await?;
+    let order: Arc<Mutex<Vec<&'static str>>> = Arc::default();
+    let slow = Retry::new()
+        .delay(Duration::from_secs(2), Duration::from_secs(2))
+        .max_wait(Duration::from_secs(30));
+    let mut tasks = Vec::new();
+    for name in ["A", "B"] {
+        let locks = Redlock::builder(&urls).build().await?;
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let l = locks
+                .lock_with(resource, Duration::from_secs(10), slow)
+                .await?;
+            order.lock().map_err(|_| "poisoned")?.push(name);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            l.release().await?;
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+        }));
+        // The next waiter arrives once this one is queued.
+        let t = Instant::now();
+        let want = tasks.len() as u64;
+        loop {
+            let n: u64 = redis::cmd("ZCARD")
+                .arg(&queue)
+                .query_async(&mut inspect)
+                .await?;
+            if n >= want || t.elapsed() > Duration::from_secs(5) {
+                assert!(n >= want, "waiter {name} never queued");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    cluster.restart(restarted, Duration::ZERO).await?;
+    let mut inspect = redis::Client::open(urls[restarted].as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let t = Instant::now();
+    let back = loop {
+        let n: u64 = redis::cmd("ZCARD")
+            .arg(&queue)
+            .query_async(&mut inspect)
+            .await?;
+        if n >= 2 || t.elapsed() > Duration::from_secs(5) {
+            break n >= 2;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    eprintln!("restarted herald's queue back after {:?}", t.elapsed());
+    assert!(back, "the restarted herald's queue never came back");
+    lock.release().await?;
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(30), task).await???;
+    }
+    let order = order.lock().map_err(|_| "poisoned")?.clone();
+    assert_eq!(order, ["A", "B"]);
+    Ok(())
+}
