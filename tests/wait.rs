@@ -734,3 +734,88 @@ async fn arrival_order(nodes: usize, resource: &'static str) -> TestResult {
     );
     Ok(())
 }
+
+/// A waiter that can only get the lock through a release announcement: its retry delay
+/// (30 s) is longer than its maximum wait (5 s), so missing its turn makes it give up.
+const NOTIFIED_ONLY: Retry = Retry::new()
+    .delay(Duration::from_secs(30), Duration::from_secs(30))
+    .max_wait(Duration::from_secs(5));
+
+/// Waits (bounded) until the waiter's entry is in the resource's queue on two nodes (the
+/// heralds) and it is subscribed on every node; returns the heralds' indices.
+async fn queued_and_subscribed(
+    cluster: &LocalCluster,
+    resource: &str,
+) -> Result<Vec<usize>, Box<dyn std::error::Error + Send + Sync>> {
+    let mut conns = inspectors(cluster).await?;
+    let (sizes, ok) = poll_until(
+        Duration::from_secs(5),
+        async || queue_sizes(&mut conns, resource).await.unwrap_or_default(),
+        |s: &Vec<u64>| s.iter().filter(|n| **n == 1).count() == 2,
+    )
+    .await;
+    if !ok {
+        return Err(format!("the waiter did not queue on two heralds: {sizes:?}").into());
+    }
+    subscribed(&direct(cluster)?, resource).await?;
+    Ok((0..sizes.len()).filter(|i| sizes[*i] == 1).collect())
+}
+
+/// A holder's release reaches one herald at once and the nodes in `slow` 300 ms later (its
+/// links to them are delayed). The first herald's announcement names the waiter, whose
+/// attempt then overtakes the release on the slow nodes and is refused by the releasing
+/// holder itself. The waiter must still get the lock as soon as the release has reached
+/// them, from the release's own announcements: it has nothing else (its fallback timer is
+/// longer than its maximum wait).
+async fn overtaken_release(
+    nodes: usize,
+    resource: &'static str,
+    slow: fn(i: usize, heralds: &[usize]) -> bool,
+) -> TestResult {
+    let cluster = LocalCluster::builder(nodes).proxies(true).launch().await?;
+    // The holder goes through the proxies (its release may take a while), the waiter
+    // directly.
+    let holder = Redlock::builder(cluster.urls())
+        .node_timeout(Duration::from_secs(3))
+        .build()
+        .await?;
+    let waiter = Redlock::builder(&direct(&cluster)?).build().await?;
+    let ttl = Duration::from_secs(10);
+    let lock = holder.try_lock(resource, ttl).await?;
+    let w = tokio::spawn(async move {
+        let l = waiter.lock_with(resource, ttl, NOTIFIED_ONLY).await?;
+        l.release().await?;
+        Ok::<_, Error>(())
+    });
+    let heralds = queued_and_subscribed(&cluster, resource).await?;
+    for i in (0..cluster.len()).filter(|i| slow(*i, &heralds)) {
+        cluster
+            .proxy(i)?
+            .set_mode(ProxyMode::Delay(Duration::from_millis(300)));
+    }
+    lock.release().await?;
+    let outcome = tokio::time::timeout(Duration::from_secs(10), w).await??;
+    assert!(
+        outcome.is_ok(),
+        "the waiter lost its turn to the release it overtook: {outcome:?}"
+    );
+    Ok(())
+}
+
+/// Three nodes: the release reaches the second herald and the other node late; the
+/// second herald's announcement (the same release, naming the same waiter again) must not
+/// be dropped as a duplicate when the waiter's first try failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_waiter_that_overtakes_the_release_keeps_its_turn() -> TestResult {
+    overtaken_release(3, "w:overtaken3", |i, heralds| {
+        heralds.get(1) == Some(&i) || !heralds.contains(&i)
+    })
+    .await
+}
+
+/// Five nodes: both heralds announce at once, the three other nodes (which announce
+/// nothing) get the release late, so no further announcement comes at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_waiter_that_overtakes_the_release_on_silent_nodes_keeps_its_turn() -> TestResult {
+    overtaken_release(5, "w:overtaken5", |i, heralds| !heralds.contains(&i)).await
+}
