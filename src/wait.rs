@@ -286,11 +286,17 @@ pub(crate) async fn acquire_waiting(
                 // No one holds it: back off randomly and try again, no announcement will come.
                 tokio::time::sleep(jitter(Duration::ZERO, i.window()).min(delay)).await;
             }
-            Some(_) if turn.is_some() => {
-                // Our turn, overtaken by its own release: try again after a back-off that
-                // doubles each time (a few attempts however long the release lags).
-                let pause = turn.as_mut().map(Turn::next_pause).unwrap_or_default();
-                tokio::time::sleep(pause.min(delay)).await;
+            Some(i) if turn.is_some() => {
+                // Our turn, overtaken by its own release: try again when the release is
+                // announced again (it reached the other herald) or after a back-off that
+                // doubles each time, up to the per-node timeout (within which a release
+                // normally reaches every node).
+                let cap = inner.config.node_timeout_for(ttl);
+                let pause = turn.as_mut().map(|t| t.next_pause(cap)).unwrap_or_default();
+                tokio::select! {
+                    _ = i.released() => {}
+                    () = tokio::time::sleep(pause.min(delay)) => {}
+                }
             }
             Some(i) => {
                 let me = ticket.as_ref().map(|t| t.id.as_slice());
@@ -336,7 +342,8 @@ pub(crate) async fn acquire_waiting(
 /// A turn a release gave a waiter by naming it. The waiter's attempt may overtake that
 /// release on the other nodes (the announcement comes from the first herald that ran
 /// it); while its attempts are refused by the releasing lock itself, within the hand-off
-/// window, the turn stands and the waiter tries again after a doubling back-off.
+/// window, the turn stands and the waiter tries again when the release is announced again
+/// or after a doubling back-off.
 struct Turn {
     /// The release's id: the first eight characters of the released lock's token.
     id: String,
@@ -353,10 +360,10 @@ impl Turn {
         self.at.elapsed() < window && votes.is_some_and(|v| v.holder_ids.contains(&self.id))
     }
 
-    /// A random pause within the current back-off, which then doubles.
-    fn next_pause(&mut self) -> Duration {
+    /// A random pause within the current back-off, which then doubles up to `cap`.
+    fn next_pause(&mut self, cap: Duration) -> Duration {
         let pause = jitter(Duration::ZERO, self.pause);
-        self.pause = self.pause.saturating_mul(2);
+        self.pause = self.pause.saturating_mul(2).min(cap.max(self.pause));
         pause
     }
 }

@@ -784,8 +784,9 @@ async fn overtaken_release(
     let lock = holder.try_lock(resource, ttl).await?;
     let w = tokio::spawn(async move {
         let l = waiter.lock_with(resource, ttl, NOTIFIED_ONLY).await?;
+        let at = Instant::now();
         l.release().await?;
-        Ok::<_, Error>(())
+        Ok::<_, Error>(at)
     });
     let heralds = queued_and_subscribed(&cluster, resource).await?;
     for i in (0..cluster.len()).filter(|i| slow(*i, &heralds)) {
@@ -793,8 +794,15 @@ async fn overtaken_release(
             .proxy(i)?
             .set_mode(ProxyMode::Delay(Duration::from_millis(300)));
     }
+    let releasing = Instant::now();
     lock.release().await?;
     let outcome = tokio::time::timeout(Duration::from_secs(10), w).await??;
+    if let Ok(at) = &outcome {
+        eprintln!(
+            "{nodes} nodes: acquired {:?} after the release began",
+            at.saturating_duration_since(releasing)
+        );
+    }
     assert!(
         outcome.is_ok(),
         "the waiter lost its turn to the release it overtook: {outcome:?}"
