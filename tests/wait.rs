@@ -855,3 +855,81 @@ async fn a_named_waiter_that_overtakes_the_release_on_silent_nodes_keeps_its_tur
     )
     .await
 }
+
+/// A release that lands after a waiter subscribed but before it joined the queue names no
+/// one; the waiter must still take the lock at once, not after its fallback timer (here
+/// longer than its maximum wait). The waiter's links to the heralds are delayed 100 ms
+/// each way, so its subscription (one round trip) is active well before its join (two:
+/// the script is loaded on first use) reaches them; the release is sent as soon as the
+/// subscription is seen on every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_between_subscription_and_queue_join_is_not_missed() -> TestResult {
+    let cluster = LocalCluster::builder(3).proxies(true).launch().await?;
+    let resource = "w:join-window";
+    let direct_urls = direct(&cluster)?;
+    let holder = Redlock::builder(&direct_urls).build().await?;
+    let waiter = Redlock::builder(cluster.urls())
+        .node_timeout(Duration::from_secs(2))
+        .build()
+        .await?;
+    // Find the heralds: a first waiter's entry, then let it go.
+    let ttl = Duration::from_secs(10);
+    let lock = holder.try_lock(resource, ttl).await?;
+    let probe = Redlock::builder(&direct_urls).build().await?;
+    let p = tokio::spawn(async move { probe.lock_with(resource, ttl, NOTIFIED_ONLY).await });
+    let heralds = queued_and_subscribed(&cluster, resource).await?;
+    p.abort();
+    let mut conns = inspectors(&cluster).await?;
+    let (_, gone) = poll_until(
+        Duration::from_secs(5),
+        async || queue_sizes(&mut conns, resource).await.unwrap_or_default(),
+        |s: &Vec<u64>| s.iter().all(|n| *n == 0),
+    )
+    .await;
+    assert!(gone, "the probe's entries stayed");
+    // Unload the scripts (the probe's join loaded the queue's), so that the waiter's join
+    // takes two round trips.
+    for c in conns.iter_mut() {
+        let () = redis::cmd("SCRIPT").arg("FLUSH").query_async(c).await?;
+    }
+    for h in &heralds {
+        cluster
+            .proxy(*h)?
+            .set_mode(ProxyMode::Delay(Duration::from_millis(100)));
+    }
+    let w = tokio::spawn(async move {
+        let l = waiter.lock_with(resource, ttl, NOTIFIED_ONLY).await?;
+        let at = Instant::now();
+        l.release().await?;
+        Ok::<_, Error>(at)
+    });
+    // Wait until the waiter is subscribed on every node (bounded); its join is not there.
+    let channel = format!("quorumlock:released:{resource}");
+    let t = Instant::now();
+    let mut subscribed_on = 0;
+    while subscribed_on < conns.len() {
+        let v: Vec<(String, u64)> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(&channel)
+            .query_async(&mut conns[subscribed_on])
+            .await?;
+        if v.first().is_some_and(|(_, n)| *n > 0) {
+            subscribed_on += 1;
+        } else if t.elapsed() > Duration::from_secs(5) {
+            return Err("the waiter did not subscribe".into());
+        } else {
+            tokio::task::yield_now().await;
+        }
+    }
+    let queued = queue_sizes(&mut conns, resource).await?;
+    lock.release().await?;
+    let released = Instant::now();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), w).await??;
+    assert_eq!(queued, [0, 0, 0], "the join overtook the subscription");
+    let at = outcome.map_err(|e| format!("the waiter missed the release: {e:?}"))?;
+    eprintln!(
+        "release before the join: acquired {:?} after the release",
+        at.saturating_duration_since(released)
+    );
+    Ok(())
+}
