@@ -27,7 +27,13 @@
 //! 2. a release on a herald pops the first waiter and names it in its announcement: only
 //!    that waiter tries. The others skip their fallback attempts while a hand-off is under
 //!    way (a waiter was named within the larger of the per-node timeout and the longest
-//!    retry delay), so a fallback timer does not race the waiter whose turn it is;
+//!    retry delay), so a fallback timer does not race the waiter whose turn it is. The
+//!    named waiter's attempt can overtake the release on the other nodes (the first
+//!    herald to run it announces at once): while its attempts are refused by the very
+//!    lock whose release named it, within that window, it keeps its turn and tries again
+//!    when the release is announced again (by the second herald) or after a back-off that
+//!    doubles up to the per-node timeout. No other announcement would come: the other
+//!    nodes announce nothing;
 //! 3. a caller that released the resource within the last second, while others were
 //!    queued, joins the end of the queue before trying, and tries at once only if no one
 //!    is queued ahead of it;
