@@ -26,7 +26,7 @@ use redis::aio::MultiplexedConnection;
 const RUNS: usize = 6;
 const OPS_PER_RUN: usize = 500;
 /// No expiry or lease may end within this many ms of a request's clock reading.
-const GUARD_MS: u64 = 40;
+const GUARD_MS: u64 = 30;
 const LONG_TTL: u64 = 120_000;
 
 struct Scripts {
@@ -153,8 +153,8 @@ fn ttl(rng: &mut ChaCha8Rng) -> u64 {
         0 => 0,
         1 => u64::MAX,
         2 => i64::MAX as u64,
-        3..=12 => rng.random_range(60..=150),
-        13..=20 => rng.random_range(1..=30),
+        3..=7 => rng.random_range(60..=150),
+        8..=11 => rng.random_range(1..=30),
         _ => LONG_TTL + rng.random_range(0..1000),
     }
 }
@@ -296,7 +296,7 @@ fn gen_step(rng: &mut ChaCha8Rng, now_us: u64, last_top: u64) -> Step {
                 .as_bytes()
                 .to_vec(),
         ),
-        _ => return Step::Wait(Duration::from_millis(rng.random_range(20..=160))),
+        _ => return Step::Wait(Duration::from_millis(rng.random_range(20..=100))),
     };
     Step::Do(req)
 }
@@ -549,6 +549,13 @@ fn same_reply(real: &Reply, sim: &Reply) -> bool {
     }
 }
 
+fn agree(req: &Request, real: &Reply, model: &Reply) -> bool {
+    match req {
+        Request::Pttl(_) => pttl_close(real, model),
+        _ => same_reply(real, model),
+    }
+}
+
 fn pttl_close(real: &Reply, sim: &Reply) -> bool {
     match (real, sim) {
         (Reply::Int(a), Reply::Int(b)) if *a >= 0 && *b >= 0 => {
@@ -788,9 +795,10 @@ async fn sim_node_matches_redis() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut buf = Vec::new();
     let mut compared = 0usize;
-    let mut errors = 0usize;
+    let mut errors = std::collections::BTreeMap::new();
+    let mut kinds = std::collections::BTreeMap::new();
     let mut waits = 0usize;
-    let mut tainted = 0usize;
+    let mut late_side = 0usize;
     let started = Instant::now();
     for run in 0..RUNS {
         let _: () = redis::cmd("FLUSHALL")
@@ -811,26 +819,26 @@ async fn sim_node_matches_redis() {
             };
             // `buf` holds the model's critical instants from just before the request.
             let real = run_real(&mut con, &scripts, &req).await;
-            let model = sim.execute(now, &req).expect("sim node is up");
             let after = server_time_us(&mut con).await;
-            if buf
+            // Normally nothing in the model changes between `now` and the server's real
+            // execution time (`quiet_time`). A request slowed down past the guard band (a
+            // loaded machine) may have run on either side of an expiry: then the model's
+            // run at `after` is accepted as well.
+            let crossed = buf
                 .iter()
-                .any(|&t| t + 5 >= now / 1000 && t <= after / 1000 + 5)
-            {
-                // The request took longer than the guard band and an expiry or lease
-                // ended meanwhile: which side of it the server was on is unknown. End
-                // this sequence here (not a failure; counted).
-                tainted += 1;
-                eprintln!(
-                    "sim differential: run {run} op {op} took {} ms across an expiry; sequence ended early",
-                    (after - now) / 1000
-                );
-                break;
+                .any(|&t| t + 5 >= now / 1000 && t <= after / 1000 + 5);
+            let before = crossed.then(|| sim.clone());
+            let mut model = sim.execute(now, &req).expect("sim node is up");
+            let mut ok = agree(&req, &real, &model);
+            if let (false, Some(mut alt)) = (ok, before) {
+                let late = alt.execute(after, &req).expect("sim node is up");
+                if agree(&req, &real, &late) {
+                    sim = alt;
+                    model = late;
+                    ok = true;
+                    late_side += 1;
+                }
             }
-            let ok = match &req {
-                Request::Pttl(_) => pttl_close(&real, &model),
-                _ => same_reply(&real, &model),
-            };
             assert!(
                 ok,
                 "seed {seed}: run {run} op {op}: replies differ\nrequest: {}\nreal:    {real:?}\nsim:     {model:?}",
@@ -841,9 +849,13 @@ async fn sim_node_matches_redis() {
                     last_top = u64::try_from(*top).unwrap_or(0);
                 }
             }
-            if matches!(model, Reply::Error(_)) {
-                errors += 1;
+            if let Reply::Error(e) = &real {
+                let code = e.split(' ').next().unwrap_or("").to_owned();
+                *errors.entry(code).or_insert(0usize) += 1;
             }
+            let kind = format!("{req:?}");
+            let kind = kind.split([' ', '(']).next().unwrap_or("").to_owned();
+            *kinds.entry(kind).or_insert(0usize) += 1;
             sim.drain_published();
             compared += 1;
         }
@@ -865,7 +877,7 @@ async fn sim_node_matches_redis() {
         .await;
     }
     eprintln!(
-        "sim differential: seed {seed}: {compared} requests compared ({errors} error replies), {waits} deliberate waits, {tainted} sequences ended early, {RUNS} keyspace comparisons before and after a crash, in {:?}",
+        "sim differential: seed {seed}: {compared} requests compared ({kinds:?}; error replies by code: {errors:?}), {waits} deliberate waits, {late_side} requests slowed across an expiry matched at their end time, {RUNS} keyspace comparisons before and after a crash, in {:?}",
         started.elapsed()
     );
 }
