@@ -747,27 +747,26 @@ async fn compare_keyspace(
 }
 
 fn show(r: &Request) -> String {
-    // Byte strings print as numbers; show them as text for reading.
-    let mut out = String::new();
+    // Byte strings print as lists of numbers; show them as text.
     let text = format!("{r:?}");
+    let mut out = String::new();
     let mut rest = text.as_str();
     while let Some(i) = rest.find('[') {
         let (head, tail) = rest.split_at(i);
         out.push_str(head);
-        let Some(j) = tail.find(']') else {
-            out.push_str(tail);
-            rest = "";
-            break;
-        };
-        let inner = &tail[1..j];
+        let inner_end = tail.find(']').unwrap_or(tail.len());
+        let inner = &tail[1..inner_end];
         let bytes: Option<Vec<u8>> = inner.split(", ").map(|b| b.parse().ok()).collect();
         match bytes {
-            Some(b) if !inner.is_empty() => {
-                out.push_str(&format!("{:?}", String::from_utf8_lossy(&b)))
+            Some(b) if !inner.is_empty() && inner_end < tail.len() => {
+                out.push_str(&format!("{:?}", String::from_utf8_lossy(&b)));
+                rest = &tail[inner_end + 1..];
             }
-            _ => out.push_str(&tail[..=j]),
+            _ => {
+                out.push('[');
+                rest = &tail[1..];
+            }
         }
-        rest = &tail[j + 1..];
     }
     out.push_str(rest);
     out
