@@ -18,17 +18,33 @@
 //! that. A's commit quorum and B's granting quorum share a node `x`, and A's commit ran on
 //! `x` before B's grant there. If `x` kept its counter, B's grant there is at least
 //! `t_A + 1`. If `x` lost it (restarted without persistence, or from a stale snapshot),
-//! it was down for longer than the node clocks disagree, while `t_A` is a clock reading
-//! taken before `x` went down; so `x`'s clock, and with it B's grant there, is past `t_A`.
-//! Either way `t_B`, the maximum over B's granting nodes, is larger than `t_A`. (The same
-//! holds when B merely set its key on `x` after A's key there was gone: A's commit on `x`
-//! needed A's key, so it came first.)
+//! it was down for a time `D`, while `t_A` is a clock reading (or a counter raised by one
+//! per holder from one) that some node took before `x` went down; so `x`'s clock, and
+//! with it B's grant there, is past `t_A` provided that reading was not ahead of `x`'s
+//! clock by `D` or more *when it was taken*, and `x`'s clock did not fall back while it
+//! was down. Either way `t_B`, the maximum over B's granting nodes, is larger than
+//! `t_A`. (The same holds when B merely set its key on `x` after A's key there was gone:
+//! A's commit on `x` needed A's key, so it came first.)
+//!
+//! Attempts that overlap in time are ordered too, by the moment they return: if B's key
+//! on `x` came *before* A's, it was gone before A's grant there, so B's attempt lasted
+//! longer than its TTL and was refused for want of validity (measured over both rounds).
+//!
+//! The clock condition is about every reading that ever went into a token, not about the
+//! clocks at the time of a restart: a node whose clock once ran ahead by `S` (and was then
+//! corrected, by a step or a slew) left tokens `S` ahead in the counters of every node its
+//! holders committed to, and a later restart of *another* node, down for less than `S`,
+//! hands out smaller ones (`tests/fencing_review.rs` shows it). A host must also not start
+//! `redis-server` before its clock is synchronised.
 //!
 //! No quorum read, re-seed or "unseeded" state is needed: every granting quorum yields
-//! a token. Tokens read like timestamps in microseconds: they follow the fastest granting
-//! node's clock and run ahead of it only while a resource is acquired more than once per
-//! microsecond. They stay below 2^53 (exact in the scripts' Lua numbers) until the year
-//! 2255.
+//! a token. Tokens read like timestamps in microseconds: they follow the fastest clock
+//! reading any holder of the resource ever got, plus one per holder while that reading is
+//! ahead of the granting nodes' clocks (a resource acquired more than once per
+//! microsecond, or a clock that ran ahead before). They stay below 2^53 (exact in the
+//! scripts' Lua numbers) until the year 2255; a counter at or above 2^53, or one that is not
+//! a plain decimal integer, fails the node's vote before anything is written (above 2^53
+//! Lua would round `INCR`'s answer and two holders could share a token).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,8 +3,10 @@
 //!
 //! It decides as soon as the outcome is certain (it does not wait for a slow node),
 //! cleans up every key a failed attempt may have left (even a `SET` that lands late),
-//! never deletes a lock whose extension missed the quorum, and is tested under process
-//! kills, pauses, restarts, failovers and cut links with a checker that can fail.
+//! never deletes a lock whose extension missed the quorum, never lets an extension shorten
+//! a lock, and is tested under process kills, pauses, restarts, failovers and cut links
+//! with a checker that can fail. `docs/safety.md` in the repository names the test behind
+//! every guarantee.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -133,8 +135,9 @@
 //! other), N is odd (3, 5, 7), `maxmemory-policy noeviction`, and a crashed node either
 //! persists every write (`appendfsync always`) or restarts only after the longest TTL.
 //! Clocks must not jump. With fencing tokens and restarts without persistence, the nodes'
-//! wall clocks must also agree to within that restart delay (the tokens carry a floor from
-//! the nodes' clocks; see `docs/safety.md`). [`RedlockBuilder::build`] checks what it can
+//! wall clocks must also agree to within that restart delay at every moment, not only when
+//! a node restarts, and a node's server starts only once its clock is synchronised (the
+//! tokens carry a floor from the nodes' clocks; see `docs/safety.md`). [`RedlockBuilder::build`] checks what it can
 //! and warns through `tracing`. See `docs/operations.md`.
 //!
 //! # Crate features
@@ -187,5 +190,5 @@ pub use error::{
 pub use lock::Lock;
 pub use node::NodeAddr;
 pub use resource::{MAX_RESOURCE_LEN, MAX_RESOURCES};
-pub use wait::{NOTIFY_STAGGER, POLITE_DELAY, STAGGER_MAX, STAGGER_MIN};
+pub use wait::{NOTIFY_STAGGER, POLITE_DELAY, QUEUE_LEASE, STAGGER_MAX, STAGGER_MIN};
 pub use watchdog::{KeptLock, LockContext, LostSignal, Watchdog};

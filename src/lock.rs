@@ -416,7 +416,7 @@ impl Lock {
                 .filter_map(|(_, r)| release_reply(r).map(|(_, l)| l))
                 .max()
                 .unwrap_or(0);
-            n.released(&self.res, listeners);
+            n.released(&self.res, listeners, self.waiter.is_some());
         }
         let votes = round.votes(&inner.nodes, outcome_for_release);
         let refused = round.tally().refused();

@@ -1,5 +1,5 @@
 //! Held-lock lifecycle against real `redis-server`s: the watchdog, the lost signal, caps,
-//! scoped use, and drop without release (SPEC §5).
+//! scoped use, and drop without release.
 #![cfg(feature = "testkit")]
 
 use std::sync::Arc;
