@@ -25,8 +25,11 @@ use redis::aio::MultiplexedConnection;
 
 const RUNS: usize = 6;
 const OPS_PER_RUN: usize = 500;
-/// No expiry or lease may end within this many ms of a request's clock reading.
+/// When the keyspaces are compared, no expiry or lease may end within this many ms.
 const GUARD_MS: u64 = 30;
+/// Expiry times set by the model at the clock reading before a request, by the server at
+/// its execution a moment later.
+const EXPIRY_TOLERANCE_MS: u64 = 20;
 const LONG_TTL: u64 = 120_000;
 
 struct Scripts {
@@ -40,17 +43,38 @@ struct Scripts {
     dequeue: redis::Script,
 }
 
+const SOURCES: [&str; 8] = [
+    include_str!("../src/scripts/acquire.lua"),
+    include_str!("../src/scripts/acquire_fenced.lua"),
+    include_str!("../src/scripts/commit_fence.lua"),
+    include_str!("../src/scripts/extend.lua"),
+    include_str!("../src/scripts/release.lua"),
+    include_str!("../src/scripts/release_one.lua"),
+    include_str!("../src/scripts/enqueue.lua"),
+    include_str!("../src/scripts/dequeue.lua"),
+];
+
 impl Scripts {
     fn new() -> Scripts {
+        let [
+            acquire,
+            acquire_fenced,
+            commit_fence,
+            extend,
+            release,
+            release_one,
+            enqueue,
+            dequeue,
+        ] = SOURCES.map(redis::Script::new);
         Scripts {
-            acquire: redis::Script::new(include_str!("../src/scripts/acquire.lua")),
-            acquire_fenced: redis::Script::new(include_str!("../src/scripts/acquire_fenced.lua")),
-            commit_fence: redis::Script::new(include_str!("../src/scripts/commit_fence.lua")),
-            extend: redis::Script::new(include_str!("../src/scripts/extend.lua")),
-            release: redis::Script::new(include_str!("../src/scripts/release.lua")),
-            release_one: redis::Script::new(include_str!("../src/scripts/release_one.lua")),
-            enqueue: redis::Script::new(include_str!("../src/scripts/enqueue.lua")),
-            dequeue: redis::Script::new(include_str!("../src/scripts/dequeue.lua")),
+            acquire,
+            acquire_fenced,
+            commit_fence,
+            extend,
+            release,
+            release_one,
+            enqueue,
+            dequeue,
         }
     }
 }
@@ -74,18 +98,22 @@ const RESOURCES: [&str; 3] = ["r0", "r1", "r2"];
 const TOKENS: [&str; 3] = ["tokAAAAAAAA1", "tokBBBBBBBB2", "tokCCCCCCCC3"];
 /// Values planted in fence counters: each is something `tonumber`, `INCR` or both reject
 /// or read in their own way.
-const ODD_VALUES: [&str; 13] = [
+const ODD_VALUES: [&str; 17] = [
     "12",
     "abc",
     "1.5",
     "-3",
-    "1e20",
+    "1e16",
     " 7",
     "0x1f",
     "inf",
     "nan",
     "0",
     "007",
+    "+5",
+    "9007199254740991",
+    "9007199254740992",
+    "9999999999999999",
     "9223372036854775807",
     "",
 ];
@@ -259,8 +287,9 @@ fn gen_step(rng: &mut ChaCha8Rng, now_us: u64, last_top: u64) -> Step {
                 leases: key_or_stray(rng, lease_key(r)),
                 waiter: WAITERS[rng.random_range(0..3)].as_bytes().to_vec(),
                 score: rng.random_range(1..=20),
-                wait_ms: match rng.random_range(0..10) {
-                    0..=2 => rng.random_range(60..=150),
+                wait_ms: match rng.random_range(0..20) {
+                    0 => 0,
+                    1..=4 => rng.random_range(60..=150),
                     _ => LONG_TTL,
                 },
             }
@@ -324,56 +353,58 @@ fn to_error(e: &redis::RedisError) -> Reply {
     }
 }
 
-fn fenced<'a>(
-    script: &'a redis::Script,
-    locks: &[Vec<u8>],
-    fences: &[Vec<u8>],
-) -> redis::ScriptInvocation<'a> {
-    let mut inv = script.prepare_invoke();
-    for k in locks.iter().chain(fences) {
-        inv.key(k.as_slice());
+/// `EVALSHA` of one of the real scripts (loaded at connection time).
+fn evalsha(script: &redis::Script, keys: &[&[u8]], args: &[&[u8]]) -> redis::Cmd {
+    let mut c = redis::cmd("EVALSHA");
+    c.arg(script.get_hash()).arg(keys.len());
+    for k in keys {
+        c.arg(*k);
     }
-    inv
+    for a in args {
+        c.arg(*a);
+    }
+    c
 }
 
-async fn run_real(con: &mut MultiplexedConnection, s: &Scripts, req: &Request) -> Reply {
-    let result: redis::RedisResult<redis::Value> = match req {
+fn slices(v: &[Vec<u8>]) -> Vec<&[u8]> {
+    v.iter().map(Vec::as_slice).collect()
+}
+
+/// The command the real server runs for a request: the real script, or the plain command.
+fn real_command(s: &Scripts, req: &Request) -> redis::Cmd {
+    match req {
         Request::SetNxPxGet { key, token, ttl_ms } => {
-            redis::cmd("SET")
-                .arg(key.as_slice())
+            let mut c = redis::cmd("SET");
+            c.arg(key.as_slice())
                 .arg(token.as_slice())
                 .arg("NX")
                 .arg("PX")
                 .arg(ttl_ms.to_string())
-                .arg("GET")
-                .query_async(con)
-                .await
+                .arg("GET");
+            c
         }
         Request::Acquire {
             keys,
             token,
             ttl_ms,
-        } => {
-            let mut inv = s.acquire.prepare_invoke();
-            for k in keys {
-                inv.key(k.as_slice());
-            }
-            inv.arg(token.as_slice())
-                .arg(ttl_ms.to_string())
-                .invoke_async(con)
-                .await
-        }
+        } => evalsha(
+            &s.acquire,
+            &slices(keys),
+            &[token, ttl_ms.to_string().as_bytes()],
+        ),
         Request::AcquireFenced {
             locks,
             fences,
             token,
             ttl_ms,
         } => {
-            let mut inv = fenced(&s.acquire_fenced, locks, fences);
-            inv.arg(token.as_slice())
-                .arg(ttl_ms.to_string())
-                .invoke_async(con)
-                .await
+            let mut keys = slices(locks);
+            keys.extend(slices(fences));
+            evalsha(
+                &s.acquire_fenced,
+                &keys,
+                &[token, ttl_ms.to_string().as_bytes()],
+            )
         }
         Request::CommitFence {
             locks,
@@ -381,40 +412,27 @@ async fn run_real(con: &mut MultiplexedConnection, s: &Scripts, req: &Request) -
             token,
             t,
         } => {
-            let mut inv = fenced(&s.commit_fence, locks, fences);
-            inv.arg(token.as_slice())
-                .arg(t.to_string())
-                .invoke_async(con)
-                .await
+            let mut keys = slices(locks);
+            keys.extend(slices(fences));
+            evalsha(&s.commit_fence, &keys, &[token, t.to_string().as_bytes()])
         }
         Request::Extend {
             keys,
             token,
             ttl_ms,
-        } => {
-            let mut inv = s.extend.prepare_invoke();
-            for k in keys {
-                inv.key(k.as_slice());
-            }
-            inv.arg(token.as_slice())
-                .arg(ttl_ms.to_string())
-                .invoke_async(con)
-                .await
-        }
+        } => evalsha(
+            &s.extend,
+            &slices(keys),
+            &[token, ttl_ms.to_string().as_bytes()],
+        ),
         Request::Release {
             keys,
             token,
             channels,
         } => {
-            let mut inv = s.release.prepare_invoke();
-            for k in keys {
-                inv.key(k.as_slice());
-            }
-            inv.arg(token.as_slice());
-            for c in channels {
-                inv.arg(c.as_slice());
-            }
-            inv.invoke_async(con).await
+            let mut args: Vec<&[u8]> = vec![token];
+            args.extend(slices(channels));
+            evalsha(&s.release, &slices(keys), &args)
         }
         Request::ReleaseOne {
             key,
@@ -423,73 +441,96 @@ async fn run_real(con: &mut MultiplexedConnection, s: &Scripts, req: &Request) -
             token,
             channel,
             waiter,
-        } => {
-            s.release_one
-                .key(key.as_slice())
-                .key(queue.as_slice())
-                .key(leases.as_slice())
-                .arg(token.as_slice())
-                .arg(channel.as_slice())
-                .arg(waiter.as_slice())
-                .invoke_async(con)
-                .await
-        }
+        } => evalsha(
+            &s.release_one,
+            &[key, queue, leases],
+            &[token, channel, waiter],
+        ),
         Request::Enqueue {
             queue,
             leases,
             waiter,
             score,
             wait_ms,
-        } => {
-            s.enqueue
-                .key(queue.as_slice())
-                .key(leases.as_slice())
-                .arg(waiter.as_slice())
-                .arg(score.to_string())
-                .arg(wait_ms.to_string())
-                .invoke_async(con)
-                .await
-        }
+        } => evalsha(
+            &s.enqueue,
+            &[queue, leases],
+            &[
+                waiter,
+                score.to_string().as_bytes(),
+                wait_ms.to_string().as_bytes(),
+            ],
+        ),
         Request::Dequeue {
             queue,
             leases,
             waiter,
-        } => {
-            s.dequeue
-                .key(queue.as_slice())
-                .key(leases.as_slice())
-                .arg(waiter.as_slice())
-                .invoke_async(con)
-                .await
-        }
-        Request::Ping => redis::cmd("PING").query_async(con).await,
+        } => evalsha(&s.dequeue, &[queue, leases], &[waiter]),
+        Request::Ping => redis::cmd("PING"),
         Request::ConfigGet(name) => {
-            // RESP2 CONFIG GET answers a flat [name, value] array.
-            redis::cmd("CONFIG")
-                .arg("GET")
-                .arg(name.as_slice())
-                .query_async(con)
-                .await
+            let mut c = redis::cmd("CONFIG");
+            c.arg("GET").arg(name.as_slice());
+            c
         }
-        Request::Get(key) => redis::cmd("GET").arg(key.as_slice()).query_async(con).await,
+        Request::Get(key) => {
+            let mut c = redis::cmd("GET");
+            c.arg(key.as_slice());
+            c
+        }
         Request::Set { key, value } => {
-            redis::cmd("SET")
-                .arg(key.as_slice())
-                .arg(value.as_slice())
-                .query_async(con)
-                .await
+            let mut c = redis::cmd("SET");
+            c.arg(key.as_slice()).arg(value.as_slice());
+            c
         }
         Request::Pttl(key) => {
-            redis::cmd("PTTL")
-                .arg(key.as_slice())
-                .query_async(con)
-                .await
+            let mut c = redis::cmd("PTTL");
+            c.arg(key.as_slice());
+            c
         }
         other => panic!("the differential test does not send {other:?}"),
+    }
+}
+
+fn time_us(v: &redis::RedisResult<redis::Value>) -> u64 {
+    let (s, us): (u64, u64) = match v {
+        Ok(v) => redis::from_redis_value(v.clone()).expect("TIME reply"),
+        Err(e) => panic!("TIME failed: {e}"),
     };
-    match result {
+    s * 1_000_000 + us
+}
+
+/// Runs a request on the real server between two `TIME` readings, in one pipeline: the
+/// server runs the three back to back, so the request ran within `[before, after]` (µs).
+async fn run_real(
+    con: &mut MultiplexedConnection,
+    s: &Scripts,
+    req: &Request,
+) -> (u64, Reply, u64) {
+    let mut pipe = redis::pipe();
+    pipe.cmd("TIME")
+        .add_command(real_command(s, req))
+        .cmd("TIME");
+    let replies: Vec<redis::RedisResult<redis::Value>> = pipe
+        .ignore_errors()
+        .query_async(con)
+        .await
+        .expect("pipeline");
+    let [before, reply, after] = <[_; 3]>::try_from(replies).expect("three replies");
+    let reply = match reply {
         Ok(v) => to_reply(v),
         Err(e) => to_error(&e),
+    };
+    (time_us(&before), reply, time_us(&after))
+}
+
+async fn load_scripts(con: &mut MultiplexedConnection) {
+    for src in SOURCES {
+        let _: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(src)
+            .query_async(con)
+            .await
+            .expect("SCRIPT LOAD");
     }
 }
 
@@ -507,8 +548,8 @@ fn clock_like(v: i128) -> bool {
 }
 
 fn close(a: i128, b: i128) -> bool {
-    // 1 part in 10^9: about 1.8 s for µs values, 1.8 s for ms values... of the clock.
-    let tol = a.abs().max(b.abs()) / 1_000_000_000;
+    // 1 part in 10^10 of a clock reading now (1.8e15 µs or 1.8e12 ms): about 180 ms.
+    let tol = a.abs().max(b.abs()) / 10_000_000_000;
     (a - b).abs() <= tol.max(0)
 }
 
@@ -549,38 +590,34 @@ fn same_reply(real: &Reply, sim: &Reply) -> bool {
     }
 }
 
-fn agree(req: &Request, real: &Reply, model: &Reply) -> bool {
+fn agree(req: &Request, real: &Reply, model: &Reply, window_us: u64) -> bool {
     match req {
-        Request::Pttl(_) => pttl_close(real, model),
+        Request::Pttl(_) => pttl_close(real, model, window_us),
         _ => same_reply(real, model),
     }
 }
 
-fn pttl_close(real: &Reply, sim: &Reply) -> bool {
+/// The model read the TTL at `now`, the server up to `window_us` later.
+fn pttl_close(real: &Reply, sim: &Reply, window_us: u64) -> bool {
     match (real, sim) {
         (Reply::Int(a), Reply::Int(b)) if *a >= 0 && *b >= 0 => {
-            (a - b).abs() <= 2 * GUARD_MS as i64
+            let late = i64::try_from(window_us / 1000 + 1).unwrap_or(i64::MAX);
+            (0..=late).contains(&(b - a))
         }
         _ => real == sim,
     }
 }
 
 /// Every instant (ms, node clock) at which a decision of the model changes: key expiries
-/// and queue leases.
+/// and queue leases (sorted set scores that are clock readings).
 fn critical_instants(sim: &SimNode, now_us: u64, out: &mut Vec<u64>) {
     out.clear();
     for (_, value, expiry) in sim.entries(now_us) {
         out.extend(expiry);
-        if let Value::Hash(h) = value {
-            for v in h.values() {
-                if let Some(ms) = std::str::from_utf8(v)
-                    .ok()
-                    .and_then(|s| s.parse::<f64>().ok())
-                {
-                    if ms.is_finite() && ms >= 0.0 {
-                        out.push(ms as u64);
-                        out.push(ms as u64 + 1);
-                    }
+        if let Value::SortedSet(z) = value {
+            for (score, _) in z {
+                if score.is_finite() && *score > 1e11 {
+                    out.push(*score as u64);
                 }
             }
         }
@@ -620,7 +657,7 @@ struct Dumped {
     expires_at_ms: Option<u64>,
 }
 
-async fn dump_real(con: &mut MultiplexedConnection, now_ms: u64) -> Vec<Dumped> {
+async fn dump_real(con: &mut MultiplexedConnection) -> Vec<Dumped> {
     let mut keys: Vec<Vec<u8>> = redis::cmd("KEYS")
         .arg("*")
         .query_async(con)
@@ -650,27 +687,19 @@ async fn dump_real(con: &mut MultiplexedConnection, now_ms: u64) -> Vec<Dumped> 
                 .query_async(con)
                 .await
                 .expect("ZRANGE"),
-            "hash" => {
-                let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = redis::cmd("HGETALL")
-                    .arg(&key)
-                    .query_async(con)
-                    .await
-                    .expect("HGETALL");
-                pairs.sort();
-                pairs.into_iter().flat_map(|(f, v)| [f, v]).collect()
-            }
             "none" => continue,
             other => vec![other.as_bytes().to_vec()],
         };
-        let pttl: i64 = redis::cmd("PTTL")
+        // Absolute expiry, as stored (no clock reading of ours involved).
+        let at: i64 = redis::cmd("PEXPIRETIME")
             .arg(&key)
             .query_async(con)
             .await
-            .expect("PTTL");
-        if pttl == -2 {
+            .expect("PEXPIRETIME");
+        if at == -2 {
             continue;
         }
-        let expires_at_ms = (pttl >= 0).then(|| now_ms + pttl as u64);
+        let expires_at_ms = u64::try_from(at).ok();
         out.push(Dumped {
             key,
             kind,
@@ -692,7 +721,6 @@ fn dump_sim(sim: &SimNode, now_us: u64) -> Vec<Dumped> {
                     .iter()
                     .flat_map(|(score, m)| [m.clone(), format_score(*score).into_bytes()])
                     .collect(),
-                Value::Hash(h) => h.iter().flat_map(|(f, v)| [f.clone(), v.clone()]).collect(),
                 _ => vec![b"unknown".to_vec()],
             },
             expires_at_ms: expiry,
@@ -717,7 +745,7 @@ fn same_dump(real: &[Dumped], sim: &[Dumped]) -> bool {
                 && r.value.iter().zip(&s.value).all(|(a, b)| same_text(a, b))
                 && match (r.expires_at_ms, s.expires_at_ms) {
                     (None, None) => true,
-                    (Some(a), Some(b)) => a.abs_diff(b) <= 2 * GUARD_MS,
+                    (Some(a), Some(b)) => a.abs_diff(b) <= EXPIRY_TOLERANCE_MS,
                     _ => false,
                 }
         })
@@ -732,7 +760,7 @@ async fn compare_keyspace(
 ) {
     for attempt in 0..5 {
         let now = quiet_time(con, sim, buf).await;
-        let real = dump_real(con, now / 1000).await;
+        let real = dump_real(con).await;
         let after = server_time_us(con).await;
         if near(buf, after / 1000).is_some() && attempt < 4 {
             continue;
@@ -790,6 +818,7 @@ async fn sim_node_matches_redis() {
             .expect("connect")
     };
     let mut con = connect().await;
+    load_scripts(&mut con).await;
     let scripts = Scripts::new();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut buf = Vec::new();
@@ -806,9 +835,9 @@ async fn sim_node_matches_redis() {
             .expect("FLUSHALL");
         let mut sim = SimNode::new(SimPersistence::AofAlways);
         let mut last_top = 0u64;
+        let mut clock = server_time_us(&mut con).await;
         for op in 0..OPS_PER_RUN {
-            let now = quiet_time(&mut con, &sim, &mut buf).await;
-            let req = match gen_step(&mut rng, now, last_top) {
+            let req = match gen_step(&mut rng, clock, last_top) {
                 Step::Wait(d) => {
                     waits += 1;
                     tokio::time::sleep(d).await;
@@ -816,22 +845,18 @@ async fn sim_node_matches_redis() {
                 }
                 Step::Do(req) => req,
             };
-            // `buf` holds the model's critical instants from just before the request.
-            let real = run_real(&mut con, &scripts, &req).await;
-            let after = server_time_us(&mut con).await;
-            // Normally nothing in the model changes between `now` and the server's real
-            // execution time (`quiet_time`). A request slowed down past the guard band (a
-            // loaded machine) may have run on either side of an expiry: then the model's
-            // run at `after` is accepted as well.
-            let crossed = buf
-                .iter()
-                .any(|&t| t + 5 >= now / 1000 && t <= after / 1000 + 5);
-            let before = crossed.then(|| sim.clone());
+            let before_sim = sim.clone();
+            let (now, real, after) = run_real(&mut con, &scripts, &req).await;
+            clock = after;
+            // The model runs at the server's clock just before the request. The request
+            // ran within [now, after] (µs apart, normally within one millisecond); if an
+            // expiry or lease ended in between, the model's run at `after` is accepted too.
             let mut model = sim.execute(now, &req).expect("sim node is up");
-            let mut ok = agree(&req, &real, &model);
-            if let (false, Some(mut alt)) = (ok, before) {
+            let mut ok = agree(&req, &real, &model, after - now);
+            if !ok && now / 1000 != after / 1000 {
+                let mut alt = before_sim;
                 let late = alt.execute(after, &req).expect("sim node is up");
-                if agree(&req, &real, &late) {
+                if agree(&req, &real, &late, after - now) {
                     sim = alt;
                     model = late;
                     ok = true;
@@ -866,6 +891,7 @@ async fn sim_node_matches_redis() {
         cluster.start(0).await.expect("start");
         sim.restart();
         con = connect().await;
+        load_scripts(&mut con).await;
         compare_keyspace(
             &mut con,
             &sim,

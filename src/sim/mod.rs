@@ -1,8 +1,8 @@
 //! A deterministic model of a Redis node, for simulation testing (feature `sim`).
 //!
 //! [`SimNode`] is one Redis 7.0 master reduced to what quorumlock uses: string keys (and
-//! integers, which Redis stores as strings) with per-key expiry, the sorted sets and hashes
-//! of the wait queue, `PUBLISH`, every Lua script of the crate implemented natively in Rust
+//! integers, which Redis stores as strings) with per-key expiry, the two sorted sets of a
+//! wait queue (waiter ids by arrival, leases by lapse time), `PUBLISH`, every Lua script of the crate implemented natively in Rust
 //! with the same reply for every input (errors and partial writes included), crash and
 //! restart with or without AOF persistence. It is pure: no tokio, no sockets, no clock.
 //! The node's wall clock is an argument of every call, so a simulator that runs N nodes

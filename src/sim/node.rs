@@ -126,7 +126,8 @@ pub enum Request {
         ttl_ms: u64,
     },
     /// `acquire_fenced.lua`: `[0]`, or `[1, largest new counter]`, or an error (no write)
-    /// when a counter is not an integer. `KEYS` is `locks` then `fences`.
+    /// when a counter is not a plain decimal integer below 2^53. `KEYS` is `locks` then
+    /// `fences`.
     AcquireFenced {
         /// The lock keys.
         locks: Vec<Vec<u8>>,
@@ -168,13 +169,15 @@ pub enum Request {
         /// Channels to announce the release on (none for a silent release).
         channels: Vec<Vec<u8>>,
     },
-    /// `release_one.lua`: `[deleted, waiters]`.
+    /// `release_one.lua`: `[deleted, waiters]`; when it deleted and announces, lapsed
+    /// entries are purged and the queue's head is popped and named in the announcement
+    /// (`<token prefix>:<waiter>`).
     ReleaseOne {
         /// The lock key.
         key: Vec<u8>,
         /// The wait queue (a sorted set).
         queue: Vec<u8>,
-        /// The waiters' expiry times (a hash of server ms).
+        /// The waiters' leases (a sorted set: waiter id by lapse time, server ms).
         leases: Vec<u8>,
         /// Our token.
         token: Vec<u8>,
@@ -183,24 +186,25 @@ pub enum Request {
         /// The queue id the holder waited under (empty for none).
         waiter: Vec<u8>,
     },
-    /// `enqueue.lua`: 1.
+    /// `enqueue.lua` (join, re-join or renew): `[added, ahead]`, added 1 when the waiter
+    /// was not queued, `ahead` its rank among live waiters (nil if the queue is gone).
     Enqueue {
         /// The wait queue.
         queue: Vec<u8>,
-        /// The waiters' expiry times.
+        /// The waiters' leases.
         leases: Vec<u8>,
         /// The waiter id.
         waiter: Vec<u8>,
         /// Its arrival score.
         score: u64,
-        /// How long it may wait, in ms.
+        /// The lease, in ms.
         wait_ms: u64,
     },
-    /// `dequeue.lua`: 1.
+    /// `dequeue.lua` (also purges lapsed entries): 1.
     Dequeue {
         /// The wait queue.
         queue: Vec<u8>,
-        /// The waiters' expiry times.
+        /// The waiters' leases.
         leases: Vec<u8>,
         /// The waiter id.
         waiter: Vec<u8>,
@@ -341,12 +345,10 @@ pub enum Value {
     String(Vec<u8>),
     /// A sorted set: `(score, member)` in Redis order (score, then member bytes).
     SortedSet(Vec<(f64, Vec<u8>)>),
-    /// A hash: field → value.
-    Hash(BTreeMap<Vec<u8>, Vec<u8>>),
 }
 
 impl Value {
-    /// The name `TYPE` answers: `string`, `zset` or `hash`.
+    /// The name `TYPE` answers: `string` or `zset`.
     ///
     /// # Example
     ///
@@ -357,7 +359,6 @@ impl Value {
         match self {
             Value::String(_) => "string",
             Value::SortedSet(_) => "zset",
-            Value::Hash(_) => "hash",
         }
     }
 }
@@ -765,23 +766,16 @@ impl SimNode {
                 waiter,
                 score,
                 wait_ms,
-            } => {
-                // The score arrives as decimal text; ZADD parses it as a double.
-                self.zadd_nx(queue, *score as f64, waiter, now)?;
-                // tonumber(ARGV[3]) + now, turned back into text by redis.call (%.14g).
-                let expiry = lua::format_number(now as f64 + *wait_ms as f64);
-                self.hset(leases, waiter, expiry.into_bytes(), now)?;
-                self.pexpire(queue, *wait_ms, false, now)?;
-                self.pexpire(leases, *wait_ms, false, now)?;
-                Ok(Reply::Int(1))
-            }
+            } => self.enqueue(now, queue, leases, waiter, *score, *wait_ms),
             Request::Dequeue {
                 queue,
                 leases,
                 waiter,
             } => {
                 self.zrem(queue, waiter, now)?;
-                self.hdel(leases, waiter, now)?;
+                self.zrem(leases, waiter, now)?;
+                self.purge_lapsed(queue, leases, now)?;
+                self.expire_with_last_lease(queue, leases, now)?;
                 Ok(Reply::Int(1))
             }
             Request::Ping => Ok(Reply::Status("PONG")),
@@ -848,10 +842,25 @@ impl SimNode {
             }
             let c = match self.get(fence, now)? {
                 None => 0.0,
-                Some(raw) => match lua::tonumber(raw) {
-                    Some(c) if !(c < 0.0 || c != c.floor()) => c,
-                    _ => return Err(not_a_counter(fence)),
-                },
+                Some(raw) => {
+                    // A plain decimal: "0", or no sign, spaces, exponent or leading zero
+                    // and at most 16 digits; then below 2^53.
+                    let plain = raw == b"0"
+                        || (raw.len() <= 16
+                            && raw.first().is_some_and(|d| (b'1'..=b'9').contains(d))
+                            && raw.iter().all(u8::is_ascii_digit));
+                    if !plain {
+                        return Err(not_a_counter(fence));
+                    }
+                    let c = lua::tonumber(raw).unwrap_or(0.0);
+                    if c >= 9_007_199_254_740_992.0 {
+                        return Err(format!(
+                            "fence counter {} is not below 2^53",
+                            String::from_utf8_lossy(fence)
+                        ));
+                    }
+                    c
+                }
             };
             counters.push(c);
         }
@@ -908,6 +917,79 @@ impl SimNode {
         Ok(Reply::Int(1))
     }
 
+    fn enqueue(
+        &mut self,
+        now: u64,
+        queue: &[u8],
+        leases: &[u8],
+        waiter: &[u8],
+        score: u64,
+        wait_ms: u64,
+    ) -> Res<Reply> {
+        self.purge_lapsed(queue, leases, now)?;
+        // The arrival score arrives as decimal text; ZADD reads it as a double.
+        let added = self.zadd(queue, score as f64, waiter, true, now)?;
+        // now + tonumber(ARGV[3]) is a Lua number: redis.call sends it as %.14g text.
+        let lapse = lua::format_number(now as f64 + wait_ms as f64);
+        let lapse: f64 = lapse
+            .parse()
+            .map_err(|_| "ERR value is not a valid float".to_owned())?;
+        self.zadd(leases, lapse, waiter, false, now)?;
+        let last = self.zlast(leases, now)?;
+        let at = last.map_or(Err(NOT_INTEGER.to_owned()), score_as_integer)?;
+        self.pexpireat(queue, at, now)?;
+        self.pexpireat(leases, at, now)?;
+        let rank = match self.zrank(queue, waiter, now)? {
+            Some(r) => Reply::Int(r),
+            None => Reply::Nil,
+        };
+        Ok(Reply::Array(vec![Reply::Int(added), rank]))
+    }
+
+    /// `ZRANGEBYSCORE leases -inf now`, each removed from the queue, then
+    /// `ZREMRANGEBYSCORE leases -inf now`.
+    fn purge_lapsed(&mut self, queue: &[u8], leases: &[u8], now: u64) -> Res<()> {
+        let nowf = now as f64;
+        let lapsed: Vec<Vec<u8>> = match self.zset(leases, now)? {
+            Some(z) => z
+                .iter()
+                .take_while(|(s, _)| *s <= nowf)
+                .map(|(_, m)| m.clone())
+                .collect(),
+            None => return Ok(()),
+        };
+        if lapsed.is_empty() {
+            return Ok(());
+        }
+        for m in &lapsed {
+            self.zrem(queue, m, now)?;
+        }
+        if let Some(z) = self.zset(leases, now)? {
+            z.retain(|(s, _)| *s > nowf);
+            if z.is_empty() {
+                self.keys.remove(leases);
+            }
+        }
+        Ok(())
+    }
+
+    /// The tail of every queue script: an empty lease set deletes both keys, otherwise
+    /// both expire at the latest lease (`PEXPIREAT` with the score's text).
+    fn expire_with_last_lease(&mut self, queue: &[u8], leases: &[u8], now: u64) -> Res<()> {
+        match self.zlast(leases, now)? {
+            None => {
+                self.keys.remove(queue);
+                self.keys.remove(leases);
+            }
+            Some(last) => {
+                let at = score_as_integer(last)?;
+                self.pexpireat(queue, at, now)?;
+                self.pexpireat(leases, at, now)?;
+            }
+        }
+        Ok(())
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn release_one(
         &mut self,
@@ -928,27 +1010,19 @@ impl SimNode {
         }
         if !waiter.is_empty() {
             self.zrem(queue, waiter, now)?;
-            self.hdel(leases, waiter, now)?;
+            self.zrem(leases, waiter, now)?;
         }
         let mut payload = prefix8(token).to_vec();
         let mut named = 0;
-        if self.zcard(queue, now)? > 0 {
-            for _ in 0..16 {
-                let Some(head) = self.zpopmin(queue, now)? else {
-                    break;
-                };
-                let expiry = self
-                    .hget(leases, &head, now)?
-                    .map_or(Some(0.0), lua::tonumber)
-                    .unwrap_or(0.0);
-                self.hdel(leases, &head, now)?;
-                if expiry >= now as f64 {
-                    payload.push(b':');
-                    payload.extend_from_slice(&head);
-                    named = 1;
-                    break;
-                }
+        if self.exists(leases, now) {
+            self.purge_lapsed(queue, leases, now)?;
+            if let Some(head) = self.zpopmin(queue, now)? {
+                self.zrem(leases, &head, now)?;
+                payload.push(b':');
+                payload.extend_from_slice(&head);
+                named = 1;
             }
+            self.expire_with_last_lease(queue, leases, now)?;
         }
         self.publish(channel, payload);
         let left = self.zcard(queue, now)?;
@@ -1064,29 +1138,49 @@ impl SimNode {
         }
     }
 
-    fn hash(&mut self, key: &[u8], now: u64) -> Res<Option<&mut BTreeMap<Vec<u8>, Vec<u8>>>> {
-        match self.live(key, now) {
-            None => Ok(None),
-            Some(Entry {
-                value: Value::Hash(h),
-                ..
-            }) => Ok(Some(h)),
-            Some(_) => Err(WRONGTYPE.to_owned()),
-        }
+    /// `ZADD key [NX] score member`: 1 when added, 0 when it was there (its score then
+    /// updated unless `NX`).
+    fn zadd(&mut self, key: &[u8], score: f64, member: &[u8], nx: bool, now: u64) -> Res<i64> {
+        let Some(z) = self.zset(key, now)? else {
+            self.put(key, Value::SortedSet(vec![(score, member.to_vec())]), None);
+            return Ok(1);
+        };
+        let added = match z.iter().position(|(_, m)| m.as_slice() == member) {
+            Some(_) if nx => return Ok(0),
+            Some(i) => {
+                z.remove(i);
+                0
+            }
+            None => 1,
+        };
+        let at = z.partition_point(|(s, m)| *s < score || (*s == score && m.as_slice() < member));
+        z.insert(at, (score, member.to_vec()));
+        Ok(added)
     }
 
-    /// `ZADD key NX score member`.
-    fn zadd_nx(&mut self, key: &[u8], score: f64, member: &[u8], now: u64) -> Res<i64> {
-        match self.zset(key, now)? {
-            Some(z) => {
-                if z.iter().any(|(_, m)| m.as_slice() == member) {
-                    return Ok(0);
-                }
-                let at = z
-                    .partition_point(|(s, m)| *s < score || (*s == score && m.as_slice() < member));
-                z.insert(at, (score, member.to_vec()));
+    /// `ZRANK key member`.
+    fn zrank(&mut self, key: &[u8], member: &[u8], now: u64) -> Res<Option<i64>> {
+        Ok(self
+            .zset(key, now)?
+            .and_then(|z| z.iter().position(|(_, m)| m.as_slice() == member))
+            .map(|i| i64::try_from(i).unwrap_or(i64::MAX)))
+    }
+
+    /// The highest score (`ZRANGE key -1 -1 WITHSCORES`).
+    fn zlast(&mut self, key: &[u8], now: u64) -> Res<Option<f64>> {
+        Ok(self.zset(key, now)?.and_then(|z| z.last()).map(|(s, _)| *s))
+    }
+
+    /// `PEXPIREAT key at`: the key is deleted when `at` is not after now.
+    fn pexpireat(&mut self, key: &[u8], at: i64, now: u64) -> Res<i64> {
+        let Some(e) = self.live(key, now) else {
+            return Ok(0);
+        };
+        match u64::try_from(at) {
+            Ok(at) if at > now => e.expires_at = Some(at),
+            _ => {
+                self.keys.remove(key);
             }
-            None => self.put(key, Value::SortedSet(vec![(score, member.to_vec())]), None),
         }
         Ok(1)
     }
@@ -1126,38 +1220,6 @@ impl SimNode {
         }
         Ok(Some(member))
     }
-
-    /// `HSET key field value`.
-    fn hset(&mut self, key: &[u8], field: &[u8], value: Vec<u8>, now: u64) -> Res<i64> {
-        match self.hash(key, now)? {
-            Some(h) => Ok(i64::from(h.insert(field.to_vec(), value).is_none())),
-            None => {
-                let mut h = BTreeMap::new();
-                h.insert(field.to_vec(), value);
-                self.put(key, Value::Hash(h), None);
-                Ok(1)
-            }
-        }
-    }
-
-    fn hget(&mut self, key: &[u8], field: &[u8], now: u64) -> Res<Option<&[u8]>> {
-        Ok(self
-            .hash(key, now)?
-            .and_then(|h| h.get(field))
-            .map(Vec::as_slice))
-    }
-
-    /// `HDEL key field`; an emptied hash is deleted.
-    fn hdel(&mut self, key: &[u8], field: &[u8], now: u64) -> Res<i64> {
-        let Some(h) = self.hash(key, now)? else {
-            return Ok(0);
-        };
-        let removed = h.remove(field).is_some();
-        if h.is_empty() {
-            self.keys.remove(key);
-        }
-        Ok(i64::from(removed))
-    }
 }
 
 fn expired(e: &Entry, now: u64) -> bool {
@@ -1172,6 +1234,16 @@ fn expire_at(now: u64, ttl_ms: u64, command: &str) -> Res<u64> {
         return Err(format!("ERR invalid expire time in '{command}' command"));
     }
     Ok((base + ttl) as u64)
+}
+
+/// A score as the text `ZRANGE … WITHSCORES` answers (`%.17g`), read back as an integer
+/// by `PEXPIREAT`: only an integral score below 10^17 prints without a point or exponent.
+fn score_as_integer(score: f64) -> Res<i64> {
+    if score == score.trunc() && score.abs() < 1e17 {
+        Ok(score as i64)
+    } else {
+        Err(NOT_INTEGER.to_owned())
+    }
 }
 
 fn not_a_counter(fence: &[u8]) -> String {

@@ -181,9 +181,11 @@ fn fenced_acquire_raises_counters_to_the_clock_or_by_one() {
 }
 
 #[test]
-fn fenced_acquire_refuses_a_counter_that_is_not_an_integer_without_writing() {
+fn fenced_acquire_refuses_a_counter_that_is_not_a_plain_integer_without_writing() {
     let mut n = SimNode::default();
-    for bad in ["abc", "1.5", "-3", "nan"] {
+    for bad in [
+        "abc", "1.5", "-3", "nan", "1e16", " 7", "007", "", "+1", "0x1f",
+    ] {
         run(
             &mut n,
             T0,
@@ -196,25 +198,40 @@ fn fenced_acquire_refuses_a_counter_that_is_not_an_integer_without_writing() {
         assert_eq!(
             r,
             Reply::Error("fence counter F1 is not an integer".into()),
-            "{bad}"
+            "{bad:?}"
         );
-        assert_eq!(get(&mut n, T0, "L1"), Reply::Nil, "{bad}: no write");
+        assert_eq!(get(&mut n, T0, "L1"), Reply::Nil, "{bad:?}: no write");
     }
-    // "1e20" is an integer to Lua but not to INCR: the lock key is written first, then
-    // the script fails, as in Redis (no rollback).
+    for big in ["9007199254740992", "9999999999999999"] {
+        run(
+            &mut n,
+            T0,
+            Request::Set {
+                key: b("F1"),
+                value: b(big),
+            },
+        );
+        let r = run(&mut n, T0, fenced(&["1"], "A"));
+        assert_eq!(
+            r,
+            Reply::Error("fence counter F1 is not below 2^53".into()),
+            "{big}"
+        );
+        assert_eq!(get(&mut n, T0, "L1"), Reply::Nil, "{big}: no write");
+    }
+    // The largest accepted counter rises by one.
     run(
         &mut n,
         T0,
         Request::Set {
             key: b("F1"),
-            value: b("1e20"),
+            value: b("9007199254740991"),
         },
     );
     assert_eq!(
-        run(&mut n, T0, fenced(&["1"], "A")).error_code(),
-        Some("ERR")
+        run(&mut n, T0, fenced(&["1"], "A")),
+        ints(&[1, 9_007_199_254_740_992])
     );
-    assert_eq!(get(&mut n, T0, "L1"), Reply::Bulk(b("A")));
 }
 
 #[test]
@@ -261,12 +278,29 @@ fn release_deletes_only_our_keys_and_announces() {
 }
 
 #[test]
+fn enqueue_keeps_arrival_order_and_renews_leases() {
+    let mut n = SimNode::default();
+    assert_eq!(run(&mut n, T0, enqueue("w2", 3, 1000)), ints(&[1, 0]));
+    assert_eq!(run(&mut n, T0, enqueue("w1", 2, 1000)), ints(&[1, 0]));
+    // A renewal keeps the place and moves the lease (and both keys' expiry) later.
+    assert_eq!(
+        run(&mut n, T0 + 500 * MS, enqueue("w2", 9, 1000)),
+        ints(&[0, 1])
+    );
+    assert_eq!(pttl(&mut n, T0 + 500 * MS, "Q"), Reply::Int(1000));
+    assert_eq!(pttl(&mut n, T0 + 500 * MS, "H"), Reply::Int(1000));
+    // w1's lease lapsed (T0 + 1000 ms): it is purged, and joins again as new.
+    let t = T0 + 1001 * MS;
+    assert_eq!(run(&mut n, t, enqueue("w3", 1, 1000)), ints(&[1, 0]));
+    assert_eq!(run(&mut n, t, enqueue("w1", 2, 1000)), ints(&[1, 1]));
+}
+
+#[test]
 fn release_one_names_the_first_live_waiter() {
     let mut n = SimNode::default();
     run(&mut n, T0, enqueue("late", 1, 10)); // lapses at T0 + 10 ms
     run(&mut n, T0, enqueue("w2", 3, 60_000));
     run(&mut n, T0, enqueue("w1", 2, 60_000));
-    run(&mut n, T0, enqueue("w1", 9, 60_000)); // re-join keeps the arrival order
     run(&mut n, T0, enqueue("me", 0, 60_000));
     let t = T0 + 20 * MS;
     run(&mut n, t, set("L", "tok", 1000));
@@ -275,24 +309,45 @@ fn release_one_names_the_first_live_waiter() {
     assert_eq!(sent[0].payload, b("tok:w1"));
     run(&mut n, t, set("L", "tok", 1000));
     assert_eq!(run(&mut n, t, release_one("tok", "")), ints(&[1, 1]));
+    assert_eq!(n.drain_published()[0].payload, b("tok:w2"));
+    assert!(n.is_empty(), "an emptied queue is deleted with its leases");
     run(&mut n, t, set("L", "tok", 1000));
     assert_eq!(run(&mut n, t, release_one("tok", "")), ints(&[1, 0]));
-    assert!(n.is_empty(), "an emptied queue and hash are deleted");
+    assert_eq!(n.drain_published()[0].payload, b("tok"));
     assert_eq!(run(&mut n, t, release_one("tok", "")), ints(&[0, 0]));
 }
 
 #[test]
-fn dequeue_leaves_the_queue() {
+fn a_zero_lease_deletes_the_queue_at_once() {
     let mut n = SimNode::default();
-    run(&mut n, T0, enqueue("w", 1, 1000));
-    assert_eq!(n.len(), 2);
-    let dequeue = Request::Dequeue {
+    // The lease lapses at `now`: PEXPIREAT to a time not after now deletes both keys,
+    // so the waiter's rank is nil.
+    assert_eq!(
+        run(&mut n, T0, enqueue("w", 1, 0)),
+        Reply::Array(vec![Reply::Int(1), Reply::Nil])
+    );
+    assert!(n.is_empty());
+}
+
+#[test]
+fn dequeue_leaves_the_queue_and_purges_lapsed_entries() {
+    let dequeue = |w: &str| Request::Dequeue {
         queue: b("Q"),
         leases: b("H"),
-        waiter: b("w"),
+        waiter: b(w),
     };
-    assert_eq!(run(&mut n, T0, dequeue), Reply::Int(1));
-    assert!(n.is_empty());
+    let mut n = SimNode::default();
+    run(&mut n, T0, enqueue("a", 1, 1000));
+    run(&mut n, T0, enqueue("b", 2, 2000));
+    assert_eq!(run(&mut n, T0, dequeue("b")), Reply::Int(1));
+    assert_eq!(
+        pttl(&mut n, T0, "Q"),
+        Reply::Int(1000),
+        "expires with the last lease left"
+    );
+    run(&mut n, T0, enqueue("x", 3, 10));
+    assert_eq!(run(&mut n, T0 + 20 * MS, dequeue("a")), Reply::Int(1));
+    assert!(n.is_empty(), "x lapsed: both keys deleted");
 }
 
 #[test]
