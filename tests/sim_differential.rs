@@ -3,16 +3,22 @@
 //! `Script`) and a `SimNode` side by side; every reply and, after each sequence and after a
 //! crash and restart, the whole keyspace must agree.
 //!
-//! Time: before each request the real server's `TIME` is read and given to the simulated
-//! node as its clock. Values taken from the clock inside a script (fence counters raised to
-//! the clock, queue leases) may differ by the few milliseconds the request took, so they
-//! are compared with a tolerance. Decisions that depend on time (a key expired or not, a
-//! lease lapsed or not) are kept away from that window: a request is only sent when no
-//! expiry or lease ends within a guard band of the current time, waiting (bounded) when
-//! one does. Short TTLs and deliberate waits make keys expire in between.
+//! Time: each request is sent in one pipeline between two `TIME` commands, which the
+//! server runs back to back, and the simulated node runs it at the first reading: the
+//! model and the server see the same clock to within the microseconds between the two
+//! readings. Values taken from the clock inside a script (fence counters raised to the
+//! clock, lease times) and TTLs are compared with a small tolerance; when the two readings
+//! straddle a millisecond at which an expiry or lease ends, the model's run at the
+//! neighbouring millisecond is accepted too (counted in the summary). Short TTLs, short
+//! leases and deliberate waits make keys expire and leases lapse during the sequences.
+//! After each sequence the keyspace (keys, types, values, absolute expiry by
+//! `PEXPIRETIME`) is compared, then the server is killed and restarted (AOF with
+//! `appendfsync always`) and the model crashed and restarted, and it is compared again.
 //!
 //! The run is drawn from a printed seed; `QUORUMLOCK_SEED=<seed>` replays the same
-//! requests.
+//! sequence of requests (arguments read from the clock, such as a counter planted ahead of
+//! it, aside). A mismatch names the seed, the sequence, the request's index, the request
+//! and both replies.
 #![cfg(all(feature = "testkit", feature = "sim"))]
 
 use std::time::{Duration, Instant};
@@ -884,10 +890,10 @@ async fn sim_node_matches_redis() {
                 "seed {seed}: run {run} op {op}: replies differ\nrequest: {}\nreal:    {real:?}\nsim:     {model:?}",
                 show(&req)
             );
-            if let (Request::AcquireFenced { .. }, Reply::Array(a)) = (&req, &model) {
-                if let Some(Reply::Int(top)) = a.get(1) {
-                    last_top = u64::try_from(*top).unwrap_or(0);
-                }
+            if let (Request::AcquireFenced { .. }, Reply::Array(a)) = (&req, &model)
+                && let Some(Reply::Int(top)) = a.get(1)
+            {
+                last_top = u64::try_from(*top).unwrap_or(0);
             }
             if let Reply::Error(e) = &real {
                 let code = e.split(' ').next().unwrap_or("").to_owned();

@@ -395,6 +395,8 @@ pub struct Published {
 }
 
 type Res<T> = Result<T, String>;
+/// A sorted set's members, `(score, member)` in Redis order.
+type ZSet = Vec<(f64, Vec<u8>)>;
 
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
@@ -1127,7 +1129,7 @@ impl SimNode {
     }
 
     /// The sorted set at `key` (`None` when missing), `WRONGTYPE` for another type.
-    fn zset(&mut self, key: &[u8], now: u64) -> Res<Option<&mut Vec<(f64, Vec<u8>)>>> {
+    fn zset(&mut self, key: &[u8], now: u64) -> Res<Option<&mut ZSet>> {
         match self.live(key, now) {
             None => Ok(None),
             Some(Entry {

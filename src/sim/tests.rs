@@ -507,3 +507,81 @@ proptest! {
         prop_assert!(a.entries(now).eq(b2.entries(now)));
     }
 }
+
+/// Cost of a simulated schedule: 5 nodes, 300 requests (fenced and plain acquires,
+/// extensions, releases, queue joins and hand-offs) over 3 resources, clocks drifting
+/// apart. Prints schedules per second; run with
+/// `cargo test --release --features sim --lib schedule_cost -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn schedule_cost() {
+    let keys = ["a", "b", "c"].map(|r| (b(&format!("L{r}")), b(&format!("F{r}"))));
+    let tokens = ["tok-1111", "tok-2222", "tok-3333"].map(b);
+    let start = std::time::Instant::now();
+    let mut schedules = 0u64;
+    let mut replies = 0u64;
+    while start.elapsed() < std::time::Duration::from_secs(3) {
+        let mut nodes: Vec<SimNode> = (0..5).map(|_| SimNode::default()).collect();
+        for step in 0..300u64 {
+            let (lock, fence) = &keys[(step % 3) as usize];
+            let token = &tokens[(step % 7 % 3) as usize];
+            let req = match step % 6 {
+                0 => Request::SetNxPxGet {
+                    key: lock.clone(),
+                    token: token.clone(),
+                    ttl_ms: 1000,
+                },
+                1 => Request::AcquireFenced {
+                    locks: vec![lock.clone()],
+                    fences: vec![fence.clone()],
+                    token: token.clone(),
+                    ttl_ms: 1000,
+                },
+                2 => Request::Extend {
+                    keys: vec![lock.clone()],
+                    token: token.clone(),
+                    ttl_ms: 2000,
+                },
+                3 => Request::Enqueue {
+                    queue: b("Q"),
+                    leases: b("H"),
+                    waiter: token.clone(),
+                    score: step,
+                    wait_ms: 500,
+                },
+                4 => release_one_of(lock, token),
+                _ => Request::Release {
+                    keys: vec![lock.clone()],
+                    token: token.clone(),
+                    channels: vec![b("C")],
+                },
+            };
+            for (i, node) in nodes.iter_mut().enumerate() {
+                // Each node's clock runs at its own rate.
+                let now = T0 + step * 7_000 * (1000 + i as u64) / 1000;
+                if node.execute(now, &req).is_ok() {
+                    replies += 1;
+                }
+                node.drain_published();
+            }
+        }
+        schedules += 1;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "schedule_cost: {schedules} schedules of 5 nodes x 300 requests in {secs:.2} s: {:.0} schedules/min, {:.2} M requests/s",
+        schedules as f64 / secs * 60.0,
+        replies as f64 / secs / 1e6
+    );
+}
+
+fn release_one_of(lock: &[u8], token: &[u8]) -> Request {
+    Request::ReleaseOne {
+        key: lock.to_vec(),
+        queue: b("Q"),
+        leases: b("H"),
+        token: token.to_vec(),
+        channel: b("C"),
+        waiter: Vec::new(),
+    }
+}
