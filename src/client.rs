@@ -21,6 +21,9 @@ use crate::resource::Resources;
 use crate::token::Token;
 use crate::wait::Notifier;
 
+/// How long each start-up check query may take at the least (they run in the background).
+const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A Redlock client: a set of independent Redis masters and the settings to lock on them.
 ///
 /// Cheap to clone (an `Arc` inside); clones share the connections. `Send + Sync`.
@@ -119,9 +122,12 @@ impl Redlock {
             .map(|node| node.query(&ping, config.connect_timeout))
             .collect();
         let _ = tokio::time::timeout(config.connect_timeout, warmup.collect::<Vec<_>>()).await;
+        // The checks run in the background and only warn: give each query more patience
+        // than a lock request gets, so that a busy machine does not hide a warning.
+        let check_timeout = config.connect_timeout.max(CHECK_TIMEOUT);
         for node in &nodes {
             let node = node.clone();
-            let t = config.connect_timeout;
+            let t = check_timeout;
             let fencing = config.fencing;
             crate::fanout::spawn(
                 async move { crate::node::check_deployment(&node, t, fencing).await },

@@ -809,7 +809,9 @@ async fn t90_start_up_checks_warn_about_the_deployment_contract() {
         "node is a replica",
         "appendfsync always",
     ];
-    let seen = eventually(Duration::from_secs(5), || async {
+    // The checks run in the background, each query with a few seconds' patience: allow
+    // a loaded machine that long.
+    let seen = eventually(Duration::from_secs(20), || async {
         expected.iter().all(|e| text().contains(e))
     })
     .await;
