@@ -416,7 +416,16 @@ impl Lock {
                 .filter_map(|(_, r)| release_reply(r).map(|(_, l)| l))
                 .max()
                 .unwrap_or(0);
-            n.released(&self.res, listeners, self.waiter.is_some());
+            // Only the heralds keep the queue and count its waiters. A release decided
+            // without either of them (five nodes: three answers need not include one)
+            // cannot tell that no one waits, so this client yields as if someone did: its
+            // next `lock()` of the resource joins the queue instead of jumping it.
+            let n_nodes = inner.nodes.len();
+            let unheard = self.res.len() == 1
+                && !round
+                    .replies()
+                    .any(|(i, r)| self.res.is_herald(i, n_nodes) && release_reply(r).is_some());
+            n.released(&self.res, listeners, self.waiter.is_some() || unheard);
         }
         let votes = round.votes(&inner.nodes, outcome_for_release);
         let refused = round.tally().refused();

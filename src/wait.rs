@@ -18,7 +18,9 @@
 //! waiter and none reaches the quorum. So, for a single resource, waiters queue:
 //!
 //! 1. after its first failed attempt a waiter joins the resource's wait queue, a sorted
-//!    set by arrival time on the resource's two *herald* nodes (chosen from the name; the
+//!    set by arrival time (each herald's own clock when the join reached it, never the
+//!    client's, so a client whose clock is off cannot jump the queue or fall behind it)
+//!    on the resource's two *herald* nodes (chosen from the name; the
 //!    only nodes whose releases announce, so the only nodes that keep a queue). Each entry
 //!    is a lease of [`QUEUE_LEASE`] that the waiter renews while it waits; every queue
 //!    script purges lapsed entries, and the queue's keys expire with the latest lease, so
@@ -337,7 +339,10 @@ struct Ticket {
     res: Resources,
     keys: Vec<Vec<u8>>,
     id: Vec<u8>,
-    score: u64,
+    /// This waiter's arrival score on each herald (by node index), as that herald assigned
+    /// it at the first join (its own clock: the clients' clocks play no part in the order);
+    /// re-joins after a lost place send it back, so the place is kept.
+    scores: HashMap<usize, Vec<u8>>,
     timeout: Duration,
     /// When the lease was last renewed (the start of the last join).
     joined_at: tokio::time::Instant,
@@ -349,16 +354,12 @@ impl Ticket {
             return None;
         }
         let id = format!("{:016x}", rand::rng().random::<u64>()).into_bytes();
-        let score = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-            .unwrap_or(0);
         Some(Ticket {
             inner: inner.clone(),
             res: res.clone(),
             keys: res.queue_keys().to_vec(),
             id,
-            score,
+            scores: HashMap::new(),
             timeout: inner.config.node_timeout_for(ttl),
             joined_at: tokio::time::Instant::now(),
         })
@@ -376,39 +377,41 @@ impl Ticket {
     }
 
     /// The herald nodes, with their indices.
-    fn heralds(&self) -> impl Iterator<Item = &crate::node::Node> {
+    fn heralds(&self) -> impl Iterator<Item = (usize, &crate::node::Node)> {
         let n = self.inner.nodes.len();
         self.inner
             .nodes
             .iter()
             .enumerate()
             .filter(move |(i, _)| self.res.is_herald(*i, n))
-            .map(|(_, node)| node)
     }
 
     /// Joins, re-joins (keeping the arrival order) or renews the lease, on the herald
     /// nodes; bounded by the node timeout, failures ignored (the queue is only a hint).
     async fn join(&mut self) -> Joined {
         self.joined_at = tokio::time::Instant::now();
-        let call = Arc::new(ScriptCall::new(
-            &ENQUEUE,
-            self.keys.clone(),
-            vec![
-                self.id.clone(),
-                self.score.to_string().into_bytes(),
-                crate::quorum::millis_ceil(QUEUE_LEASE)
-                    .to_string()
-                    .into_bytes(),
-            ],
-        ));
+        let lease = crate::quorum::millis_ceil(QUEUE_LEASE)
+            .to_string()
+            .into_bytes();
         let timeout = self.timeout;
-        let all: futures::stream::FuturesUnordered<_> =
-            self.heralds().map(|n| n.eval(&call, timeout)).collect();
+        let all: futures::stream::FuturesUnordered<_> = self
+            .heralds()
+            .map(|(i, n)| {
+                // The score this herald gave us, or none yet: it assigns one (its time).
+                let score = self.scores.get(&i).cloned().unwrap_or_default();
+                let call = Arc::new(ScriptCall::new(
+                    &ENQUEUE,
+                    self.keys.clone(),
+                    vec![self.id.clone(), score, lease.clone()],
+                ));
+                async move { (i, n.eval(&call, timeout).await) }
+            })
+            .collect();
         // Every reply is awaited (dropping a request midway could leave a herald unrenewed).
-        let replies: Vec<Reply> = all.collect().await;
+        let replies: Vec<(usize, Reply)> = all.collect().await;
         let mut joined = Joined::default();
         let mut answered = false;
-        for r in &replies {
+        for (i, r) in &replies {
             if let Reply::Value(redis::Value::Array(a)) = r
                 && let (Some(redis::Value::Int(added)), Some(redis::Value::Int(ahead))) =
                     (a.first(), a.get(1))
@@ -416,6 +419,9 @@ impl Ticket {
                 answered = true;
                 joined.lost |= *added == 1;
                 joined.ahead = joined.ahead.max(*ahead);
+                if let Some(redis::Value::BulkString(score)) = a.get(2) {
+                    self.scores.insert(*i, score.clone());
+                }
             }
         }
         // No herald answered: our place cannot be vouched for either.
@@ -441,7 +447,7 @@ impl Drop for Ticket {
             self.keys.clone(),
             vec![self.id.clone()],
         ));
-        let heralds: Vec<crate::node::Node> = self.heralds().cloned().collect();
+        let heralds: Vec<crate::node::Node> = self.heralds().map(|(_, n)| n.clone()).collect();
         let timeout = self.timeout;
         crate::fanout::spawn(async move {
             let all: futures::stream::FuturesUnordered<_> = heralds
@@ -539,7 +545,9 @@ impl Notifier {
     /// next `lock()` of it within [`POLITE_WINDOW`] yields first. So it does after a lock
     /// it had to queue for (`queued`): the release may have been decided by nodes that keep
     /// no queue (with five nodes, three answers need not include a herald), and yielding
-    /// costs one round trip to the heralds when no one turns out to be queued.
+    /// costs one round trip to the heralds when no one turns out to be queued. The caller
+    /// also passes `queued` for a release that no herald answered before it was decided:
+    /// then nothing told how many wait.
     pub(crate) fn released(&self, res: &Resources, listeners: i64, queued: bool) {
         let listeners = if queued && res.len() == 1 {
             listeners.max(1)
