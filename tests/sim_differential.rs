@@ -86,15 +86,18 @@ impl Scripts {
 }
 
 fn seed() -> u64 {
-    match std::env::var("QUORUMLOCK_SEED") {
-        Ok(s) => {
+    match std::env::var("QUORUMLOCK_SEED")
+        .ok()
+        .filter(|s| !s.trim().is_empty())
+    {
+        Some(s) => {
             let s = s.trim();
             match s.strip_prefix("0x") {
                 Some(hex) => u64::from_str_radix(hex, 16).expect("QUORUMLOCK_SEED in hex"),
                 None => s.parse().expect("QUORUMLOCK_SEED is a number"),
             }
         }
-        Err(_) => rand::random(),
+        None => rand::random(),
     }
 }
 
@@ -123,6 +126,8 @@ const ODD_VALUES: [&str; 17] = [
     "9223372036854775807",
     "",
 ];
+/// Arrival scores a client never sends, but the node must read as Redis does.
+const ODD_SCORES: [&str; 8] = ["abc", " 5", "5 ", "nan", "inf", "-inf", "1e400", "0x10"];
 const WAITERS: [&str; 3] = ["w0", "w1", "w2"];
 
 fn lock_key(r: &str) -> Vec<u8> {
@@ -193,13 +198,16 @@ fn ttl(rng: &mut ChaCha8Rng) -> u64 {
     }
 }
 
+/// The arrival score each node gave each (queue, waiter), as the server returned it.
+type Arrivals = std::collections::HashMap<(Vec<u8>, Vec<u8>), Vec<u8>>;
+
 /// One step of a sequence: a request, or a deliberate wait for short TTLs to run out.
 enum Step {
     Do(Request),
     Wait(Duration),
 }
 
-fn gen_step(rng: &mut ChaCha8Rng, now_us: u64, last_top: u64) -> Step {
+fn gen_step(rng: &mut ChaCha8Rng, now_us: u64, last_top: u64, arrivals: &Arrivals) -> Step {
     let step = rng.random_range(0..110);
     let req = match step {
         0..=11 => {
@@ -288,11 +296,26 @@ fn gen_step(rng: &mut ChaCha8Rng, now_us: u64, last_top: u64) -> Step {
         }
         76..=87 => {
             let r = RESOURCES[rng.random_range(0..3)];
+            let queue = key_or_stray(rng, queue_key(r));
+            let waiter = WAITERS[rng.random_range(0..3)].as_bytes().to_vec();
+            // A first join, or a re-join with the score this node gave the waiter (as the
+            // client does), or a small or odd score.
+            let arrival = match rng.random_range(0..10) {
+                0..=3 => Vec::new(),
+                4..=6 => arrivals
+                    .get(&(queue.clone(), waiter.clone()))
+                    .cloned()
+                    .unwrap_or_default(),
+                7..=8 => rng.random_range(1..=20u64).to_string().into_bytes(),
+                _ => ODD_SCORES[rng.random_range(0..ODD_SCORES.len())]
+                    .as_bytes()
+                    .to_vec(),
+            };
             Request::Enqueue {
-                queue: key_or_stray(rng, queue_key(r)),
+                queue,
                 leases: key_or_stray(rng, lease_key(r)),
-                waiter: WAITERS[rng.random_range(0..3)].as_bytes().to_vec(),
-                score: rng.random_range(1..=20),
+                waiter,
+                arrival,
                 wait_ms: match rng.random_range(0..20) {
                     0 => 0,
                     1..=4 => rng.random_range(60..=150),
@@ -456,16 +479,12 @@ fn real_command(s: &Scripts, req: &Request) -> redis::Cmd {
             queue,
             leases,
             waiter,
-            score,
+            arrival,
             wait_ms,
         } => evalsha(
             &s.enqueue,
             &[queue, leases],
-            &[
-                waiter,
-                score.to_string().as_bytes(),
-                wait_ms.to_string().as_bytes(),
-            ],
+            &[waiter, arrival, wait_ms.to_string().as_bytes()],
         ),
         Request::Dequeue {
             queue,
@@ -807,6 +826,18 @@ fn show(r: &Request) -> String {
     out
 }
 
+/// A reply with bulk strings as text.
+fn show_reply(r: &Reply) -> String {
+    match r {
+        Reply::Bulk(b) => format!("Bulk({:?})", String::from_utf8_lossy(b)),
+        Reply::Array(a) => format!(
+            "[{}]",
+            a.iter().map(show_reply).collect::<Vec<_>>().join(", ")
+        ),
+        other => format!("{other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn sim_node_matches_redis() {
     let seed = seed();
@@ -842,9 +873,10 @@ async fn sim_node_matches_redis() {
             .expect("FLUSHALL");
         let mut sim = SimNode::new(SimPersistence::AofAlways);
         let mut last_top = 0u64;
+        let mut arrivals = Arrivals::new();
         let mut clock = server_time_us(&mut con).await;
         for op in 0..OPS_PER_RUN {
-            let req = match gen_step(&mut rng, clock, last_top) {
+            let req = match gen_step(&mut rng, clock, last_top, &arrivals) {
                 Step::Wait(d) => {
                     waits += 1;
                     tokio::time::sleep(d).await;
@@ -887,13 +919,20 @@ async fn sim_node_matches_redis() {
             }
             assert!(
                 ok,
-                "seed {seed}: run {run} op {op}: replies differ\nrequest: {}\nreal:    {real:?}\nsim:     {model:?}",
-                show(&req)
+                "seed {seed}: run {run} op {op}: replies differ\nrequest: {}\nreal:    {}\nsim:     {}",
+                show(&req),
+                show_reply(&real),
+                show_reply(&model)
             );
             if let (Request::AcquireFenced { .. }, Reply::Array(a)) = (&req, &model)
                 && let Some(Reply::Int(top)) = a.get(1)
             {
                 last_top = u64::try_from(*top).unwrap_or(0);
+            }
+            if let (Request::Enqueue { queue, waiter, .. }, Reply::Array(a)) = (&req, &real)
+                && let Some(Reply::Bulk(score)) = a.get(2)
+            {
+                arrivals.insert((queue.clone(), waiter.clone()), score.clone());
             }
             if let Reply::Error(e) = &real {
                 let code = e.split(' ').next().unwrap_or("").to_owned();

@@ -44,6 +44,42 @@ fn hex_digit(b: u8) -> u8 {
 
 /// A Lua number as `redis.call` receives it: C's `%.14g`.
 pub(crate) fn format_number(v: f64) -> String {
+    format_g(v, 14)
+}
+
+/// A sorted set score as Redis 7.0 replies it in RESP2: `inf`, `-inf` or C's `%.17g`.
+pub(crate) fn format_score(v: f64) -> String {
+    if v.is_infinite() {
+        return if v < 0.0 { "-inf" } else { "inf" }.to_owned();
+    }
+    format_g(v, 17)
+}
+
+/// Redis's reading of a score argument (`ZADD`): C `strtod` over the whole text, no
+/// leading space, not NaN, no overflow of a finite number.
+pub(crate) fn redis_double(raw: &[u8]) -> Option<f64> {
+    let first = *raw.first()?;
+    if matches!(first, b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r') || raw.contains(&0) {
+        return None;
+    }
+    let v = tonumber(raw)?;
+    let text = std::str::from_utf8(raw).ok()?;
+    // tonumber allows trailing spaces; strtod here must consume everything.
+    if text.trim_end() != text || v.is_nan() {
+        return None;
+    }
+    let literal_inf = text
+        .trim_start_matches(['+', '-'])
+        .to_ascii_lowercase()
+        .starts_with("inf");
+    if v.is_infinite() && !literal_inf {
+        return None;
+    }
+    Some(v)
+}
+
+/// C's `%.<prec>g`.
+fn format_g(v: f64, prec: usize) -> String {
     if v.is_nan() {
         return if v.is_sign_negative() { "-nan" } else { "nan" }.to_owned();
     }
@@ -53,19 +89,20 @@ pub(crate) fn format_number(v: f64) -> String {
     if v == 0.0 {
         return if v.is_sign_negative() { "-0" } else { "0" }.to_owned();
     }
-    // %.14g: 14 significant digits; exponent form when exp < -4 or exp >= 14; trailing
+    // %.Pg: P significant digits; exponent form when exp < -4 or exp >= P; trailing
     // zeros (and a trailing point) removed.
-    let sci = format!("{v:.13e}");
+    let sci = format!("{v:.*e}", prec - 1);
     let (mantissa, exp) = match sci.split_once('e') {
         Some((m, e)) => (m, e.parse::<i32>().unwrap_or(0)),
         None => (sci.as_str(), 0),
     };
-    if !(-4..14).contains(&exp) {
+    let p = i32::try_from(prec).unwrap_or(17);
+    if !(-4..p).contains(&exp) {
         let m = trim_zeros(mantissa);
         let sign = if exp < 0 { '-' } else { '+' };
         return format!("{m}e{sign}{:02}", exp.unsigned_abs());
     }
-    let decimals = usize::try_from(13 - exp).unwrap_or(0);
+    let decimals = usize::try_from(p - 1 - exp).unwrap_or(0);
     trim_zeros(&format!("{v:.decimals$}")).to_owned()
 }
 
@@ -142,6 +179,24 @@ mod tests {
         assert_eq!(format_number(0.0001), "0.0001");
         assert_eq!(format_number(0.00001), "1e-05");
         assert_eq!(format_number(-7.0), "-7");
+    }
+
+    #[test]
+    fn scores_format_like_percent_17g_and_parse_like_redis() {
+        assert_eq!(format_score(1_796_080_539_738_123.0), "1796080539738123");
+        assert_eq!(format_score(1.5), "1.5");
+        assert_eq!(format_score(0.1), "0.10000000000000001");
+        assert_eq!(format_score(1e17), "1e+17");
+        assert_eq!(format_score(f64::NEG_INFINITY), "-inf");
+        assert_eq!(redis_double(b"12"), Some(12.0));
+        assert_eq!(redis_double(b"inf"), Some(f64::INFINITY));
+        assert_eq!(redis_double(b"0x10"), Some(16.0));
+        assert_eq!(redis_double(b" 5"), None);
+        assert_eq!(redis_double(b"5 "), None);
+        assert_eq!(redis_double(b"nan"), None);
+        assert_eq!(redis_double(b"1e400"), None);
+        assert_eq!(redis_double(b""), None);
+        assert_eq!(redis_double(b"abc"), None);
     }
 
     #[test]

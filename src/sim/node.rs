@@ -186,8 +186,9 @@ pub enum Request {
         /// The queue id the holder waited under (empty for none).
         waiter: Vec<u8>,
     },
-    /// `enqueue.lua` (join, re-join or renew): `[added, ahead]`, added 1 when the waiter
-    /// was not queued, `ahead` its rank among live waiters (nil if the queue is gone).
+    /// `enqueue.lua` (join, re-join or renew): `[added, ahead, score]`, added 1 when the
+    /// waiter was not queued, `ahead` its rank among live waiters and `score` its arrival
+    /// score as text (both nil if the queue is gone).
     Enqueue {
         /// The wait queue.
         queue: Vec<u8>,
@@ -195,8 +196,9 @@ pub enum Request {
         leases: Vec<u8>,
         /// The waiter id.
         waiter: Vec<u8>,
-        /// Its arrival score.
-        score: u64,
+        /// Its arrival score as this node returned it earlier (decimal text), or empty on
+        /// a first join: the node then assigns its own clock in µs.
+        arrival: Vec<u8>,
         /// The lease, in ms.
         wait_ms: u64,
     },
@@ -401,6 +403,7 @@ type ZSet = Vec<(f64, Vec<u8>)>;
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
 const OVERFLOW: &str = "ERR increment or decrement would overflow";
+const NOT_FLOAT: &str = "ERR value is not a valid float";
 const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
 
 /// One simulated Redis 7.0 master: keys, values and expiry in memory, every script of
@@ -766,9 +769,9 @@ impl SimNode {
                 queue,
                 leases,
                 waiter,
-                score,
+                arrival,
                 wait_ms,
-            } => self.enqueue(now, queue, leases, waiter, *score, *wait_ms),
+            } => self.enqueue(now_us, queue, leases, waiter, arrival, *wait_ms),
             Request::Dequeue {
                 queue,
                 leases,
@@ -921,21 +924,26 @@ impl SimNode {
 
     fn enqueue(
         &mut self,
-        now: u64,
+        now_us: u64,
         queue: &[u8],
         leases: &[u8],
         waiter: &[u8],
-        score: u64,
+        arrival: &[u8],
         wait_ms: u64,
     ) -> Res<Reply> {
+        let now = now_us / 1000;
         self.purge_lapsed(queue, leases, now)?;
-        // The arrival score arrives as decimal text; ZADD reads it as a double.
-        let added = self.zadd(queue, score as f64, waiter, true, now)?;
+        // A first join arrives at this node's clock in µs ('%.0f' of a Lua number, exact
+        // below 2^53); a re-join brings the score back as text, which ZADD reads.
+        let arrival = if arrival.is_empty() {
+            now_us as f64
+        } else {
+            lua::redis_double(arrival).ok_or_else(|| NOT_FLOAT.to_owned())?
+        };
+        let added = self.zadd(queue, arrival, waiter, true, now)?;
         // now + tonumber(ARGV[3]) is a Lua number: redis.call sends it as %.14g text.
         let lapse = lua::format_number(now as f64 + wait_ms as f64);
-        let lapse: f64 = lapse
-            .parse()
-            .map_err(|_| "ERR value is not a valid float".to_owned())?;
+        let lapse = lua::redis_double(lapse.as_bytes()).ok_or_else(|| NOT_FLOAT.to_owned())?;
         self.zadd(leases, lapse, waiter, false, now)?;
         let last = self.zlast(leases, now)?;
         let at = last.map_or(Err(NOT_INTEGER.to_owned()), score_as_integer)?;
@@ -945,7 +953,11 @@ impl SimNode {
             Some(r) => Reply::Int(r),
             None => Reply::Nil,
         };
-        Ok(Reply::Array(vec![Reply::Int(added), rank]))
+        let score = match self.zscore(queue, waiter, now)? {
+            Some(s) => Reply::Bulk(lua::format_score(s).into_bytes()),
+            None => Reply::Nil,
+        };
+        Ok(Reply::Array(vec![Reply::Int(added), rank, score]))
     }
 
     /// `ZRANGEBYSCORE leases -inf now`, each removed from the queue, then
@@ -1166,6 +1178,14 @@ impl SimNode {
             .zset(key, now)?
             .and_then(|z| z.iter().position(|(_, m)| m.as_slice() == member))
             .map(|i| i64::try_from(i).unwrap_or(i64::MAX)))
+    }
+
+    /// `ZSCORE key member`.
+    fn zscore(&mut self, key: &[u8], member: &[u8], now: u64) -> Res<Option<f64>> {
+        Ok(self
+            .zset(key, now)?
+            .and_then(|z| z.iter().find(|(_, m)| m.as_slice() == member))
+            .map(|(s, _)| *s))
     }
 
     /// The highest score (`ZRANGE key -1 -1 WITHSCORES`).

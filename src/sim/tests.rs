@@ -57,9 +57,18 @@ fn enqueue(waiter: &str, score: u64, wait_ms: u64) -> Request {
         queue: b("Q"),
         leases: b("H"),
         waiter: b(waiter),
-        score,
+        arrival: score.to_string().into_bytes(),
         wait_ms,
     }
+}
+
+/// An enqueue reply: added, ahead, the arrival score as text.
+fn joined(added: i64, ahead: i64, score: u64) -> Reply {
+    Reply::Array(vec![
+        Reply::Int(added),
+        Reply::Int(ahead),
+        Reply::Bulk(score.to_string().into_bytes()),
+    ])
 }
 
 fn release_one(token: &str, waiter: &str) -> Request {
@@ -280,19 +289,46 @@ fn release_deletes_only_our_keys_and_announces() {
 #[test]
 fn enqueue_keeps_arrival_order_and_renews_leases() {
     let mut n = SimNode::default();
-    assert_eq!(run(&mut n, T0, enqueue("w2", 3, 1000)), ints(&[1, 0]));
-    assert_eq!(run(&mut n, T0, enqueue("w1", 2, 1000)), ints(&[1, 0]));
+    assert_eq!(run(&mut n, T0, enqueue("w2", 3, 1000)), joined(1, 0, 3));
+    assert_eq!(run(&mut n, T0, enqueue("w1", 2, 1000)), joined(1, 0, 2));
     // A renewal keeps the place and moves the lease (and both keys' expiry) later.
     assert_eq!(
         run(&mut n, T0 + 500 * MS, enqueue("w2", 9, 1000)),
-        ints(&[0, 1])
+        joined(0, 1, 3)
     );
     assert_eq!(pttl(&mut n, T0 + 500 * MS, "Q"), Reply::Int(1000));
     assert_eq!(pttl(&mut n, T0 + 500 * MS, "H"), Reply::Int(1000));
     // w1's lease lapsed (T0 + 1000 ms): it is purged, and joins again as new.
     let t = T0 + 1001 * MS;
-    assert_eq!(run(&mut n, t, enqueue("w3", 1, 1000)), ints(&[1, 0]));
-    assert_eq!(run(&mut n, t, enqueue("w1", 2, 1000)), ints(&[1, 1]));
+    assert_eq!(run(&mut n, t, enqueue("w3", 1, 1000)), joined(1, 0, 1));
+    assert_eq!(run(&mut n, t, enqueue("w1", 2, 1000)), joined(1, 1, 2));
+}
+
+#[test]
+fn a_first_join_arrives_at_the_nodes_clock() {
+    let mut n = SimNode::default();
+    let first = |w: &str| Request::Enqueue {
+        queue: b("Q"),
+        leases: b("H"),
+        waiter: b(w),
+        arrival: Vec::new(),
+        wait_ms: 1000,
+    };
+    assert_eq!(run(&mut n, T0 + 7, first("a")), joined(1, 0, T0 + 7));
+    assert_eq!(run(&mut n, T0 + 9, first("b")), joined(1, 1, T0 + 9));
+    // A re-join with the score the node gave keeps the place.
+    assert_eq!(
+        run(&mut n, T0 + 20, enqueue("a", T0 + 7, 1000)),
+        joined(0, 0, T0 + 7)
+    );
+    let bad = Request::Enqueue {
+        queue: b("Q"),
+        leases: b("H"),
+        waiter: b("c"),
+        arrival: b("abc"),
+        wait_ms: 1000,
+    };
+    assert_eq!(run(&mut n, T0, bad).error_code(), Some("ERR"));
 }
 
 #[test]
@@ -324,7 +360,7 @@ fn a_zero_lease_deletes_the_queue_at_once() {
     // so the waiter's rank is nil.
     assert_eq!(
         run(&mut n, T0, enqueue("w", 1, 0)),
-        Reply::Array(vec![Reply::Int(1), Reply::Nil])
+        Reply::Array(vec![Reply::Int(1), Reply::Nil, Reply::Nil])
     );
     assert!(n.is_empty());
 }
@@ -449,7 +485,7 @@ fn arb_request() -> impl Strategy<Value = Request> {
                 queue: b("Q"),
                 leases: b("H"),
                 waiter: b(w),
-                score,
+                arrival: score.to_string().into_bytes(),
                 wait_ms,
             }
         ),
@@ -546,7 +582,7 @@ fn schedule_cost() {
                     queue: b("Q"),
                     leases: b("H"),
                     waiter: token.clone(),
-                    score: step,
+                    arrival: Vec::new(),
                     wait_ms: 500,
                 },
                 4 => release_one_of(lock, token),
