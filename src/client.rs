@@ -452,6 +452,21 @@ fn largest_holder(round: &Round) -> Option<usize> {
     Some(owners.iter().map(|(_, n)| *n).max().unwrap_or(0))
 }
 
+/// The release ids of the owners named by `SET … GET` refusals: each token's first eight
+/// characters, as a release announcement names its lock (distinct, in node order).
+fn holder_ids(round: &Round) -> Vec<String> {
+    let mut ids: Vec<String> = Vec::new();
+    for (_, r) in round.replies() {
+        if let Reply::Value(Value::BulkString(owner)) = r {
+            let id = String::from_utf8_lossy(owner.get(..8).unwrap_or(owner)).into_owned();
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+    }
+    ids
+}
+
 /// What an acquire reply says, for votes and tracing.
 pub(crate) fn outcome(ballot: fn(&Reply) -> Ballot) -> impl Fn(&Reply) -> NodeOutcome {
     move |r| match (r, ballot(r)) {
@@ -624,6 +639,7 @@ impl Attempt {
         }
         let mut votes = self.round.votes(&self.inner.nodes, outcome(acquire_ballot));
         votes.largest_holder = largest_holder(&self.round);
+        votes.holder_ids = holder_ids(&self.round);
         let err = if decision == Decision::Reached {
             span.record("outcome", "no validity left");
             Error::Timeout(Timeout {

@@ -300,6 +300,9 @@ pub struct Votes {
     pub(crate) votes: Vec<NodeVote>,
     pub(crate) elapsed: Duration,
     pub(crate) largest_holder: Option<usize>,
+    /// The release ids (a token's first eight characters, as release announcements name
+    /// them) of the owners that refused a single-resource acquire (empty otherwise).
+    pub(crate) holder_ids: Vec<String>,
 }
 
 impl Votes {

@@ -108,6 +108,7 @@ impl Round {
         Votes {
             quorum: self.tally.quorum(),
             largest_holder: None,
+            holder_ids: Vec::new(),
             elapsed: self.elapsed(),
             votes: nodes
                 .iter()

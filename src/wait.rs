@@ -29,7 +29,13 @@
 //! 2. a release on a herald pops the first waiter and names it in its announcement: only
 //!    that waiter tries. The others skip their fallback attempts while a hand-off is under
 //!    way (a waiter was named within the larger of the per-node timeout and the longest
-//!    retry delay), so a fallback timer does not race the waiter whose turn it is;
+//!    retry delay), so a fallback timer does not race the waiter whose turn it is. The
+//!    named waiter's attempt can overtake the release on the other nodes (the first
+//!    herald to run it announces at once): while its attempts are refused by the very
+//!    lock whose release named it, within that window, it keeps its turn and tries again
+//!    when the release is announced again (by the second herald) or after a back-off that
+//!    doubles up to the per-node timeout. No other announcement would come: the other
+//!    nodes announce nothing;
 //! 3. a caller that released the resource within the last second, while others were
 //!    queued, joins the end of the queue before trying, and tries at once only if no one
 //!    is queued ahead of it;
@@ -158,6 +164,8 @@ pub(crate) async fn acquire_waiting(
     let mut last: Option<Votes> = None;
     let mut try_now = true;
     let mut fallback_at: Option<tokio::time::Instant> = None;
+    // The turn a release gave us by naming us, while its attempts go on.
+    let mut turn: Option<Turn> = None;
     if let Some(n) = &inner.notifier
         && n.should_yield(res)
     {
@@ -182,6 +190,7 @@ pub(crate) async fn acquire_waiting(
     }
     loop {
         let mut split = false;
+        let sent = attempts;
         if try_now {
             let gate = interest.as_ref().map(|i| i.gate.clone());
             let guard = match &gate {
@@ -209,11 +218,26 @@ pub(crate) async fn acquire_waiting(
                         split = last.as_ref().is_some_and(is_split);
                     }
                 }
+                // A refusal by the very lock whose release named us means that release
+                // has not reached those nodes yet (our attempt overtook it): no other
+                // announcement may come (the other nodes announce nothing, and the second
+                // herald's is the same release), so keep the turn and try again shortly.
+                // Refused by anyone else, the turn is lost: wait as usual.
+                if turn
+                    .as_ref()
+                    .is_none_or(|t| !t.overtaken(last.as_ref(), handoff))
+                {
+                    turn = None;
+                }
                 drop(guard);
                 if retry.attempts.is_some_and(|n| attempts >= n) {
                     return Err(gave_up(start, attempts, last));
                 }
             }
+        }
+        if attempts == sent {
+            // No attempt went out (another waiter of ours is trying): no turn to keep.
+            turn = None;
         }
         if interest.is_none() {
             interest = inner.notifier.as_ref().map(|n| n.interest(res));
@@ -270,16 +294,28 @@ pub(crate) async fn acquire_waiting(
                 // No one holds it: back off randomly and try again, no announcement will come.
                 tokio::time::sleep(jitter(Duration::ZERO, i.window()).min(delay)).await;
             }
+            Some(i) if turn.is_some() => {
+                // Our turn, overtaken by its own release: try again when the release is
+                // announced again (it reached the other herald) or after a back-off that
+                // doubles each time, up to the per-node timeout (within which a release
+                // normally reaches every node).
+                let cap = inner.config.node_timeout_for(ttl);
+                let pause = turn.as_mut().map(|t| t.next_pause(cap)).unwrap_or_default();
+                tokio::select! {
+                    _ = i.released() => {}
+                    () = tokio::time::sleep(pause.min(delay)) => {}
+                }
+            }
             Some(i) => {
                 let me = ticket.as_ref().map(|t| t.id.as_slice());
                 tokio::select! {
                     wake = i.released() => match wake {
                         // A release named us: our turn, try at once.
-                        Wake::Named => {}
+                        Wake::Named => turn = me.and_then(|me| i.turn(me)),
                         Wake::Announced => {
                             let heads = i.heads();
                             match me {
-                                Some(me) if heads.iter().any(|h| h == me) => {}
+                                Some(me) if heads.iter().any(|h| h == me) => turn = i.turn(me),
                                 // Someone else's turn: keep waiting (the fallback timer stays).
                                 Some(_) if !heads.is_empty() => try_now = false,
                                 // No queue (or no one named): stagger against the herd.
@@ -308,6 +344,35 @@ pub(crate) async fn acquire_waiting(
             // One last look is not taken: the budget is spent.
             return Err(gave_up(start, attempts, last));
         }
+    }
+}
+
+/// A turn a release gave a waiter by naming it. The waiter's attempt may overtake that
+/// release on the other nodes (the announcement comes from the first herald that ran
+/// it); while its attempts are refused by the releasing lock itself, within the hand-off
+/// window, the turn stands and the waiter tries again when the release is announced again
+/// or after a doubling back-off.
+struct Turn {
+    /// The release's id: the first eight characters of the released lock's token.
+    id: String,
+    /// When the waiter heard it.
+    at: Instant,
+    /// The pause before the next try.
+    pause: Duration,
+}
+
+impl Turn {
+    /// Whether a failed attempt's votes show the release that named us still on its way:
+    /// some node refused for the very lock it released, within `window` of the naming.
+    fn overtaken(&self, votes: Option<&Votes>, window: Duration) -> bool {
+        self.at.elapsed() < window && votes.is_some_and(|v| v.holder_ids.contains(&self.id))
+    }
+
+    /// A random pause within the current back-off, which then doubles up to `cap`.
+    fn next_pause(&mut self, cap: Duration) -> Duration {
+        let pause = jitter(Duration::ZERO, self.pause);
+        self.pause = self.pause.saturating_mul(2).min(cap.max(self.pause));
+        pause
     }
 }
 
@@ -675,6 +740,23 @@ impl Interest {
         }
     }
 
+    /// The turn the latest release of the resource gave `me`, if it named `me`.
+    fn turn(&self, me: &[u8]) -> Option<Turn> {
+        let s = self.shared.upgrade()?;
+        let ch = self.channels.first()?;
+        let m = s.channels.lock().ok()?;
+        let c = m.get(ch)?;
+        if !c.heads.iter().any(|h| h == me) {
+            return None;
+        }
+        let id = c.recent.back()?;
+        Some(Turn {
+            id: String::from_utf8_lossy(id).into_owned(),
+            at: Instant::now(),
+            pause: c.window,
+        })
+    }
+
     /// The waiters the latest release of the resource named (its first channel).
     fn heads(&self) -> Vec<Vec<u8>> {
         let Some(s) = self.shared.upgrade() else {
@@ -823,6 +905,14 @@ impl Shared {
         if c.recent.back().is_some_and(|r| r == id) {
             // The same release from the other herald: if its queue named someone else
             // (the two queues can differ), name them too and wake the waiters again.
+            // Waiters it names again are woken again: the release has now reached a second
+            // node, and a named waiter whose attempt overtook it and failed tries again
+            // (one still trying keeps the wake-up for after its attempt).
+            for h in heads.iter().filter(|h| c.heads.contains(h)) {
+                if let Some(n) = c.tickets.get(h) {
+                    n.notify_one();
+                }
+            }
             let new: Vec<Vec<u8>> = heads.into_iter().filter(|h| !c.heads.contains(h)).collect();
             if !new.is_empty() {
                 c.heads.extend(new.iter().cloned());
@@ -951,6 +1041,7 @@ mod tests {
                 .collect(),
             elapsed: Duration::ZERO,
             largest_holder: largest,
+            holder_ids: Vec::new(),
         }
     }
 
