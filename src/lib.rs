@@ -144,6 +144,8 @@
 //!
 //! * `testkit`: [`testkit`], real `redis-server` processes, fault proxies, a history
 //!   checker, for your own tests too.
+//! * `sim`: [`sim`], a deterministic in-memory model of a Redis node (every script of
+//!   this crate implemented natively, time an input) for simulation testing.
 //! * `cli`: the `quorumlock` binary.
 //! * `tls-rustls`: `rediss://` URLs through redis-rs and rustls. Servers are verified
 //!   against the system's trust store, or against your own CA with
@@ -167,6 +169,9 @@ mod token;
 mod wait;
 mod watchdog;
 
+#[cfg(feature = "sim")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
+pub mod sim;
 #[cfg(feature = "testkit")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 pub mod testkit;
