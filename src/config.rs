@@ -296,8 +296,8 @@ impl Config {
                 format!("{ttl:?}: Redis expires keys in whole milliseconds; use at least 1 ms"),
             ));
         }
-        let drift = crate::quorum::drift(ttl, self.drift_factor);
-        let best = crate::quorum::validity(ttl, Duration::ZERO, drift);
+        let drift = crate::protocol::tally::drift(ttl, self.drift_factor);
+        let best = crate::protocol::tally::validity(ttl, Duration::ZERO, drift);
         if best <= self.min_validity {
             return Err(Error::invalid(
                 "ttl",

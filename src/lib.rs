@@ -103,8 +103,8 @@
 //! | step | module |
 //! | --- | --- |
 //! | builder, defaults, validation | `config` |
-//! | one node: connection, timeout, scripts, URL redaction | `node` |
-//! | vote counting, validity = TTL − elapsed − drift (pure) | `quorum` |
+//! | one node: connection, timeout, scripts, requests, decoding replies, URL redaction | `node` |
+//! | the pure protocol: vote counting, validity = TTL − elapsed − drift, typed replies, acquire/extend/release verdicts | `protocol` |
 //! | parallel requests, early decision, stragglers | `fanout` |
 //! | one attempt and its clean-up | `client` |
 //! | the held lock: extend, release, drop | `lock` |
@@ -155,6 +155,8 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod addr;
+mod background;
 mod client;
 mod config;
 pub mod error;
@@ -162,7 +164,7 @@ mod fanout;
 mod fencing;
 mod lock;
 mod node;
-mod quorum;
+mod protocol;
 mod resource;
 mod time;
 mod token;
@@ -176,11 +178,18 @@ pub mod sim;
 #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 pub mod testkit;
 
+/// The old home of the TTL conversion, still named by the wait queue's lease renewal;
+/// the conversion itself lives in `node` (the only place a TTL becomes an argument).
+mod quorum {
+    pub(crate) use crate::node::millis_ceil;
+}
+
 /// The user guide (`docs/guide.md`): one section per feature, with examples.
 pub mod guide {
     #![doc = include_str!("../docs/guide.md")]
 }
 
+pub use addr::NodeAddr;
 pub use client::Redlock;
 pub use config::{DEFAULTS, Defaults, MAX_NODES, RedlockBuilder, Retry};
 pub use error::{
@@ -188,7 +197,6 @@ pub use error::{
     RandomSourceError, Result, Timeout, Votes,
 };
 pub use lock::Lock;
-pub use node::NodeAddr;
 pub use resource::{MAX_RESOURCE_LEN, MAX_RESOURCES};
 pub use wait::{NOTIFY_STAGGER, POLITE_DELAY, QUEUE_LEASE, STAGGER_MAX, STAGGER_MIN};
 pub use watchdog::{KeptLock, LockContext, LostSignal, Watchdog};
