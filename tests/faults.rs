@@ -247,16 +247,22 @@ fn observed(row: &str, what: impl std::fmt::Display) {
     println!("[{row}] {what}");
 }
 
+/// Five nodes, a history, and two actors (A = 1, B = 2) with the default client.
+async fn two_actors_on_five() -> (LocalCluster, History, Actor, Actor) {
+    let c = cluster5().await;
+    let h = History::new();
+    let a = Actor::new(&h, 1, &c.urls()).await;
+    let b = Actor::new(&h, 2, &c.urls()).await;
+    (c, h, a, b)
+}
+
 // ---------------------------------------------------------------------------------------
 // Row 1: kill 1 or 2 nodes mid-lease, they stay down → safe; lock, extend, release work.
 // ---------------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn row01_kill_one_or_two_nodes_mid_lease_safe() {
-    let c = cluster5().await;
-    let h = History::new();
-    let a = Actor::new(&h, 1, &c.urls()).await;
-    let b = Actor::new(&h, 2, &c.urls()).await;
+    let (c, h, a, b) = two_actors_on_five().await;
     let ttl = Duration::from_secs(10);
 
     let mut lock = a.try_lock(RES, ttl).await.expect("A acquires");
@@ -321,10 +327,7 @@ async fn row01_kill_one_or_two_nodes_mid_lease_safe() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn row02_kill_three_nodes_no_quorum_until_they_return() {
-    let c = cluster5().await;
-    let h = History::new();
-    let a = Actor::new(&h, 1, &c.urls()).await;
-    let b = Actor::new(&h, 2, &c.urls()).await;
+    let (c, h, a, b) = two_actors_on_five().await;
     let ttl = Duration::from_secs(1);
 
     let mut lock = a.try_lock(RES, ttl).await.expect("A acquires");
@@ -416,10 +419,7 @@ async fn row02_kill_three_nodes_no_quorum_until_they_return() {
 /// k = 5, f = 1: B needs 3 nodes free, only the restarted one is: safe.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn row03a_immediate_restart_without_persistence_k5_safe() {
-    let c = cluster5().await;
-    let h = History::new();
-    let a = Actor::new(&h, 1, &c.urls()).await;
-    let b = Actor::new(&h, 2, &c.urls()).await;
+    let (c, h, a, b) = two_actors_on_five().await;
     let ttl = Duration::from_secs(2);
 
     let lock = a.try_lock(RES, ttl).await.expect("A acquires");
@@ -474,10 +474,7 @@ async fn row03a_immediate_restart_without_persistence_k5_safe() {
 /// {0, 3, 4} while A still believes it holds: the known violation, flagged by the checker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn row03b_immediate_restart_without_persistence_k3_violation() {
-    let c = cluster5().await;
-    let h = History::new();
-    let a = Actor::new(&h, 1, &c.urls()).await;
-    let b = Actor::new(&h, 2, &c.urls()).await;
+    let (c, h, a, b) = two_actors_on_five().await;
     let ttl = Duration::from_secs(10);
 
     occupy(&c, [3, 4], RES).await;
@@ -650,10 +647,7 @@ async fn row04b_aof_always_immediate_restart_k3_safe() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn row05_pause_one_or_two_nodes_safe_latency_bounded() {
-    let c = cluster5().await;
-    let h = History::new();
-    let a = Actor::new(&h, 1, &c.urls()).await;
-    let b = Actor::new(&h, 2, &c.urls()).await;
+    let (c, h, a, b) = two_actors_on_five().await;
     let ttl = Duration::from_secs(10);
     // validity = ttl − elapsed − drift: a remaining() above this bounds the attempt's time.
     let floor = ttl - drift(ttl) - NODE_TIMEOUT;
@@ -1070,10 +1064,7 @@ async fn row07b_failover_to_lagging_replica_single_instance_violation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn row08_holder_paused_past_validity_works_outside_its_hold() {
-    let c = cluster5().await;
-    let h = History::new();
-    let a = Actor::new(&h, 1, &c.urls()).await;
-    let b = Actor::new(&h, 2, &c.urls()).await;
+    let (_cluster, h, a, b) = two_actors_on_five().await;
     let ttl = Duration::from_millis(500);
 
     let lock = a.try_lock(RES, ttl).await.expect("A acquires");
@@ -1254,16 +1245,43 @@ fn assert_not_shortened(
     report
 }
 
+/// The second half of every shorter-extension case, once the extension has been sent:
+/// waits until it landed on every node, then asserts that every key outlives what A
+/// believes and that B cannot win while A's belief lasts; A releases. `what` says what
+/// happened to the extension, for the report.
+#[allow(clippy::too_many_arguments)]
+async fn judge_extension(
+    c: &LocalCluster,
+    before: &[u64],
+    h: &History,
+    a: &Actor,
+    b: &Actor,
+    lock: Lock,
+    short: Duration,
+    (case, label, what): (&str, &str, &str),
+) {
+    await_extension_everywhere(c, before).await;
+    let keys = keys_outlive_the_belief(c, &lock).await;
+    let others = nobody_else_wins(b, &lock, short * 2).await;
+    let left = lock.remaining();
+    a.release(lock).await.ok();
+    let report = assert_not_shortened(case, keys, &others, h);
+    let refusals = others.unwrap_or_default();
+    observed(
+        label,
+        format!(
+            "safe: {what}, every PTTL ≥ remaining; B refused {refusals} times; A still had {left:?}; {report}"
+        ),
+    );
+}
+
 /// The example of an outside review: A holds (10 s), three of five nodes pause, A's
 /// `extend` with a *shorter* TTL (1 s) reaches only two and fails; the paused nodes resume
 /// and run the extension late. A still reports ~10 s; every key must still outlive that,
 /// and B must not get the lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extend_shorter_failed_on_a_paused_majority_never_shortens_the_lock() {
-    let c = cluster5().await;
-    let h = History::new();
-    let a = Actor::new(&h, 1, &c.urls()).await;
-    let b = Actor::new(&h, 2, &c.urls()).await;
+    let (c, h, a, b) = two_actors_on_five().await;
     let ttl = Duration::from_secs(10);
     let short = Duration::from_secs(1);
 
@@ -1286,20 +1304,12 @@ async fn extend_shorter_failed_on_a_paused_majority_never_shortens_the_lock() {
     for i in 0..3 {
         c.resume(i).await.unwrap();
     }
-    await_extension_everywhere(&c, &before).await;
-
-    let keys = keys_outlive_the_belief(&c, &lock).await;
-    let others = nobody_else_wins(&b, &lock, short * 2).await;
-    let left = lock.remaining();
-    a.release(lock).await.ok();
-    let report = assert_not_shortened("paused majority", keys, &others, &h);
-    let refusals = others.unwrap_or_default();
-    observed(
+    let case = (
+        "paused majority",
         "extend-short-paused",
-        format!(
-            "safe: after the failed extend(1 s) landed on all 5 nodes, every PTTL ≥ remaining; B refused {refusals} times; A still had {left:?}; {report}"
-        ),
+        "after the failed extend(1 s) landed on all 5 nodes",
     );
+    judge_extension(&c, &before, &h, &a, &b, lock, short, case).await;
 }
 
 /// A shorter extension that succeeds leaves the lock as it was: the keys keep their later
@@ -1308,10 +1318,7 @@ async fn extend_shorter_failed_on_a_paused_majority_never_shortens_the_lock() {
 /// would not be safe).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extend_shorter_that_succeeds_keeps_the_later_deadline() {
-    let c = cluster5().await;
-    let h = History::new();
-    let a = Actor::new(&h, 1, &c.urls()).await;
-    let b = Actor::new(&h, 2, &c.urls()).await;
+    let (c, h, a, b) = two_actors_on_five().await;
     let ttl = Duration::from_secs(10);
     let short = Duration::from_secs(1);
 
@@ -1320,24 +1327,17 @@ async fn extend_shorter_that_succeeds_keeps_the_later_deadline() {
     let before = pexpire_baseline(&c).await;
     let deadline = lock.deadline();
     a.extend(&mut lock, short).await.expect("A extends");
-    await_extension_everywhere(&c, &before).await;
     assert!(
         lock.deadline() >= deadline,
         "a successful shorter extension moved the deadline {:?} earlier",
         deadline.saturating_duration_since(lock.deadline())
     );
-    let keys = keys_outlive_the_belief(&c, &lock).await;
-    let others = nobody_else_wins(&b, &lock, short * 2).await;
-    let left = lock.remaining();
-    a.release(lock).await.ok();
-    let report = assert_not_shortened("succeeded", keys, &others, &h);
-    observed(
+    let case = (
+        "succeeded",
         "extend-short-ok",
-        format!(
-            "safe: extend(1 s) on a 10 s lock succeeded and kept the deadline; every PTTL ≥ remaining; B refused {} times; A still had {left:?}; {report}",
-            others.unwrap_or_default()
-        ),
+        "extend(1 s) on a 10 s lock succeeded and kept the deadline",
     );
+    judge_extension(&c, &before, &h, &a, &b, lock, short, case).await;
 }
 
 /// The same with the extension cancelled midway: every link is slow (300 ms each way),
@@ -1380,20 +1380,12 @@ async fn extend_shorter_cancelled_midway_never_shortens_the_lock() {
     for i in 0..5 {
         c.reconnect(i).await.unwrap();
     }
-    await_extension_everywhere(&c, &before).await;
-
-    let keys = keys_outlive_the_belief(&c, &lock).await;
-    let others = nobody_else_wins(&b, &lock, short * 2).await;
-    let left = lock.remaining();
-    a.release(lock).await.ok();
-    let report = assert_not_shortened("cancelled", keys, &others, &h);
-    let refusals = others.unwrap_or_default();
-    observed(
+    let case = (
+        "cancelled",
         "extend-short-cancelled",
-        format!(
-            "safe: after the cancelled extend(1 s) landed on all 5 nodes, every PTTL ≥ remaining; B refused {refusals} times; A still had {left:?}; {report}"
-        ),
+        "after the cancelled extend(1 s) landed on all 5 nodes",
     );
+    judge_extension(&c, &before, &h, &a, &b, lock, short, case).await;
 }
 
 // ---------------------------------------------------------------------------------------

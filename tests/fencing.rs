@@ -4,6 +4,8 @@
 //! bare quorum, a node stalling between the two rounds, and mixed fenced/plain clients.
 #![cfg(feature = "testkit")]
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,12 +25,7 @@ async fn cluster() -> LocalCluster {
 /// Fixed per-node timeout: these tests are about token order, not latency, and the
 /// derived default (2 % of a 500 ms TTL) is tight on a loaded 2-core CI machine.
 async fn client(cluster: &LocalCluster, fencing: bool) -> Redlock {
-    Redlock::builder(cluster.urls())
-        .node_timeout(Duration::from_millis(150))
-        .fencing(fencing)
-        .build()
-        .await
-        .expect("build client")
+    support::client(cluster.urls(), Duration::from_millis(150), fencing).await
 }
 
 async fn raw(cluster: &LocalCluster, i: usize) -> redis::aio::MultiplexedConnection {
@@ -614,12 +611,7 @@ async fn a_node_stalling_between_the_rounds_does_not_fail_the_attempt() {
         .launch()
         .await
         .expect("launch redis-server");
-    let locks = Redlock::builder(cluster.urls())
-        .node_timeout(Duration::from_millis(1500))
-        .fencing(true)
-        .build()
-        .await
-        .expect("build client");
+    let locks = support::client(cluster.urls(), Duration::from_millis(1500), true).await;
     let ttl = Duration::from_secs(10);
     // Warm every connection up (and load the scripts) before the links are slowed.
     let l = locks.try_lock("stall", ttl).await.unwrap();

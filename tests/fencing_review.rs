@@ -21,12 +21,7 @@ async fn cluster() -> LocalCluster {
 }
 
 async fn fenced(cluster: &LocalCluster) -> Redlock {
-    Redlock::builder(cluster.urls())
-        .node_timeout(Duration::from_millis(150))
-        .fencing(true)
-        .build()
-        .await
-        .expect("build client")
+    support::client(cluster.urls(), Duration::from_millis(150), true).await
 }
 
 fn fence_key(name: &str) -> String {
@@ -202,12 +197,7 @@ async fn counters_above_2_pow_53_never_repeat_a_token() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_during_the_commit_leaves_no_key_and_tokens_keep_rising() {
     let cluster = support::cluster5().await;
-    let locks = Redlock::builder(cluster.urls())
-        .node_timeout(Duration::from_millis(1500))
-        .fencing(true)
-        .build()
-        .await
-        .expect("build client");
+    let locks = support::client(cluster.urls(), Duration::from_millis(1500), true).await;
     let ttl = Duration::from_secs(10);
     let name = "cancel";
     // Warm every connection up (and load the scripts) before the links are slowed.
@@ -276,12 +266,7 @@ async fn cancelled_during_the_commit_leaves_no_key_and_tokens_keep_rising() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_overlapping_attempt_returning_after_a_later_grant_gets_no_lock() {
     let cluster = support::cluster5().await;
-    let b = Redlock::builder(cluster.urls())
-        .node_timeout(Duration::from_secs(4))
-        .fencing(true)
-        .build()
-        .await
-        .expect("build client B");
+    let b = support::client(cluster.urls(), Duration::from_secs(4), true).await;
     let direct: Vec<String> = (0..NODES).map(|i| cluster.direct_url(i).unwrap()).collect();
     let a = Redlock::builder(direct)
         .node_timeout(Duration::from_millis(300))

@@ -116,9 +116,7 @@ async fn a_cut_subscription_link_only_delays_the_waiter() -> TestResult {
     });
     subscribed(&direct_urls, resource).await?;
     // Cut every link of the waiter: its subscriptions silently stop delivering.
-    for i in 0..cluster.len() {
-        cluster.proxy(i)?.set_mode(ProxyMode::Blackhole);
-    }
+    cut_off_every_node(&cluster)?;
     lock.release().await?; // the announcement is published, and lost on the cut links
     let released = Instant::now();
     tokio::time::sleep(Duration::from_millis(300)).await; // the announcement is gone by now
@@ -236,6 +234,32 @@ async fn db_sizes(
         out.push(redis::cmd("DBSIZE").query_async(c).await?);
     }
     Ok(out)
+}
+
+/// Waits (at most 5 s) until some node's queue holds at least `n` entries; fails with
+/// `what` and the sizes it saw otherwise.
+async fn until_queued(
+    conns: &mut [redis::aio::MultiplexedConnection],
+    resource: &str,
+    n: u64,
+    what: &str,
+) {
+    let (sizes, queued) = poll_until(
+        Duration::from_secs(5),
+        async || queue_sizes(conns, resource).await.unwrap_or_default(),
+        |s: &Vec<u64>| s.iter().any(|q| *q >= n),
+    )
+    .await;
+    assert!(queued, "{what}: {sizes:?}");
+}
+
+/// Every proxy swallows traffic from now on: to the nodes, the client behind it has
+/// crashed.
+fn cut_off_every_node(cluster: &LocalCluster) -> std::io::Result<()> {
+    for i in 0..cluster.len() {
+        cluster.proxy(i)?.set_mode(ProxyMode::Blackhole);
+    }
+    Ok(())
 }
 
 /// Polls (every 50 ms, at most `within`) until `done` holds for the value `probe` reads;
@@ -362,16 +386,8 @@ async fn a_crashed_waiters_entry_expires_without_other_traffic() -> TestResult {
             .lock_with(resource, Duration::from_secs(10), slow)
             .await
     });
-    let (sizes, queued) = poll_until(
-        Duration::from_secs(5),
-        async || queue_sizes(&mut conns, resource).await.unwrap_or_default(),
-        |s: &Vec<u64>| s.iter().any(|n| *n >= 1),
-    )
-    .await;
-    assert!(queued, "the waiter never queued: {sizes:?}");
-    for i in 0..cluster.len() {
-        cluster.proxy(i)?.set_mode(ProxyMode::Blackhole);
-    }
+    until_queued(&mut conns, resource, 1, "the waiter never queued").await;
+    cut_off_every_node(&cluster)?;
     w.abort();
     let crashed = Instant::now();
     // Only the holder's lock key may be left.
@@ -412,13 +428,7 @@ async fn waiters_that_leave_take_their_entries_with_them() -> TestResult {
             .lock_with(resource, Duration::from_secs(10), short)
             .await
     });
-    let (sizes, queued) = poll_until(
-        Duration::from_secs(5),
-        async || queue_sizes(&mut conns, resource).await.unwrap_or_default(),
-        |s: &Vec<u64>| s.iter().any(|n| *n >= 1),
-    )
-    .await;
-    assert!(queued, "the first waiter never queued: {sizes:?}");
+    until_queued(&mut conns, resource, 1, "the first waiter never queued").await;
     let cancelled = Redlock::builder(&urls).build().await?;
     let slow = SLOW.max_wait(Duration::from_secs(60));
     let c = tokio::spawn(async move {
@@ -426,13 +436,7 @@ async fn waiters_that_leave_take_their_entries_with_them() -> TestResult {
             .lock_with(resource, Duration::from_secs(10), slow)
             .await
     });
-    let (sizes, queued) = poll_until(
-        Duration::from_secs(5),
-        async || queue_sizes(&mut conns, resource).await.unwrap_or_default(),
-        |s: &Vec<u64>| s.iter().any(|n| *n >= 2),
-    )
-    .await;
-    assert!(queued, "the second waiter never queued: {sizes:?}");
+    until_queued(&mut conns, resource, 2, "the second waiter never queued").await;
     c.abort();
     match tokio::time::timeout(Duration::from_secs(5), g).await?? {
         Err(Error::Timeout(_)) => {}
@@ -470,13 +474,7 @@ async fn a_crashed_waiters_entry_expires_while_others_wait() -> TestResult {
             .lock_with(resource, Duration::from_secs(10), slow)
             .await
     });
-    let (sizes, queued) = poll_until(
-        Duration::from_secs(5),
-        async || queue_sizes(&mut conns, resource).await.unwrap_or_default(),
-        |s: &Vec<u64>| s.iter().any(|n| *n >= 1),
-    )
-    .await;
-    assert!(queued, "the first waiter never queued: {sizes:?}");
+    until_queued(&mut conns, resource, 1, "the first waiter never queued").await;
     // The live waiter polls every 200 ms: traffic that used to keep the whole queue alive.
     let live = Redlock::builder(direct(&cluster)?).build().await?;
     let busy = Retry::new()
@@ -495,9 +493,7 @@ async fn a_crashed_waiters_entry_expires_while_others_wait() -> TestResult {
     )
     .await;
     assert!(both, "the second waiter never queued: {sizes:?}");
-    for i in 0..cluster.len() {
-        cluster.proxy(i)?.set_mode(ProxyMode::Blackhole);
-    }
+    cut_off_every_node(&cluster)?;
     a.abort();
     let crashed = Instant::now();
     let (sizes, purged) = poll_until(

@@ -76,3 +76,19 @@ pub async fn cluster5() -> LocalCluster {
             "start 5 redis-server nodes (is redis-server installed? run scripts/install-deps.sh)",
         )
 }
+
+/// A client of `urls` with a fixed per-node timeout (tests about order, not latency, do not
+/// want the derived default, which is tight on a loaded 2-core machine) and fencing on or
+/// off.
+pub async fn client(
+    urls: Vec<String>,
+    node_timeout: Duration,
+    fencing: bool,
+) -> quorumlock::Redlock {
+    quorumlock::Redlock::builder(urls)
+        .node_timeout(node_timeout)
+        .fencing(fencing)
+        .build()
+        .await
+        .expect("build client")
+}
