@@ -13,17 +13,23 @@ pub fn lock_key(resource: &str) -> String {
     format!("quorumlock:lock:{resource}")
 }
 
-/// A raw connection to node `i`, bypassing any proxy.
+/// A raw connection to node `i`, bypassing any proxy. A refused or reset connect (a full
+/// listen backlog on a loaded machine) is tried again, at most 5 times within 5 s.
 pub async fn raw(cluster: &LocalCluster, i: usize) -> MultiplexedConnection {
     let url = cluster.direct_url(i).expect("node index");
     let client = redis::Client::open(url).expect("url");
-    tokio::time::timeout(
-        Duration::from_secs(5),
-        client.get_multiplexed_async_connection(),
-    )
-    .await
-    .expect("connect timed out")
-    .expect("connect")
+    let started = Instant::now();
+    let mut last = None;
+    for _ in 0..5 {
+        let left = Duration::from_secs(5).saturating_sub(started.elapsed());
+        match tokio::time::timeout(left, client.get_multiplexed_async_connection()).await {
+            Ok(Ok(conn)) => return conn,
+            Ok(Err(e)) => last = Some(e.to_string()),
+            Err(_) => last = Some("timed out".to_string()),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("connect to node {i}: {}", last.unwrap_or_default())
 }
 
 /// The value of `key` on node `i` (None if absent).
