@@ -375,8 +375,7 @@ impl<T: Moment> Releases<T> {
     /// Whether a release named a waiter other than `me` within `window` before `now`:
     /// that waiter's attempt is (most likely) under way.
     pub(crate) fn handoff_under_way(&self, me: &[u8], now: T, window: Duration) -> bool {
-        self.named_at.is_some_and(|t| now.since(t) < window)
-            && !self.heads.iter().any(|h| h == me)
+        self.named_at.is_some_and(|t| now.since(t) < window) && !self.heads.iter().any(|h| h == me)
     }
 
     /// The contention window.
@@ -490,10 +489,34 @@ mod tests {
             score: None,
         };
         let (a, b) = (place(false, 2), place(true, 1));
-        assert_eq!(joined([Some(&a), Some(&b)]), Joined { lost: true, ahead: 2 });
-        assert_eq!(joined([Some(&a), None]), Joined { lost: false, ahead: 2 });
-        assert_eq!(joined([None, None]), Joined { lost: true, ahead: 0 });
-        assert_eq!(joined([]), Joined { lost: true, ahead: 0 });
+        assert_eq!(
+            joined([Some(&a), Some(&b)]),
+            Joined {
+                lost: true,
+                ahead: 2
+            }
+        );
+        assert_eq!(
+            joined([Some(&a), None]),
+            Joined {
+                lost: false,
+                ahead: 2
+            }
+        );
+        assert_eq!(
+            joined([None, None]),
+            Joined {
+                lost: true,
+                ahead: 0
+            }
+        );
+        assert_eq!(
+            joined([]),
+            Joined {
+                lost: true,
+                ahead: 0
+            }
+        );
     }
 
     #[test]

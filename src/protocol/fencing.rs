@@ -28,6 +28,13 @@ pub(crate) const COUNTER_LIMIT: u64 = 1 << 53;
 
 /// Why a stored fence counter is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(
+    not(test),
+    allow(
+        dead_code,
+        reason = "the node's half of the rule: the script runs it on the server; this is its reference"
+    )
+)]
 pub(crate) enum BadCounter {
     /// Not a plain decimal integer (a sign, spaces, an exponent, leading zeros, hex, text,
     /// more than 16 digits).
@@ -41,6 +48,13 @@ pub(crate) enum BadCounter {
 /// ([`BadCounter::NotInteger`] otherwise), and below 2^53 ([`BadCounter::TooLarge`]).
 /// Anything looser would pass Lua's `tonumber` and then make `INCR` fail after the lock
 /// keys were set, or be rounded by Lua so that two holders could share a token.
+#[cfg_attr(
+    not(test),
+    allow(
+        dead_code,
+        reason = "the node's half of the rule: the script runs it on the server; this is its reference"
+    )
+)]
 pub(crate) fn parse_counter(raw: &[u8]) -> Result<u64, BadCounter> {
     let plain = raw == b"0"
         || (matches!(raw.first(), Some(b'1'..=b'9'))
@@ -49,9 +63,7 @@ pub(crate) fn parse_counter(raw: &[u8]) -> Result<u64, BadCounter> {
     if !plain {
         return Err(BadCounter::NotInteger);
     }
-    let value = raw
-        .iter()
-        .fold(0u64, |v, d| v * 10 + u64::from(d - b'0'));
+    let value = raw.iter().fold(0u64, |v, d| v * 10 + u64::from(d - b'0'));
     if value >= COUNTER_LIMIT {
         return Err(BadCounter::TooLarge);
     }
@@ -61,6 +73,13 @@ pub(crate) fn parse_counter(raw: &[u8]) -> Result<u64, BadCounter> {
 /// The counter a grant leaves on a node: one more than before, but at least the node's
 /// clock in microseconds since the Unix epoch (the floor that keeps tokens rising on a node
 /// that lost its counters).
+#[cfg_attr(
+    not(test),
+    allow(
+        dead_code,
+        reason = "the node's half of the rule: the script runs it on the server; this is its reference"
+    )
+)]
 pub(crate) fn grant(counter: u64, now_us: u64) -> u64 {
     counter.saturating_add(1).max(now_us)
 }
@@ -140,7 +159,12 @@ mod tests {
     #[test]
     fn seed_table() {
         for (raw, want) in SEEDS {
-            assert_eq!(parse_counter(raw), *want, "{:?}", String::from_utf8_lossy(raw));
+            assert_eq!(
+                parse_counter(raw),
+                *want,
+                "{:?}",
+                String::from_utf8_lossy(raw)
+            );
         }
         assert_eq!(grant(5, 3), 6);
         assert_eq!(grant(5, 1_000), 1_000);
@@ -149,7 +173,12 @@ mod tests {
         assert_eq!(token_of(-1), None);
         assert_eq!(token_of(1), Some(1));
         assert_eq!(token_of(1 << 53), None);
-        let rs = [Reply::Fenced(4), Reply::HeldBy(None), Reply::Fenced(9), Reply::TimedOut];
+        let rs = [
+            Reply::Fenced(4),
+            Reply::HeldBy(None),
+            Reply::Fenced(9),
+            Reply::TimedOut,
+        ];
         assert_eq!(token(&rs), 9);
         assert_eq!(token(&[Reply::Granted]), 0);
         assert!(commit_to(None));
@@ -165,8 +194,17 @@ mod tests {
         prop_oneof![
             (0u64..COUNTER_LIMIT + 1000).prop_map(|v| v.to_string().into_bytes()),
             prop::collection::vec(
-                prop_oneof![Just(b'0'), Just(b'1'), Just(b'9'), Just(b' '), Just(b'-'),
-                            Just(b'+'), Just(b'e'), Just(b'.'), Just(b'x')],
+                prop_oneof![
+                    Just(b'0'),
+                    Just(b'1'),
+                    Just(b'9'),
+                    Just(b' '),
+                    Just(b'-'),
+                    Just(b'+'),
+                    Just(b'e'),
+                    Just(b'.'),
+                    Just(b'x')
+                ],
                 0..20
             ),
             prop::collection::vec(b'0'..=b'9', 15..19),
@@ -235,8 +273,8 @@ mod tests {
                     counters[r] = 0;
                     clocks[r] = clocks[r].max(highest + 1);
                 }
-                for i in 0..n {
-                    clocks[i] += t.ticks[i];
+                for (c, tick) in clocks.iter_mut().zip(&t.ticks) {
+                    *c += tick;
                 }
                 // Round 1: every node grants (the previous holder is gone), in `order`.
                 let replies: Vec<Reply> = order.iter().map(|&i| {
@@ -247,10 +285,10 @@ mod tests {
                 highest = highest.max(counters.iter().copied().max().unwrap_or(0));
                 // Round 2: the confirming nodes raise their counters to t.
                 let mut round2 = Tally::new(n, q);
-                for i in 0..n {
-                    prop_assert!(commit_to(Some(&Reply::Fenced(counters[i]))));
-                    if t.commit[i] {
-                        counters[i] = counters[i].max(tok);
+                for (c, confirms) in counters.iter_mut().zip(&t.commit) {
+                    prop_assert!(commit_to(Some(&Reply::Fenced(*c))));
+                    if *confirms {
+                        *c = (*c).max(tok);
                         round2.record(Ballot::Granted);
                     } else {
                         round2.record(Ballot::Failed);

@@ -252,7 +252,11 @@ impl<T: Moment> Kept<T> {
         if self.next_try > later(now, self.coalesce()) {
             return Sweep::Later(self.next_try);
         }
-        let capped = if self.policy.max_extensions.is_some_and(|m| self.extensions >= m) {
+        let capped = if self
+            .policy
+            .max_extensions
+            .is_some_and(|m| self.extensions >= m)
+        {
             Some(Lost::MaxExtensions)
         } else if self.hold_end.is_some_and(|h| now >= h) {
             Some(Lost::MaxHold)
@@ -399,7 +403,10 @@ mod tests {
         // A missed round keeps the deadline and retries soon.
         assert_eq!(k.sweep(8_000 * MS), Sweep::Due);
         let (t, d) = tally(3, 1, 0);
-        assert_eq!(k.apply(d, &t, 8_000 * MS, 8_001 * MS, 8_001 * MS), Applied::Retry);
+        assert_eq!(
+            k.apply(d, &t, 8_000 * MS, 8_001 * MS, 8_001 * MS),
+            Applied::Retry
+        );
         // The retry (625 ms) falls within the batching window (1.25 s): due again at once.
         assert_eq!(k.sweep(8_002 * MS), Sweep::Due);
         assert_eq!(k.deadline(8_002 * MS), 13_888 * MS);
@@ -477,6 +484,74 @@ mod tests {
         ]
     }
 
+    /// The schedule's clock, the round in flight and the extensions so far.
+    struct Run {
+        now: Duration,
+        round_started: Option<Duration>,
+        extensions: u32,
+        n: usize,
+        ttl: Duration,
+    }
+
+    /// Runs one step and checks what it did.
+    fn run_step(k: &mut Kept<Duration>, s: Step, r: &mut Run) -> Result<(), TestCaseError> {
+        let before_deadline = k.deadline;
+        let was_lost = k.lost();
+        let now = r.now;
+        match s {
+            Step::Wait(ms) => r.now += Duration::from_millis(ms),
+            Step::Sweep => match k.sweep(now) {
+                Sweep::Due => {
+                    prop_assert!(now < k.fire_at().0);
+                    r.round_started = Some(now);
+                }
+                Sweep::Lost(l) => prop_assert!(
+                    now >= k.fire_at().0 || matches!(l, Lost::MaxExtensions | Lost::MaxHold)
+                ),
+                Sweep::Drop => prop_assert!(k.lost().is_some() || k.stopped()),
+                Sweep::Busy => prop_assert!(r.round_started.is_some()),
+                Sweep::Later(t) => prop_assert!(t > now),
+            },
+            Step::Round {
+                granted,
+                refused,
+                took,
+            } => {
+                let Some(start) = r.round_started.take() else {
+                    return Ok(());
+                };
+                r.now += Duration::from_millis(took);
+                let g = granted.min(r.n);
+                let (t, d) = tally(r.n, g, refused.min(r.n - g));
+                match k.apply(d, &t, start, r.now, r.now) {
+                    Applied::Extended(v) => {
+                        r.extensions += 1;
+                        prop_assert!(t.granted() >= t.quorum());
+                        prop_assert!(was_lost.is_none());
+                        prop_assert!(v <= r.ttl);
+                        prop_assert!(k.deadline >= before_deadline);
+                    }
+                    Applied::Lost {
+                        reason: Lost::NotHeld,
+                        ..
+                    } => {
+                        prop_assert!(k.deadline <= r.now);
+                    }
+                    _ => prop_assert!(k.deadline == before_deadline),
+                }
+            }
+            Step::Stop => {
+                k.stop();
+                prop_assert!(k.deadline(now) <= now);
+            }
+        }
+        if let Some(l) = was_lost {
+            prop_assert_eq!(k.lost(), Some(l));
+            prop_assert!(k.deadline <= before_deadline);
+        }
+        Ok(())
+    }
+
     proptest! {
         /// Over any schedule: the signal fires no later than the deadline; a lost lock
         /// stays lost and is never due again; the deadline never moves back except when a
@@ -501,55 +576,13 @@ mod tests {
                 max_extensions: max_ext,
                 drift_factor: 0.01,
             };
-            let mut now = Duration::ZERO;
-            let mut k = Kept::new(p, ttl.saturating_sub(drift(ttl, 0.01)), now, None);
-            let mut round_started: Option<Duration> = None;
-            let mut extensions = 0u32;
+            let mut k = Kept::new(p, ttl.saturating_sub(drift(ttl, 0.01)), Duration::ZERO, None);
+            let mut r = Run { now: Duration::ZERO, round_started: None, extensions: 0, n, ttl };
             for s in steps {
-                let before_deadline = k.deadline;
-                let was_lost = k.lost();
                 prop_assert!(k.fire_at().0 <= k.deadline);
-                match s {
-                    Step::Wait(ms) => now += Duration::from_millis(ms),
-                    Step::Sweep => match k.sweep(now) {
-                        Sweep::Due => {
-                            prop_assert!(now < k.fire_at().0);
-                            round_started = Some(now);
-                        }
-                        Sweep::Lost(_) => prop_assert!(now >= k.fire_at().0 || k.lost() == Some(Lost::MaxExtensions) || k.lost() == Some(Lost::MaxHold)),
-                        Sweep::Drop => prop_assert!(k.lost().is_some() || k.stopped()),
-                        Sweep::Busy => prop_assert!(round_started.is_some()),
-                        Sweep::Later(t) => prop_assert!(t > now),
-                    },
-                    Step::Round { granted, refused, took } => {
-                        let Some(start) = round_started.take() else { continue };
-                        now += Duration::from_millis(took);
-                        let (t, d) = tally(n, granted.min(n), refused.min(n - granted.min(n)));
-                        match k.apply(d, &t, start, now, now) {
-                            Applied::Extended(v) => {
-                                extensions += 1;
-                                prop_assert!(t.granted() >= t.quorum());
-                                prop_assert!(was_lost.is_none());
-                                prop_assert!(v <= ttl);
-                                prop_assert!(k.deadline >= before_deadline);
-                            }
-                            Applied::Lost { reason: Lost::NotHeld, .. } => {
-                                prop_assert!(k.deadline <= now);
-                            }
-                            _ => prop_assert!(k.deadline == before_deadline),
-                        }
-                    }
-                    Step::Stop => {
-                        k.stop();
-                        prop_assert!(k.deadline(now) <= now);
-                    }
-                }
-                if let Some(l) = was_lost {
-                    prop_assert_eq!(k.lost(), Some(l));
-                    prop_assert!(k.deadline <= before_deadline);
-                }
+                run_step(&mut k, s, &mut r)?;
                 if let Some(m) = max_ext {
-                    prop_assert!(extensions <= m);
+                    prop_assert!(r.extensions <= m);
                 }
             }
         }
