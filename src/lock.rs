@@ -333,11 +333,7 @@ impl Lock {
         let verdict = verdict::extend(decision, &tally, validity, min, self.is_valid());
         span.record("outcome", verdict.label("extended"));
         if let Verdict::Held { validity } = verdict {
-            // Never earlier than before: the extension cannot shorten any node's expiry
-            // (`PEXPIRE … GT`), so the quorum behind the old deadline still holds until it.
-            self.deadline = self
-                .deadline
-                .max(crate::time::earlier_of_overflow(started, validity));
+            self.deadline = verdict::extended_deadline(self.deadline, started, validity);
             self.ttl = ttl;
             return Ok(());
         }

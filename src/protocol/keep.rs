@@ -24,7 +24,7 @@
 use std::time::Duration;
 
 use super::tally::{Decision, Tally, drift, validity};
-use super::time::{Moment, before, earlier_of_overflow, later};
+use super::time::{Moment, before, later};
 use super::verdict::{self, Loss, Verdict};
 
 /// The refresh window for a TTL: a kept lock is extended once its validity left drops below
@@ -312,7 +312,7 @@ impl<T: Moment> Kept<T> {
         }
         match verdict {
             Verdict::Held { validity } => {
-                self.extended(earlier_of_overflow(started, validity), now);
+                self.extended(started, validity, now);
                 Applied::Extended(validity)
             }
             _ => {
@@ -323,13 +323,12 @@ impl<T: Moment> Kept<T> {
         }
     }
 
-    /// An extension confirmed a new deadline: moves it (never back), counts it, and
-    /// schedules the next one `refresh` before it, but never due again at once: at least
-    /// half the time between extensions, at most half-way to the lost signal.
-    fn extended(&mut self, new_deadline: T, now: T) {
-        if new_deadline > self.deadline {
-            self.deadline = new_deadline;
-        }
+    /// An extension that started at `started` was held for `validity`: moves the deadline
+    /// ([`verdict::extended_deadline`]: never back), counts it, and schedules the next one
+    /// `refresh` before the deadline, but never due again at once: at least half the time
+    /// between extensions, at most half-way to the lost signal.
+    fn extended(&mut self, started: T, validity: Duration, now: T) {
+        self.deadline = verdict::extended_deadline(self.deadline, started, validity);
         self.extensions = self.extensions.saturating_add(1);
         let p = &self.policy;
         let (fire, _) = self.fire_at();
