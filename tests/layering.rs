@@ -21,7 +21,9 @@
 //! 4. no function in `protocol/` or in an io-layer file is longer than [`MAX_FN_LINES`]
 //!    lines (signature to closing brace), except the allow-listed ones, each with a reason;
 //! 5. a duration becomes a request's millisecond argument only in `node.rs`
-//!    (`millis_ceil` is named nowhere else, `as_millis` only there and in `time.rs`).
+//!    (`millis_ceil` is named nowhere else, `as_millis` only there and in `time.rs`);
+//! 6. nothing above the io layer names `redis`: raw Redis values are decoded in `node.rs`,
+//!    and the client layer sees typed replies only.
 //!
 //! `checks_can_fail` runs the same checks on small in-memory fixtures that break each rule.
 
@@ -718,6 +720,22 @@ fn millis(sources: &[Source]) -> Vec<String> {
     bad
 }
 
+/// Nothing above the io layer names `redis`.
+fn typed_only(sources: &[Source]) -> Vec<String> {
+    let mut bad = Vec::new();
+    for s in sources {
+        let above_io = layer_of(&s.module).is_some_and(|(l, _)| (3..5).contains(&l));
+        if above_io && let Some(at) = word_at(&s.code, "redis") {
+            bad.push(format!(
+                "{}:{}: names `redis` above the io layer",
+                s.file,
+                line_of(&s.code, at)
+            ));
+        }
+    }
+    bad
+}
+
 /// Every check, with every violation found.
 fn violations(sources: &[Source]) -> Vec<String> {
     let g = graph(sources);
@@ -726,6 +744,7 @@ fn violations(sources: &[Source]) -> Vec<String> {
     bad.extend(cycles(&g));
     bad.extend(long_functions(sources));
     bad.extend(millis(sources));
+    bad.extend(typed_only(sources));
     bad
 }
 

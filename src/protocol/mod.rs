@@ -6,11 +6,16 @@
 //! what they saw to a function here and do what it says.
 //!
 //! ```text
-//!   node.rs    raw Redis answer ──decode──▶ reply::Reply        (typed: Granted, HeldBy, …)
-//!   fanout.rs  Reply::ballot() ──▶ tally::Tally ──▶ Decision     (as soon as certain)
-//!   client.rs / lock.rs / watchdog.rs
-//!              Decision + Tally + validity(ttl, elapsed, drift)
-//!                         ──▶ verdict::{acquire, extend, release} ──▶ Verdict
+//!   node.rs      raw Redis answer ──decode──▶ reply::Reply        (typed: Granted, HeldBy, …)
+//!   fanout.rs    Reply::ballot() ──▶ tally::Tally ──▶ Decision     (as soon as certain)
+//!   acquire.rs / lock.rs
+//!                Decision + Tally + validity(ttl, elapsed, drift)
+//!                           ──▶ verdict::{acquire, extend, release} ──▶ Verdict
+//!   acquire.rs   failed or cancelled ──▶ cleanup::plan ──▶ fanout::Cleanup runs it
+//!   fencing.rs   round-1 replies ──▶ fencing::{token, commit_to} ──▶ round 2 ──▶ fencing::committed
+//!   wait.rs / notifier.rs
+//!                votes, announcements, now ──▶ contention::{is_split, pause, heard, Releases, …}
+//!   extender.rs  now, round results ──▶ keep::Kept::{sweep, apply, fire} ──▶ due / extended / lost
 //! ```
 //!
 //! * [`tally`]: the quorum, vote counting with the early decision, and the validity

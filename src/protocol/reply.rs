@@ -23,6 +23,7 @@ use super::tally::Ballot;
 pub(crate) struct Holder(Vec<u8>);
 
 impl Holder {
+    /// The token a node named as the holder's.
     pub(crate) fn new(token: Vec<u8>) -> Holder {
         Holder(token)
     }
