@@ -118,8 +118,7 @@ enum Tried {
     Skipped,
 }
 
-/// One waiter: its budget, its attempts, its registration with the notifier and its
-/// queue place.
+/// One waiter: its budget, its attempts, the last attempt's votes and the turn it holds.
 struct Waiter<'a> {
     inner: &'a Arc<Inner>,
     res: &'a Resources,
