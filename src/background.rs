@@ -63,7 +63,7 @@ where
 /// Waits until no background request work is running in this process, at most `within`.
 /// Returns whether it all finished.
 pub(crate) async fn flush(within: Duration) -> bool {
-    let deadline = crate::time::later_tokio(tokio::time::Instant::now(), within);
+    let deadline = crate::time::later(tokio::time::Instant::now(), within);
     loop {
         let idle = IDLE.notified();
         tokio::pin!(idle);

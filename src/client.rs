@@ -1,28 +1,19 @@
-//! The client: [`Redlock`] holds the nodes and the configuration, and runs one
-//! acquisition attempt ([`acquire_once`]); waiting between attempts lives in
-//! [`wait`](crate::wait), the guard in [`lock`](crate::lock).
+//! The client: [`Redlock`], the public entry points. It validates each call's input and
+//! hands the work down: one attempt to [`acquire`](crate::acquire), waiting between
+//! attempts to [`wait`](crate::wait); the guard is in [`lock`](crate::lock), what clones
+//! share in [`shared`](crate::shared).
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
-use tracing::{Instrument, field};
-
-use crate::config::{Config, RedlockBuilder, Retry};
+use crate::acquire::acquire_once;
+use crate::config::{RedlockBuilder, Retry};
 use crate::error::Error;
-use crate::fanout::{Cleanup, InFlight, Round};
 use crate::lock::Lock;
-use crate::node::{Node, NodeAddr, NodeSpec, Request};
-use crate::protocol::reply::{holder_ids, largest_holder};
-use crate::protocol::{Ballot, Decision, Reply, Verdict, tally, verdict};
+use crate::node::NodeAddr;
 use crate::resource::Resources;
-use crate::token::Token;
-use crate::wait::Notifier;
-
-/// How long each start-up check query may take at the least (they run in the background).
-const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+use crate::shared::Inner;
 
 /// A Redlock client: a set of independent Redis masters and the settings to lock on them.
 ///
@@ -51,17 +42,6 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub struct Redlock {
     pub(crate) inner: Arc<Inner>,
-}
-
-/// What every clone of a [`Redlock`] and every [`Lock`] shares.
-pub(crate) struct Inner {
-    pub(crate) nodes: Arc<[Node]>,
-    pub(crate) addrs: Vec<NodeAddr>,
-    pub(crate) quorum: usize,
-    pub(crate) config: Config,
-    pub(crate) notifier: Option<Notifier>,
-    /// The watchdog's registry of kept locks and its task, started on first use.
-    pub(crate) watchdog: std::sync::OnceLock<crate::watchdog::Registry>,
 }
 
 impl fmt::Debug for Redlock {
@@ -102,56 +82,6 @@ impl Redlock {
         RedlockBuilder::new(urls)
     }
 
-    pub(crate) async fn connect(specs: Vec<NodeSpec>, config: Config) -> Result<Redlock, Error> {
-        let nodes = specs
-            .iter()
-            .map(|s| Node::new(s, config.connect_timeout))
-            .collect::<Result<Vec<_>, _>>()?;
-        let n = nodes.len();
-        if n % 2 == 0 {
-            tracing::warn!(
-                nodes = n,
-                "quorumlock: an even number of nodes tolerates no more failures than one node fewer; use 3, 5 or 7"
-            );
-        }
-        // Open every connection concurrently, waiting at most the connect timeout; then
-        // check each reachable node against the deployment contract in the background.
-        let ping = redis::cmd("PING");
-        let warmup: FuturesUnordered<_> = nodes
-            .iter()
-            .map(|node| node.query(&ping, config.connect_timeout))
-            .collect();
-        let _ = tokio::time::timeout(config.connect_timeout, warmup.collect::<Vec<_>>()).await;
-        // The checks run in the background and only warn: give each query more patience
-        // than a lock request gets, so that a busy machine does not hide a warning.
-        let check_timeout = config.connect_timeout.max(CHECK_TIMEOUT);
-        for node in &nodes {
-            let node = node.clone();
-            let t = check_timeout;
-            let fencing = config.fencing;
-            crate::fanout::spawn(
-                async move { crate::node::check_deployment(&node, t, fencing).await },
-            );
-        }
-        let addrs = nodes.iter().map(|n| n.addr.clone()).collect();
-        let nodes: Arc<[Node]> = nodes.into();
-        let notifier = if config.notify {
-            Some(Notifier::new(&specs))
-        } else {
-            None
-        };
-        Ok(Redlock {
-            inner: Arc::new(Inner {
-                nodes,
-                addrs,
-                quorum: tally::quorum(n),
-                config,
-                notifier,
-                watchdog: std::sync::OnceLock::new(),
-            }),
-        })
-    }
-
     /// The nodes, as configured (passwords redacted).
     ///
     /// # Example
@@ -190,7 +120,7 @@ impl Redlock {
     /// # Ok(()) }
     /// ```
     pub async fn flush(&self, within: Duration) -> bool {
-        crate::fanout::flush(within).await
+        crate::background::flush(within).await
     }
 
     /// [`flush`](Redlock::flush) without a client at hand (the work is per process anyway).
@@ -203,7 +133,7 @@ impl Redlock {
     /// # }
     /// ```
     pub async fn flush_background(within: Duration) -> bool {
-        crate::fanout::flush(within).await
+        crate::background::flush(within).await
     }
 
     /// The checks every acquiring call makes before any I/O: a runtime, valid resource
@@ -396,176 +326,45 @@ impl Redlock {
     }
 }
 
-/// One acquisition attempt: fan out, decide at quorum, compute the validity, and either
-/// return the lock or clean up every node.
-pub(crate) async fn acquire_once(
-    inner: &Arc<Inner>,
-    res: &Resources,
-    ttl: Duration,
-    attempt: u32,
-) -> Result<Lock, Error> {
-    let config = &inner.config;
-    let token = Token::generate()?;
-    let node_timeout = config.node_timeout_for(ttl);
-    let ttl_ms = crate::node::millis_ceil(ttl);
-    let span = tracing::debug_span!(
-        "quorumlock.acquire",
-        resource = %res.label(),
-        nodes = inner.nodes.len(),
-        quorum = inner.quorum,
-        ttl_ms,
-        attempt,
-        token = %token,
-        granted = field::Empty,
-        elapsed_us = field::Empty,
-        validity_ms = field::Empty,
-        outcome = field::Empty,
-    );
-    async move {
-        if config.fencing {
-            return crate::fencing::acquire_fenced(inner, res, ttl, token, node_timeout).await;
-        }
-        let request = Arc::new(Request::acquire(res.lock_keys(), &token, ttl));
-        let round = Round::start(&inner.nodes, inner.quorum, |_, node| {
-            let node = node.clone();
-            let request = request.clone();
-            async move { node.send(&request, node_timeout).await }
-        });
-        let mut attempt = Attempt::new(inner.clone(), res.clone(), token, node_timeout, round);
-        let decision = attempt.round.decide().await;
-        attempt.finish(decision, ttl, None).await
-    }
-    .instrument(span)
-    .await
-}
-
-/// One acquisition attempt in progress. If it is dropped before [`Attempt::finish`]
-/// decides, every node that may hold its key is released in the background.
-pub(crate) struct Attempt {
-    inner: Arc<Inner>,
-    res: Resources,
-    token: Token,
-    node_timeout: Duration,
-    pub(crate) round: Round,
-    armed: bool,
-}
-
-impl Attempt {
-    pub(crate) fn new(
-        inner: Arc<Inner>,
-        res: Resources,
-        token: Token,
-        node_timeout: Duration,
-        round: Round,
-    ) -> Attempt {
-        Attempt {
-            inner,
-            res,
-            token,
-            node_timeout,
-            round,
-            armed: true,
-        }
-    }
-
-    pub(crate) fn token(&self) -> &Token {
-        &self.token
-    }
-
-    /// Decides the attempt: a lock, or an error after cleaning up.
-    pub(crate) async fn finish(
-        mut self,
-        decision: Decision,
-        ttl: Duration,
-        fencing_token: Option<u64>,
-    ) -> Result<Lock, Error> {
-        let config = &self.inner.config;
-        let (elapsed, validity) = self.round.measure(ttl, config.drift_factor);
-        let span = tracing::Span::current();
-        let tally = self.round.tally();
-        let verdict = verdict::acquire(decision, tally, validity, config.min_validity);
-        span.record("outcome", verdict.label("acquired"));
-        if let Verdict::Held { validity } = verdict {
-            self.armed = false;
-            let deadline = crate::time::earlier_of_overflow(self.round.started(), validity);
-            let inflight = InFlight::track(&mut self.round);
-            return Ok(Lock::new(
-                self.inner.clone(),
-                self.res.clone(),
-                self.token.clone(),
-                ttl,
-                deadline,
-                inflight,
-                fencing_token,
-            ));
-        }
-        let mut votes = self.round.votes(&self.inner.nodes);
-        votes.largest_holder = largest_holder(self.round.replies().map(|(_, r)| r));
-        votes.holder_ids = holder_ids(self.round.replies().map(|(_, r)| r));
-        let err = match verdict {
-            Verdict::Timeout => Error::no_validity(elapsed, votes),
-            Verdict::HeldByOther => Error::Held(votes),
-            _ => Error::NoQuorum(votes),
-        };
-        let granted_released = self.clean_up(true);
-        // Awaited so that a failed attempt's keys on the granting nodes are gone when it
-        // returns (bounded by the node timeout). Dropping this future does not stop it.
-        let _ = granted_released.await;
-        Err(err)
-    }
-
-    /// Gives the attempt up with `err`, after releasing the granting nodes.
-    pub(crate) async fn abandon(mut self, err: Error) -> Result<Lock, Error> {
-        tracing::Span::current().record("outcome", "abandoned");
-        let granted_released = self.clean_up(true);
-        let _ = granted_released.await;
-        Err(err)
-    }
-
-    /// Starts the clean-up in the background: the granting nodes first, then every node
-    /// that failed or timed out, then each node still running its request once it
-    /// finishes. Returns a receiver that completes once the granting nodes are released.
-    pub(crate) fn clean_up(
-        &mut self,
-        wait_for_granted: bool,
-    ) -> tokio::sync::oneshot::Receiver<()> {
-        self.armed = false;
-        let mut first = Vec::new();
-        let mut now = Vec::new();
-        for (i, r) in self.round.replies() {
-            match r.ballot() {
-                Ballot::Granted if wait_for_granted => first.push(i),
-                Ballot::Granted | Ballot::Failed => now.push(i),
-                Ballot::Refused => {}
-            }
-        }
-        let cleanup = Cleanup {
-            first,
-            now,
-            later: self.round.take_pending(),
-        };
-        let inner = self.inner.clone();
-        let call = Arc::new(Request::release(&self.res, &self.token, false, &[]));
-        let timeout = self.node_timeout;
-        cleanup.spawn(move |i: usize| {
-            let node = inner.nodes.get(i).cloned();
-            let call = call.clone();
-            async move {
-                match node {
-                    Some(node) => node.send(&call, timeout).await,
-                    None => Reply::TimedOut,
-                }
-            }
+impl RedlockBuilder {
+    /// Validates the configuration and creates the client.
+    ///
+    /// Connections are opened concurrently; `build` waits for them at most the connect
+    /// timeout and never fails because a node is unreachable: unreachable nodes are
+    /// retried on every request, so a service can start while a minority (or even all)
+    /// of its Redis nodes are down. Each reachable node is checked against the deployment
+    /// contract in the background, with warnings through `tracing`.
+    ///
+    /// Must be called within a Tokio runtime.
+    ///
+    /// With `rediss://` nodes (feature `tls-rustls`), `build` also makes sure rustls has a
+    /// process-level crypto provider: it installs rustls's `ring` provider unless one is
+    /// installed already. An application that wants another provider installs it before
+    /// calling `build`. The feature turns on rustls's `ring` provider; if your application
+    /// also turns on rustls's `aws-lc-rs` provider and builds rustls configurations of its
+    /// own before `build` without installing a default, rustls can no longer pick one for it:
+    /// install a default provider at the start of `main`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an invalid configuration: no nodes, more than 64, a malformed
+    /// URL, a `rediss://` URL without the `tls-rustls` feature or with `#insecure`, the same
+    /// node twice, a drift factor outside `0.0..0.5`, a zero node or connect timeout, an
+    /// invalid retry policy, a `tls_root_ca` that holds no usable certificate.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn build(self) -> Result<Redlock, Error> {
+        Error::ensure_runtime()?;
+        let (specs, config) = self.into_parts()?;
+        let inner = Inner::connect(&specs, config).await?;
+        Ok(Redlock {
+            inner: Arc::new(inner),
         })
-    }
-}
-
-impl Drop for Attempt {
-    fn drop(&mut self) {
-        if self.armed {
-            tracing::debug!(resource = %self.res.label(), token = %self.token,
-                "quorumlock: attempt cancelled; releasing in the background");
-            drop(self.clean_up(false));
-        }
     }
 }

@@ -18,11 +18,10 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::client::Redlock;
 use crate::error::Error;
 use crate::node::NodeSpec;
 
-/// The most nodes one [`Redlock`] may use.
+/// The most nodes one [`Redlock`](crate::Redlock) may use.
 pub const MAX_NODES: usize = 64;
 
 /// The default values of every setting, in one place.
@@ -49,11 +48,11 @@ pub struct Defaults {
     pub node_timeout_max: Duration,
     /// Time allowed to open a connection to a node: 1 s.
     pub connect_timeout: Duration,
-    /// Shortest random delay between attempts of [`Redlock::lock`]: 10 ms.
+    /// Shortest random delay between attempts of [`Redlock::lock`](crate::Redlock::lock): 10 ms.
     pub retry_delay_min: Duration,
     /// Longest random delay between attempts: 100 ms.
     pub retry_delay_max: Duration,
-    /// Longest total wait of [`Redlock::lock`]: 10 s.
+    /// Longest total wait of [`Redlock::lock`](crate::Redlock::lock): 10 s.
     pub retry_max_wait: Duration,
     /// Longest TTL accepted: 24 h.
     pub max_ttl: Duration,
@@ -73,7 +72,7 @@ pub const DEFAULTS: Defaults = Defaults {
     max_ttl: Duration::from_secs(24 * 3600),
 };
 
-/// How [`Redlock::lock`] waits between attempts: a random delay in a range, bounded by
+/// How [`Redlock::lock`](crate::Redlock::lock) waits between attempts: a random delay in a range, bounded by
 /// a number of attempts and/or a total wait.
 ///
 /// Every policy is bounded: at least one of [`attempts`](Retry::attempts) and
@@ -252,7 +251,7 @@ impl Retry {
     }
 }
 
-/// The settings of a [`Redlock`], validated.
+/// The settings of a [`Redlock`](crate::Redlock), validated.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) node_timeout: Option<Duration>,
@@ -315,7 +314,7 @@ impl Config {
     }
 }
 
-/// Builds a [`Redlock`]. Created by [`Redlock::builder`].
+/// Builds a [`Redlock`](crate::Redlock). Created by [`Redlock::builder`](crate::Redlock::builder).
 ///
 /// Every setter consumes and returns the builder, says its default, and is checked in
 /// [`build`](RedlockBuilder::build).
@@ -447,7 +446,7 @@ impl RedlockBuilder {
         self
     }
 
-    /// How [`Redlock::lock`] and [`Redlock::lock_many`] wait between attempts.
+    /// How [`Redlock::lock`](crate::Redlock::lock) and [`Redlock::lock_many`](crate::Redlock::lock_many) wait between attempts.
     ///
     /// The default is [`Retry::new()`]: 10–100 ms random delay, up to 10 s in total.
     ///
@@ -597,46 +596,16 @@ impl RedlockBuilder {
         self
     }
 
-    /// Validates the configuration and creates the client.
-    ///
-    /// Connections are opened concurrently; `build` waits for them at most the connect
-    /// timeout and never fails because a node is unreachable: unreachable nodes are
-    /// retried on every request, so a service can start while a minority (or even all)
-    /// of its Redis nodes are down. Each reachable node is checked against the deployment
-    /// contract in the background, with warnings through `tracing`.
-    ///
-    /// Must be called within a Tokio runtime.
-    ///
-    /// With `rediss://` nodes (feature `tls-rustls`), `build` also makes sure rustls has a
-    /// process-level crypto provider: it installs rustls's `ring` provider unless one is
-    /// installed already. An application that wants another provider installs it before
-    /// calling `build`. The feature turns on rustls's `ring` provider; if your application
-    /// also turns on rustls's `aws-lc-rs` provider and builds rustls configurations of its
-    /// own before `build` without installing a default, rustls can no longer pick one for it:
-    /// install a default provider at the start of `main`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Config`] for an invalid configuration: no nodes, more than 64, a malformed
-    /// URL, a `rediss://` URL without the `tls-rustls` feature or with `#insecure`, the same
-    /// node twice, a drift factor outside `0.0..0.5`, a zero node or connect timeout, an
-    /// invalid retry policy, a `tls_root_ca` that holds no usable certificate.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), quorumlock::Error> {
-    /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn build(self) -> Result<Redlock, Error> {
-        Error::ensure_runtime()?;
+    /// Validates the configuration (before any I/O) and hands out what
+    /// [`build`](RedlockBuilder::build) connects with; with `rediss://` nodes, makes sure
+    /// rustls has a process-level crypto provider.
+    pub(crate) fn into_parts(self) -> Result<(Vec<NodeSpec>, Config), Error> {
         let specs = self.validate()?;
         #[cfg(feature = "tls-rustls")]
         if specs.iter().any(NodeSpec::is_tls) {
             crate::node::tls::ensure_crypto_provider();
         }
-        Redlock::connect(specs, self.config).await
+        Ok((specs, self.config))
     }
 
     pub(crate) fn validate(&self) -> Result<Vec<NodeSpec>, Error> {

@@ -24,9 +24,10 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use tokio::sync::{oneshot, watch};
 
-pub(crate) use crate::background::{flush, spawn, spawn_daemon};
+use crate::background::spawn;
 use crate::error::{NodeOutcome, NodeVote, Votes};
 use crate::node::Node;
+use crate::protocol::cleanup::{self, Plan};
 use crate::protocol::{Ballot, Decision, Reply, Tally};
 
 /// One node's request, tagged with the node's index.
@@ -90,14 +91,8 @@ impl Round {
         let validity = validity(ttl, elapsed, drift(ttl, drift_factor));
         let span = tracing::Span::current();
         span.record("granted", self.tally.granted());
-        span.record(
-            "elapsed_us",
-            u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
-        );
-        span.record(
-            "validity_ms",
-            u64::try_from(validity.as_millis()).unwrap_or(u64::MAX),
-        );
+        span.record("elapsed_us", crate::time::log_us(elapsed));
+        span.record("validity_ms", crate::time::log_ms(validity));
         (elapsed, validity)
     }
 
@@ -112,6 +107,11 @@ impl Round {
 
     pub(crate) fn tally(&self) -> &Tally {
         &self.tally
+    }
+
+    /// Node `i`'s answer, if it has answered.
+    pub(crate) fn reply(&self, i: usize) -> Option<&Reply> {
+        self.replies.get(i).and_then(Option::as_ref)
     }
 
     /// The answers received so far, by node index.
@@ -216,14 +216,13 @@ fn bit(i: usize) -> u64 {
 }
 
 /// The clean-up after a failed or cancelled acquisition: release on every node that may
-/// hold our key, each only after that node's acquire request has finished.
+/// hold our key, each only after that node's acquire request has finished. What to release
+/// when is the protocol's plan ([`cleanup`]); this runs it.
 pub(crate) struct Cleanup {
-    /// Nodes that granted: released first; the caller may wait for these.
-    pub(crate) first: Vec<usize>,
-    /// Nodes whose answer leaves our key possible (failed, timed out).
-    pub(crate) now: Vec<usize>,
-    /// Requests still running; each node is released once its request finishes, unless
-    /// it was refused (the `SET NX` did nothing).
+    /// The nodes that answered: `first` (the caller may wait for these), then `now`.
+    pub(crate) plan: Plan,
+    /// Requests still running; each node is released once its request lands, per
+    /// [`cleanup::after_landing`].
     pub(crate) later: FuturesUnordered<NodeFuture>,
 }
 
@@ -238,8 +237,7 @@ impl Cleanup {
     {
         let (tx, rx) = oneshot::channel();
         let Cleanup {
-            first,
-            now,
+            plan: Plan { first, now },
             mut later,
         } = self;
         spawn(async move {
@@ -256,7 +254,7 @@ impl Cleanup {
                     Some(_) = firsts.next(), if !firsts.is_empty() => {}
                     Some(_) = others.next(), if !others.is_empty() => {}
                     Some((i, reply)) = later.next(), if !later.is_empty() => {
-                        if reply.ballot() != Ballot::Refused {
+                        if cleanup::after_landing(&reply) {
                             others.push(release(i));
                         }
                     }

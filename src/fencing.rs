@@ -46,78 +46,83 @@
 //! a plain decimal integer, fails the node's vote before anything is written (above 2^53
 //! Lua would round `INCR`'s answer and two holders could share a token).
 
+//! The rules themselves (the grant, the strict counter, the token, where the commit goes and
+//! when it counts) are in [`protocol::fencing`](crate::protocol::fencing); this module runs
+//! the two rounds for [`acquire`](crate::acquire).
+
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::{Attempt, Inner};
 use crate::error::Error;
 use crate::fanout::Round;
-use crate::lock::Lock;
 use crate::node::Request;
-use crate::protocol::{Ballot, Decision, Reply};
+use crate::protocol::{Reply, fencing};
 use crate::resource::Resources;
+use crate::shared::Inner;
 use crate::token::Token;
 
-/// One fenced acquisition attempt.
-pub(crate) async fn acquire_fenced(
-    inner: &Arc<Inner>,
+/// The keys both rounds name: the lock keys, then the fence counters, in the same order.
+pub(crate) struct FenceKeys(Vec<Vec<u8>>);
+
+/// Starts round 1: the fenced acquire on every node.
+pub(crate) fn start(
+    inner: &Inner,
     res: &Resources,
+    token: &Token,
     ttl: Duration,
-    token: Token,
     node_timeout: Duration,
-) -> Result<Lock, Error> {
+) -> (Round, FenceKeys) {
     let mut keys = res.lock_keys().to_vec();
     keys.extend(res.fence_keys());
-    let call = Arc::new(Request::acquire_fenced(keys.clone(), &token, ttl));
+    let call = Arc::new(Request::acquire_fenced(keys.clone(), token, ttl));
     let round = Round::start(&inner.nodes, inner.quorum, |_, node| {
         let node = node.clone();
         let call = call.clone();
         async move { node.send(&call, node_timeout).await }
     });
-    let mut attempt = Attempt::new(inner.clone(), res.clone(), token, node_timeout, round);
-    let decision = attempt.round.decide().await;
-    if decision == Decision::Impossible {
-        return attempt.finish(decision, ttl, None).await;
-    }
-    // Round 1 reached the quorum: t = max over the granting nodes. Nodes that refused
-    // hold another owner's key: a commit there can only answer 0, so it is not sent.
-    let mut refused = vec![false; inner.nodes.len()];
-    let mut t = 0u64;
-    for (i, r) in attempt.round.replies() {
-        match r {
-            Reply::Fenced(top) => t = t.max(*top),
-            r if r.ballot() == Ballot::Refused => {
-                if let Some(slot) = refused.get_mut(i) {
-                    *slot = true;
-                }
-            }
-            _ => {}
-        }
-    }
-    // Round 2: commit t on every other node, including those that failed, timed out or
-    // have not answered round 1 yet (the commit follows round 1 on the node's one
-    // connection; where our key is not there it answers 0 and changes nothing). Any
-    // quorum of confirmations will do.
-    let commit = Arc::new(Request::commit_fence(keys, attempt.token(), t));
+    (round, FenceKeys(keys))
+}
+
+/// Round 2, once round 1 reached the quorum: commits `t` (the largest counter granted so
+/// far) on every node that did not refuse round 1, including those that failed, timed out
+/// or have not answered yet (the commit follows round 1 on the node's one connection;
+/// where our key is not there it answers 0 and changes nothing). Completes with `t` once
+/// any quorum confirmed, else with [`Error::NoQuorum`] and the commit's votes (the caller
+/// then abandons the attempt). The requests are created at once, from what round 1 has
+/// seen so far; the future only waits for them.
+pub(crate) fn commit<'a>(
+    inner: &'a Inner,
+    round1: &Round,
+    keys: FenceKeys,
+    token: &Token,
+    node_timeout: Duration,
+) -> impl Future<Output = Result<u64, Error>> + Send + 'a {
+    let t = fencing::token(round1.replies().map(|(_, r)| r));
+    let call = Arc::new(Request::commit_fence(keys.0, token, t));
     let mut round2 = Round::start(&inner.nodes, inner.quorum, |i, node| {
         let node = node.clone();
-        let commit = commit.clone();
-        let skip = refused.get(i).copied().unwrap_or(true);
+        let call = call.clone();
+        let send = fencing::commit_to(round1.reply(i));
         async move {
-            if skip {
-                Reply::HeldBy(None)
+            if send {
+                node.send(&call, node_timeout).await
             } else {
-                node.send(&commit, node_timeout).await
+                // Refused round 1: another owner's key is there, a commit could only fail.
+                Reply::HeldBy(None)
             }
         }
     });
-    let committed = round2.decide().await;
-    if committed != Decision::Reached {
-        let votes = round2.votes(&inner.nodes);
+    async move {
+        let committed = fencing::committed(round2.decide().await);
+        let votes = (!committed).then(|| round2.votes(&inner.nodes));
         round2.detach();
-        tracing::debug!(%votes, "quorumlock: fencing commit missed the quorum");
-        return attempt.abandon(Error::NoQuorum(votes)).await;
+        match votes {
+            None => Ok(t),
+            Some(votes) => {
+                tracing::debug!(%votes, "quorumlock: fencing commit missed the quorum");
+                Err(Error::NoQuorum(votes))
+            }
+        }
     }
-    round2.detach();
-    attempt.finish(Decision::Reached, ttl, Some(t)).await
 }

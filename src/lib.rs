@@ -100,20 +100,20 @@
 //!
 //! # How the algorithm maps to the code
 //!
-//! | step | module |
-//! | --- | --- |
-//! | builder, defaults, validation | `config` |
-//! | one node: connection, timeout, scripts, requests, decoding replies, URL redaction | `node` |
-//! | the pure protocol: vote counting, validity = TTL − elapsed − drift, typed replies, acquire/extend/release verdicts | `protocol` |
-//! | parallel requests, early decision, stragglers | `fanout` |
-//! | one attempt and its clean-up | `client` |
-//! | the held lock: extend, release, drop | `lock` |
-//! | retry and notify waiting | `wait` |
-//! | watchdog (batched extensions), lost signal, scoped use | `watchdog` |
-//! | fencing tokens | `fencing` |
-//! | resource names → keys | `resource` |
-//! | lock tokens | `token` |
-//! | errors | [`error`] |
+//! The layers, lowest first; a module uses only its own layer and the ones below.
+//!
+//! | layer | step | module |
+//! | --- | --- | --- |
+//! | protocol (pure: no I/O, no clock) | vote counting, validity = TTL − elapsed − drift, typed replies, acquire/extend/release verdicts, the clean-up plan, fencing rules, contention and waiting rules, the kept lock's state | `protocol` |
+//! | base | resource names → keys; lock tokens; errors; saturating time; redacted node addresses | `resource`, `token`, [`error`], `time`, `addr` |
+//! | I/O | one node: connection, timeout, scripts, request builders (the one place a TTL becomes a `PX`/script argument), decoding replies | `node` |
+//! | I/O | parallel requests, early decision, stragglers, the clean-up run | `fanout` |
+//! | I/O | background work and `flush`; release subscriptions; the watchdog's batched rounds | `background`, `notifier`, `extender` |
+//! | client | builder, defaults, validation; what clones share | `config`, `shared` |
+//! | client | one attempt and its clean-up; fencing's two rounds | `acquire`, `fencing` |
+//! | client | the held lock: extend, release, drop | `lock` |
+//! | client | retry and notify waiting; the public entry points | `wait`, `client` |
+//! | top | watchdog policy, kept locks, lost signal, scoped use | `watchdog` |
 //!
 //! # Cancel safety
 //!
@@ -155,20 +155,30 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod addr;
-mod background;
-mod client;
-mod config;
-pub mod error;
-mod fanout;
-mod fencing;
-mod lock;
-mod node;
+// The layers, lowest first; each module uses only its own layer and those below
+// (`tests/layering.rs` checks it). The pure protocol core:
 mod protocol;
+// Plain data and arithmetic:
+mod addr;
+pub mod error;
 mod resource;
 mod time;
 mod token;
+// I/O: connections, rounds, background tasks, subscriptions:
+mod background;
+mod extender;
+mod fanout;
+mod node;
+mod notifier;
+// The client: configuration, what clones share, one attempt, the guard, waiting:
+mod acquire;
+mod client;
+mod config;
+mod fencing;
+mod lock;
+mod shared;
 mod wait;
+// Kept locks and scoped use:
 mod watchdog;
 
 #[cfg(feature = "sim")]
@@ -177,12 +187,6 @@ pub mod sim;
 #[cfg(feature = "testkit")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 pub mod testkit;
-
-/// The old home of the TTL conversion, still named by the wait queue's lease renewal;
-/// the conversion itself lives in `node` (the only place a TTL becomes an argument).
-mod quorum {
-    pub(crate) use crate::node::millis_ceil;
-}
 
 /// The user guide (`docs/guide.md`): one section per feature, with examples.
 pub mod guide {

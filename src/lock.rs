@@ -13,12 +13,14 @@ use std::time::{Duration, Instant};
 
 use tracing::{Instrument, field};
 
-use crate::client::Inner;
 use crate::error::{Error, LostReason};
 use crate::fanout::{InFlight, Round};
-use crate::node::{Request, millis_ceil};
+use crate::node::Request;
+use crate::protocol::contention::release_queued;
 use crate::protocol::{Loss, Reply, Verdict, verdict};
 use crate::resource::Resources;
+use crate::shared::Inner;
+use crate::time::log_ms;
 use crate::token::Token;
 
 /// A held lock.
@@ -295,7 +297,7 @@ impl Lock {
             resource = %self.res.label(),
             nodes = self.inner.nodes.len(),
             quorum = self.inner.quorum,
-            ttl_ms = millis_ceil(ttl),
+            ttl_ms = log_ms(ttl),
             token = %self.token,
             granted = field::Empty,
             elapsed_us = field::Empty,
@@ -331,11 +333,7 @@ impl Lock {
         let verdict = verdict::extend(decision, &tally, validity, min, self.is_valid());
         span.record("outcome", verdict.label("extended"));
         if let Verdict::Held { validity } = verdict {
-            // Never earlier than before: the extension cannot shorten any node's expiry
-            // (`PEXPIRE … GT`), so the quorum behind the old deadline still holds until it.
-            self.deadline = self
-                .deadline
-                .max(crate::time::earlier_of_overflow(started, validity));
+            self.deadline = verdict::extended_deadline(self.deadline, started, validity);
             self.ttl = ttl;
             return Ok(());
         }
@@ -403,25 +401,20 @@ impl Lock {
                 .map(|(_, r)| r.listeners())
                 .max()
                 .unwrap_or(0);
-            let listeners = i64::try_from(listeners).unwrap_or(i64::MAX);
-            // Only the heralds keep the queue and count its waiters. A release decided
-            // without either of them (five nodes: three answers need not include one)
-            // cannot tell that no one waits, so this client yields as if someone did: its
-            // next `lock()` of the resource joins the queue instead of jumping it.
+            // Only the heralds keep the queue and count its waiters: a release decided
+            // without either of them cannot tell that no one waits.
             let n_nodes = inner.nodes.len();
-            let unheard = self.res.len() == 1
-                && !round.replies().any(|(i, r)| {
-                    self.res.is_herald(i, n_nodes) && matches!(r, Reply::Released { .. })
-                });
-            n.released(&self.res, listeners, self.waiter.is_some() || unheard);
+            let herald_answered = round.replies().any(|(i, r)| {
+                self.res.is_herald(i, n_nodes) && matches!(r, Reply::Released { .. })
+            });
+            let single = self.res.len() == 1;
+            let queued = release_queued(single, self.waiter.is_some(), herald_answered);
+            n.released(&self.res, listeners, queued);
         }
         let votes = round.votes(&inner.nodes);
         let tally = *round.tally();
         span.record("granted", tally.granted());
-        span.record(
-            "elapsed_us",
-            u64::try_from(round.elapsed().as_micros()).unwrap_or(u64::MAX),
-        );
+        span.record("elapsed_us", crate::time::log_us(round.elapsed()));
         round.detach();
         let verdict = verdict::release(decision, &tally, expired);
         span.record("outcome", verdict.label("released"));
@@ -471,7 +464,7 @@ impl Drop for Lock {
             tracing::debug!(resource = %self.res.label(), "quorumlock: expired lock dropped");
         }
         let mut round = self.release_round();
-        let spawned = crate::fanout::spawn(async move {
+        let spawned = crate::background::spawn(async move {
             let _ = round.decide().await;
             round.detach();
         });

@@ -16,15 +16,19 @@
 //! travel as `KEYS`/`ARGV`.
 //!
 //! This is also the bottom of the protocol's I/O: every request is built here
-//! ([`Request`]: the only place a TTL becomes a `PX` or script argument, see
-//! [`millis_ceil`]), and every answer is decoded here into a typed
-//! [`protocol::Reply`](crate::protocol::Reply), so nothing above this module looks at a
-//! raw Redis value. (The wait queue's join and leave scripts still read their raw
-//! answers through [`Node::eval`].)
+//! ([`Request`], [`QueueJoin`], [`ExtendBatch`]: the only place a duration becomes a `PX`
+//! or script argument, see [`millis_ceil`]), and every answer is decoded here into a typed
+//! [`protocol::Reply`](crate::protocol::Reply) (or, for a wait-queue join, a
+//! [`QueuePlace`]), so nothing above this module looks at a raw Redis value.
+//!
+//! ```text
+//!   Duration ──Request::acquire / extend / acquire_fenced, QueueJoin::new, ExtendBatch::new──▶ millis_ceil ──▶ "PX", ARGV
+//!   raw Value ──decode(Answer, raw)──▶ protocol::Reply        decode_join(raw) ──▶ QueuePlace
+//! ```
 
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -32,39 +36,39 @@ use redis::{Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError,
 
 pub(crate) use crate::addr::NodeAddr;
 use crate::error::Error;
-use crate::protocol::reply::{Holder, Reply as Typed};
+use crate::protocol::fencing;
+use crate::protocol::reply::{Holder, QueuePlace, Reply as Typed};
 use crate::resource::Resources;
 use crate::token::Token;
 
-/// A Lua script: its source and its SHA1, computed once.
+/// A Lua script: its source (the one copy, from `src/scripts/`) and its SHA1, computed
+/// once from that source on first use.
 pub(crate) struct Lua {
     code: &'static str,
-    hash: LazyLock<String>,
+    hash: OnceLock<String>,
     /// Running it twice has the effect of running it once (compare-and-X scripts).
     idempotent: bool,
 }
 
 impl Lua {
-    pub(crate) const fn new(code: &'static str, hash: fn() -> String, idempotent: bool) -> Lua {
+    pub(crate) const fn new(code: &'static str, idempotent: bool) -> Lua {
         Lua {
             code,
-            hash: LazyLock::new(hash),
+            hash: OnceLock::new(),
             idempotent,
         }
+    }
+
+    /// The script's SHA1, for `EVALSHA`.
+    fn hash(&self) -> &str {
+        self.hash
+            .get_or_init(|| redis::Script::new(self.code).get_hash().to_owned())
     }
 }
 
 macro_rules! lua {
     ($file:literal, idempotent: $idem:literal) => {
-        $crate::node::Lua::new(
-            include_str!($file),
-            || {
-                redis::Script::new(include_str!($file))
-                    .get_hash()
-                    .to_owned()
-            },
-            $idem,
-        )
+        $crate::node::Lua::new(include_str!($file), $idem)
     };
 }
 
@@ -75,9 +79,9 @@ pub(crate) static RELEASE: Lua = lua!("scripts/release.lua", idempotent: true);
 /// Compare-and-delete of one key, handing over to the wait queue's head.
 pub(crate) static RELEASE_ONE: Lua = lua!("scripts/release_one.lua", idempotent: true);
 /// Join a wait queue.
-pub(crate) static ENQUEUE: Lua = lua!("scripts/enqueue.lua", idempotent: true);
+static ENQUEUE: Lua = lua!("scripts/enqueue.lua", idempotent: true);
 /// Leave a wait queue.
-pub(crate) static DEQUEUE: Lua = lua!("scripts/dequeue.lua", idempotent: true);
+static DEQUEUE: Lua = lua!("scripts/dequeue.lua", idempotent: true);
 /// Compare-and-extend.
 pub(crate) static EXTEND: Lua = lua!("scripts/extend.lua", idempotent: true);
 /// The fenced acquire (round 1): every lock key or none, and the fence counters raised.
@@ -419,7 +423,7 @@ impl Node {
     /// retried once after a dropped connection (the manager reconnects), within the timeout.
     /// Acquire scripts are never finished late nor retried: their clean-up is ordered after
     /// the request it sees, and a late `EVAL` would come after it.
-    pub(crate) async fn eval(&self, call: &Arc<ScriptCall>, timeout: Duration) -> Reply {
+    async fn eval(&self, call: &Arc<ScriptCall>, timeout: Duration) -> Reply {
         let mut conn = self.conn.clone();
         let call2 = call.clone();
         let run = async move {
@@ -477,8 +481,8 @@ pub(crate) const LATE_LIMIT: Duration = Duration::from_secs(30);
 
 /// A duration in whole milliseconds, rounded up and saturating (a TTL of 1.5 ms is sent as
 /// 2 ms: Redis then holds the key at least as long as we assume). The one conversion of a
-/// TTL into a `PX` or script argument; tracing reuses it so logs show what was sent.
-pub(crate) fn millis_ceil(d: Duration) -> u64 {
+/// duration into a `PX` or script argument, called only by the request builders here.
+fn millis_ceil(d: Duration) -> u64 {
     let ms = d.as_millis();
     let ms = if !d.subsec_nanos().is_multiple_of(1_000_000) {
         ms.saturating_add(1)
@@ -490,7 +494,7 @@ pub(crate) fn millis_ceil(d: Duration) -> u64 {
 
 /// The shape of a request's answer, which says how to decode it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Answer {
+pub(crate) enum Answer {
     /// `SET … NX GET` (nil, or the holder's token), the acquire script (1/0), the fenced
     /// acquire (`{1, counter}`/`{0}`).
     Acquire,
@@ -599,14 +603,58 @@ impl Request {
         Request::script(&RELEASE, res.lock_keys().to_vec(), args, Answer::Release)
     }
 
+    /// Leaves a wait queue (`keys`: the queue and its leases) as waiter `id`. Answers 1.
+    pub(crate) fn dequeue(keys: &[Vec<u8>; 2], id: &[u8]) -> Request {
+        let args = vec![id.to_vec()];
+        Request::script(&DEQUEUE, keys.to_vec(), args, Answer::Compare)
+    }
+
     /// Decodes a raw answer to this request.
     fn decode(&self, raw: Reply) -> Typed {
         decode(self.answer, raw)
     }
 }
 
+/// A wait-queue join (or renewal) on one herald: the waiter's id, the arrival score that
+/// herald gave it before (empty on a first join: the herald assigns one from its clock),
+/// and the lease.
+pub(crate) struct QueueJoin {
+    call: Arc<ScriptCall>,
+}
+
+impl QueueJoin {
+    /// Joins the queue (`keys`: the queue and its leases) as `id`, for `lease`.
+    pub(crate) fn new(keys: &[Vec<u8>; 2], id: &[u8], score: &[u8], lease: Duration) -> QueueJoin {
+        let lease = millis_ceil(lease).to_string().into_bytes();
+        let args = vec![id.to_vec(), score.to_vec(), lease];
+        QueueJoin {
+            call: Arc::new(ScriptCall::new(&ENQUEUE, keys.to_vec(), args)),
+        }
+    }
+}
+
+/// Decodes a join's answer, `{added, ahead, score}`: `None` for a failure or any other
+/// shape (the queue is only a hint: an unreadable answer is an absent one).
+pub(crate) fn decode_join(raw: Reply) -> Option<QueuePlace> {
+    let Reply::Value(Value::Array(a)) = raw else {
+        return None;
+    };
+    let (Some(Value::Int(added)), Some(Value::Int(ahead))) = (a.first(), a.get(1)) else {
+        return None;
+    };
+    let score = match a.get(2) {
+        Some(Value::BulkString(s)) => Some(s.clone()),
+        _ => None,
+    };
+    Some(QueuePlace {
+        added: *added == 1,
+        ahead: u64::try_from(*ahead).ok()?,
+        score,
+    })
+}
+
 /// Turns a raw answer into a typed reply; anything of the wrong shape is a failure.
-fn decode(answer: Answer, raw: Reply) -> Typed {
+pub(crate) fn decode(answer: Answer, raw: Reply) -> Typed {
     let v = match raw {
         Reply::TimedOut => return Typed::TimedOut,
         Reply::Error(e) => return Typed::Failed(Reply::error_text(&e)),
@@ -621,7 +669,7 @@ fn decode(answer: Answer, raw: Reply) -> Typed {
         }
         (Answer::Acquire, Value::Array(a)) => match (a.first(), a.get(1)) {
             (Some(Value::Int(0)), _) => Some(Typed::HeldBy(None)),
-            (Some(Value::Int(1)), Some(Value::Int(t))) => u64::try_from(*t).ok().map(Typed::Fenced),
+            (Some(Value::Int(1)), Some(Value::Int(t))) => fencing::token_of(*t).map(Typed::Fenced),
             _ => None,
         },
         (Answer::Release, Value::Array(a)) => match (a.first(), a.get(1)) {
@@ -650,6 +698,24 @@ fn short_value(v: &Value) -> String {
 }
 
 impl Node {
+    /// Sends `PING`, bounded by `timeout` (opens the connection); whether it answered.
+    pub(crate) async fn ping(&self, timeout: Duration) -> bool {
+        matches!(
+            self.query(&redis::cmd("PING"), timeout).await,
+            Reply::Value(_)
+        )
+    }
+
+    /// Joins (or renews) a wait-queue place, bounded by `timeout` (finished in the
+    /// background if the caller stops waiting: the script is idempotent).
+    pub(crate) async fn join_queue(
+        &self,
+        join: &QueueJoin,
+        timeout: Duration,
+    ) -> Option<QueuePlace> {
+        decode_join(self.eval(&join.call, timeout).await)
+    }
+
     /// Sends a prepared request, bounded by `timeout`, and decodes the answer.
     pub(crate) async fn send(&self, req: &Request, timeout: Duration) -> Typed {
         req.decode(self.send_raw(req, timeout).await)
@@ -717,7 +783,7 @@ impl ExtendBatch {
         let mut count = 0;
         for (keys, token, ttl) in locks {
             pipe.cmd("EVALSHA")
-                .arg(EXTEND.hash.as_str())
+                .arg(EXTEND.hash())
                 .arg(keys.len())
                 .arg(keys)
                 .arg(token)
@@ -729,7 +795,7 @@ impl ExtendBatch {
 }
 
 /// A prepared script invocation (keys and arguments), shared by every node of a round.
-pub(crate) struct ScriptCall {
+struct ScriptCall {
     code: &'static str,
     idempotent: bool,
     evalsha: Cmd,
@@ -738,9 +804,9 @@ pub(crate) struct ScriptCall {
 }
 
 impl ScriptCall {
-    pub(crate) fn new(script: &'static Lua, keys: Vec<Vec<u8>>, args: Vec<Vec<u8>>) -> ScriptCall {
+    fn new(script: &'static Lua, keys: Vec<Vec<u8>>, args: Vec<Vec<u8>>) -> ScriptCall {
         let mut evalsha = redis::cmd("EVALSHA");
-        evalsha.arg(script.hash.as_str()).arg(keys.len());
+        evalsha.arg(script.hash()).arg(keys.len());
         for k in &keys {
             evalsha.arg(k.as_slice());
         }
@@ -785,21 +851,7 @@ pub(crate) async fn check_deployment(node: &Node, timeout: Duration, fencing: bo
             return;
         }
     }
-    let config_get = |name: &str| {
-        let mut c = redis::cmd("CONFIG");
-        c.arg("GET").arg(name);
-        c
-    };
-    let get = |reply: Reply| -> Option<String> {
-        match reply {
-            Reply::Value(v) => {
-                let pairs: Vec<String> = redis::from_redis_value(v).ok()?;
-                pairs.get(1).cloned()
-            }
-            _ => None,
-        }
-    };
-    match get(node.query(&config_get("maxmemory-policy"), timeout).await) {
+    match config_get(node, "maxmemory-policy", timeout).await {
         Some(p) if p == "noeviction" => {}
         Some(p) => tracing::warn!(node = %addr, maxmemory_policy = %p,
             "quorumlock: node evicts keys under memory pressure (maxmemory-policy is not noeviction): a held lock can silently disappear"),
@@ -807,21 +859,7 @@ pub(crate) async fn check_deployment(node: &Node, timeout: Duration, fencing: bo
             tracing::debug!(node = %addr, "quorumlock: could not read maxmemory-policy (CONFIG disabled?)")
         }
     }
-    let aof = get(node.query(&config_get("appendonly"), timeout).await);
-    let fsync = get(node.query(&config_get("appendfsync"), timeout).await);
-    match (aof.as_deref(), fsync.as_deref()) {
-        (Some("yes"), Some("always")) => {}
-        (Some(_), Some(_)) => tracing::warn!(node = %addr, appendonly = ?aof, appendfsync = ?fsync,
-            "quorumlock: node does not persist every write (appendfsync always): after a crash, restart it only once the longest TTL has passed"),
-        _ => tracing::debug!(node = %addr, "quorumlock: could not read persistence settings"),
-    }
-    if fencing && aof.as_deref() != Some("yes") {
-        let save = get(node.query(&config_get("save"), timeout).await);
-        if save.as_deref().is_some_and(|s| !s.trim().is_empty()) {
-            tracing::warn!(node = %addr, save = ?save,
-                "quorumlock: fencing with RDB snapshots: a restart brings back stale fence counters; tokens stay ordered only if a crashed node is restarted after the longest TTL with its clock in sync (as for a node without persistence); use AOF with appendfsync always to restart at once");
-        }
-    }
+    check_persistence(node, timeout, fencing).await;
     if let Reply::Value(v) = node
         .query(redis::cmd("INFO").arg("replication"), timeout)
         .await
@@ -830,6 +868,40 @@ pub(crate) async fn check_deployment(node: &Node, timeout: Duration, fencing: bo
         if text.lines().any(|l| l.trim() == "role:slave") {
             tracing::warn!(node = %addr,
                 "quorumlock: node is a replica; Redlock needs independent masters (writes will fail with READONLY)");
+        }
+    }
+}
+
+/// One `CONFIG GET` value, or `None` when it cannot be read.
+async fn config_get(node: &Node, name: &str, timeout: Duration) -> Option<String> {
+    let mut c = redis::cmd("CONFIG");
+    c.arg("GET").arg(name);
+    match node.query(&c, timeout).await {
+        Reply::Value(v) => {
+            let pairs: Vec<String> = redis::from_redis_value(v).ok()?;
+            pairs.get(1).cloned()
+        }
+        _ => None,
+    }
+}
+
+/// Warns when the node does not persist every write (and, with fencing, when RDB
+/// snapshots would bring back stale fence counters).
+async fn check_persistence(node: &Node, timeout: Duration, fencing: bool) {
+    let addr = &node.addr;
+    let aof = config_get(node, "appendonly", timeout).await;
+    let fsync = config_get(node, "appendfsync", timeout).await;
+    match (aof.as_deref(), fsync.as_deref()) {
+        (Some("yes"), Some("always")) => {}
+        (Some(_), Some(_)) => tracing::warn!(node = %addr, appendonly = ?aof, appendfsync = ?fsync,
+            "quorumlock: node does not persist every write (appendfsync always): after a crash, restart it only once the longest TTL has passed"),
+        _ => tracing::debug!(node = %addr, "quorumlock: could not read persistence settings"),
+    }
+    if fencing && aof.as_deref() != Some("yes") {
+        let save = config_get(node, "save", timeout).await;
+        if save.as_deref().is_some_and(|s| !s.trim().is_empty()) {
+            tracing::warn!(node = %addr, save = ?save,
+                "quorumlock: fencing with RDB snapshots: a restart brings back stale fence counters; tokens stay ordered only if a crashed node is restarted after the longest TTL with its clock in sync (as for a node without persistence); use AOF with appendfsync always to restart at once");
         }
     }
 }
@@ -887,5 +959,65 @@ mod tests {
         );
         assert!(matches!(decode(Answer::Release, int(1)), Typed::Failed(_)));
         assert_eq!(decode(Answer::Compare, Reply::TimedOut), Typed::TimedOut);
+        // A fenced grant's counter is a token only in 1..2^53.
+        for bad in [0, 1 << 53] {
+            assert!(matches!(
+                decode(Answer::Acquire, arr(vec![Value::Int(1), Value::Int(bad)])),
+                Typed::Failed(_)
+            ));
+        }
+    }
+
+    /// A join's `{added, ahead, score}`; anything else reads as no answer.
+    #[test]
+    fn decoding_joins() {
+        let arr = |a: Vec<Value>| Reply::Value(Value::Array(a));
+        let score = Value::BulkString(b"1700000000000001".to_vec());
+        assert_eq!(
+            decode_join(arr(vec![Value::Int(1), Value::Int(2), score])),
+            Some(QueuePlace {
+                added: true,
+                ahead: 2,
+                score: Some(b"1700000000000001".to_vec())
+            })
+        );
+        assert_eq!(
+            decode_join(arr(vec![Value::Int(0), Value::Int(0), Value::Nil])),
+            Some(QueuePlace {
+                added: false,
+                ahead: 0,
+                score: None
+            })
+        );
+        assert_eq!(decode_join(arr(vec![Value::Int(0), Value::Int(-1)])), None);
+        assert_eq!(decode_join(arr(vec![Value::Int(0)])), None);
+        assert_eq!(decode_join(Reply::TimedOut), None);
+    }
+
+    /// Each script's hash is computed from its one copy of the source, as Redis computes it.
+    #[test]
+    fn scripts_hash_their_source() {
+        for lua in [
+            &ACQUIRE_MANY,
+            &RELEASE,
+            &RELEASE_ONE,
+            &ENQUEUE,
+            &DEQUEUE,
+            &EXTEND,
+            &ACQUIRE_FENCED,
+            &COMMIT_FENCE,
+        ] {
+            assert_eq!(lua.hash(), redis::Script::new(lua.code).get_hash());
+            assert_eq!(lua.hash().len(), 40);
+        }
+        assert_ne!(RELEASE.hash(), RELEASE_ONE.hash());
+    }
+
+    /// A queue join's lease travels as whole milliseconds, rounded up.
+    #[test]
+    fn join_lease_in_millis() {
+        let keys = [b"q".to_vec(), b"l".to_vec()];
+        let j = QueueJoin::new(&keys, b"id", b"", Duration::from_micros(2_500));
+        assert_eq!(j.call.args, vec![b"id".to_vec(), Vec::new(), b"3".to_vec()]);
     }
 }

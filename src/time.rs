@@ -1,10 +1,12 @@
-//! Saturating time arithmetic.
+//! Saturating time arithmetic on the process's clocks.
 //!
 //! Durations in this crate come from users (`Retry::delay(Duration::MAX, Duration::MAX)`,
 //! `Redlock::flush(Duration::MAX)`) and from subtractions that may underflow. `Instant +
-//! Duration` panics on overflow, so every instant the crate computes goes through these
-//! helpers instead: a deadline that would overflow becomes "far in the future" (about 30
-//! years: later than any lock or wait can matter, and still a valid timer for Tokio).
+//! Duration` panics on overflow, so every instant the crate computes goes through the
+//! protocol's saturating sums ([`crate::protocol::time`]), which this module applies to
+//! the standard and the Tokio instant: a deadline that would overflow becomes "far in the
+//! future" (about 30 years: later than any lock or wait can matter, and still a valid timer
+//! for Tokio).
 //!
 //! Deadlines that bound a lock's *validity* never use the far-future fallback: they come
 //! from [`earlier_of_overflow`], which falls back to the start instant, so an overflow can
@@ -12,27 +14,42 @@
 
 use std::time::{Duration, Instant};
 
-/// About 30 years: the stand-in for "never" when an instant would overflow.
-pub(crate) const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
+use crate::protocol::time::Moment;
+pub(crate) use crate::protocol::time::{earlier_of_overflow, later};
 
-/// `at + d`, or `at + FAR` (or `at`) when that overflows. For timers and give-up times.
-pub(crate) fn later(at: Instant, d: Duration) -> Instant {
-    at.checked_add(d)
-        .or_else(|| at.checked_add(FAR))
-        .unwrap_or(at)
+impl Moment for Instant {
+    fn plus(self, d: Duration) -> Option<Instant> {
+        self.checked_add(d)
+    }
+    fn minus(self, d: Duration) -> Option<Instant> {
+        self.checked_sub(d)
+    }
+    fn since(self, earlier: Instant) -> Duration {
+        self.saturating_duration_since(earlier)
+    }
 }
 
-/// The same for Tokio's clock.
-pub(crate) fn later_tokio(at: tokio::time::Instant, d: Duration) -> tokio::time::Instant {
-    at.checked_add(d)
-        .or_else(|| at.checked_add(FAR))
-        .unwrap_or(at)
+impl Moment for tokio::time::Instant {
+    fn plus(self, d: Duration) -> Option<tokio::time::Instant> {
+        self.checked_add(d)
+    }
+    fn minus(self, d: Duration) -> Option<tokio::time::Instant> {
+        self.checked_sub(d)
+    }
+    fn since(self, earlier: tokio::time::Instant) -> Duration {
+        self.saturating_duration_since(earlier)
+    }
 }
 
-/// `at + d` for a validity deadline: on overflow, `at` itself (the lock then looks expired
-/// rather than valid for longer than it is).
-pub(crate) fn earlier_of_overflow(at: Instant, d: Duration) -> Instant {
-    at.checked_add(d).unwrap_or(at)
+/// A duration in whole milliseconds (truncated, saturating), for tracing fields such as
+/// `ttl_ms` and `validity_ms`. Never a request argument: those are built in `node.rs`.
+pub(crate) fn log_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A duration in whole microseconds (truncated, saturating), for tracing fields.
+pub(crate) fn log_us(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
@@ -49,7 +66,7 @@ mod tests {
             now + Duration::from_secs(1)
         );
         let tnow = tokio::time::Instant::now();
-        assert!(later_tokio(tnow, Duration::MAX) > tnow + Duration::from_secs(86_400 * 365));
+        assert!(later(tnow, Duration::MAX) > tnow + Duration::from_secs(86_400 * 365));
     }
 
     #[test]
@@ -60,5 +77,12 @@ mod tests {
             earlier_of_overflow(now, Duration::from_millis(5)),
             now + Duration::from_millis(5)
         );
+    }
+
+    #[test]
+    fn log_units() {
+        assert_eq!(log_ms(Duration::from_micros(1_500)), 1);
+        assert_eq!(log_ms(Duration::MAX), u64::MAX);
+        assert_eq!(log_us(Duration::from_nanos(1_999)), 1);
     }
 }

@@ -23,6 +23,7 @@ use super::tally::Ballot;
 pub(crate) struct Holder(Vec<u8>);
 
 impl Holder {
+    /// The token a node named as the holder's.
     pub(crate) fn new(token: Vec<u8>) -> Holder {
         Holder(token)
     }
@@ -85,6 +86,20 @@ impl Reply {
     }
 }
 
+/// One herald's answer to a wait-queue join: whether it added the waiter anew (a first
+/// join, or its place had been popped or had lapsed), how many live waiters are queued
+/// ahead of it, and its arrival score there (the herald's clock at the first join, sent
+/// back on a re-join so the place is kept).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct QueuePlace {
+    /// The waiter was not queued on this herald before this join.
+    pub(crate) added: bool,
+    /// Live waiters queued ahead of it.
+    pub(crate) ahead: u64,
+    /// Its arrival score, as the herald printed it.
+    pub(crate) score: Option<Vec<u8>>,
+}
+
 /// The largest number of nodes one other owner holds, from the refusals (each names its
 /// holder when the request was `SET … NX GET`). `None` when some refusal did not name its
 /// holder: then nothing is known about how the others split.
@@ -119,7 +134,7 @@ pub(crate) fn holder_ids<'a>(replies: impl IntoIterator<Item = &'a Reply>) -> Ve
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use proptest::prelude::*;
 

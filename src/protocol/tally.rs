@@ -98,21 +98,27 @@ impl Tally {
         }
     }
 
+    /// Nodes that did what was asked.
     pub(crate) fn granted(&self) -> usize {
         self.granted
     }
+    /// Nodes that answered that another owner holds the key (or that ours is not there).
     pub(crate) fn refused(&self) -> usize {
         self.refused
     }
+    /// Nodes that answered at all (granted, refused, failed or timed out).
     pub(crate) fn answered(&self) -> usize {
         self.granted + self.refused + self.failed
     }
+    /// Nodes still to answer: every answer not yet counted may still be a grant.
     pub(crate) fn pending(&self) -> usize {
         self.nodes.saturating_sub(self.answered())
     }
+    /// Grants needed.
     pub(crate) fn quorum(&self) -> usize {
         self.quorum
     }
+    /// Nodes in the round.
     pub(crate) fn nodes(&self) -> usize {
         self.nodes
     }

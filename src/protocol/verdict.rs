@@ -23,6 +23,7 @@
 use std::time::Duration;
 
 use super::tally::{Decision, Tally, is_held};
+use super::time::{Moment, earlier_of_overflow};
 
 /// Why a round found the lock lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,6 +120,14 @@ pub(crate) fn extend(
     }
 }
 
+/// The deadline after an extension that was held for `validity` from its start `started`:
+/// `started + validity`, but never earlier than the deadline it had (`old`). The extend
+/// script never shortens a node's expiry (`PEXPIRE … GT`), so the quorum behind the old
+/// deadline still holds until then, however short the new TTL or late the round.
+pub(crate) fn extended_deadline<T: Moment>(old: T, started: T, validity: Duration) -> T {
+    old.max(earlier_of_overflow(started, validity))
+}
+
 /// A release round. `expired`: whether the lock had expired before the release started
 /// (its keys are deleted all the same, and the caller learns it was lost).
 pub(crate) fn release(decision: Decision, tally: &Tally, expired: bool) -> Verdict {
@@ -186,6 +195,14 @@ mod tests {
             let got = extend(t.final_decision(), &t, MS, Duration::ZERO, true);
             assert_eq!(got, want, "n={n} granted={g} refused={r} failed={f}");
         }
+    }
+
+    #[test]
+    fn extension_never_shortens() {
+        let s = Duration::from_secs(1);
+        assert_eq!(extended_deadline(5 * s, 2 * s, 10 * s), 12 * s);
+        assert_eq!(extended_deadline(15 * s, 2 * s, 10 * s), 15 * s);
+        assert_eq!(extended_deadline(5 * s, 2 * s, Duration::MAX), 5 * s);
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! [`History`]: a thread-safe recorder of what lock clients did and believed, on one
-//! monotonic clock, for the [`checker`].
+//! monotonic clock, for the [`checker`](super::checker).
 //!
 //! Every time in an [`Event`] is an offset from the history's start (one
 //! [`std::time::Instant`] taken by [`History::new`]), so all events, and the deadlines that
@@ -46,8 +46,6 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-
-use super::checker::{self, Report};
 
 /// Identifies one sequential client (task) in a [`History`].
 pub type ClientId = u64;
@@ -317,11 +315,6 @@ impl History {
             history: self.clone(),
             client: id,
         }
-    }
-
-    /// Runs every invariant of the [`checker`] over the events so far.
-    pub fn check(&self) -> Report {
-        checker::check(self)
     }
 }
 

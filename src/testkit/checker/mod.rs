@@ -283,6 +283,14 @@ impl fmt::Display for Report {
     }
 }
 
+impl History {
+    /// Runs every invariant of the [`checker`](self) over the events so far (the same as
+    /// [`check`]).
+    pub fn check(&self) -> Report {
+        check(self)
+    }
+}
+
 /// Checks every invariant over a history's events.
 pub fn check(history: &History) -> Report {
     check_events(&history.events())

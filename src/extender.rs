@@ -1,0 +1,427 @@
+//! The watchdog's I/O: the kept locks of one [`Redlock`](crate::Redlock) ([`Registry`]),
+//! each one's shared state ([`Entry`]), and the one task that extends them all in
+//! pipelined rounds, one pipeline per node and tick.
+//!
+//! Every decision is the protocol's ([`protocol::keep::Kept`](crate::protocol::keep::Kept)):
+//! which locks are due, what a round's votes did to each, when a lock's lost signal fires
+//! and why. This module holds that state behind a mutex, sends the rounds, reads the
+//! clock, and tells the guards (`watchdog.rs`) when something changed.
+//!
+//! ```text
+//!   Task::run ──sweep every entry (Kept::sweep)──▶ due ──ExtendBatch per node──▶ replies
+//!       ▲                                                               │ one Tally per lock
+//!       └── sleeps until the next due time or a new entry ◀── Kept::apply ◀┘ (decided at quorum)
+//! ```
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use tokio::sync::{Notify, watch};
+
+use crate::error::{Error, LostReason};
+use crate::node::{ExtendBatch, Node};
+use crate::protocol::keep::{self, Applied, Kept, Lost, Policy, Sweep};
+use crate::protocol::{Decision, Tally};
+use crate::time::log_ms;
+
+/// The public reason for a kept lock's loss.
+fn reason(lost: Lost) -> LostReason {
+    match lost {
+        Lost::ExtendFailed => LostReason::ExtendFailed,
+        Lost::MaxHold => LostReason::MaxHold,
+        Lost::MaxExtensions => LostReason::MaxExtensions,
+        Lost::NotHeld => LostReason::NotHeld,
+        Lost::Expired => LostReason::Expired,
+    }
+}
+
+/// What the watchdog task and the guard share about one kept lock.
+pub(crate) struct Entry {
+    state: Mutex<Kept<Instant>>,
+    /// Bumped whenever the deadline moves or the lock is lost or stopped.
+    changed: watch::Sender<u64>,
+    keys: Vec<Vec<u8>>,
+    token: Vec<u8>,
+    ttl: Duration,
+}
+
+impl Entry {
+    /// A kept lock: its keys and token, its policy, valid until `deadline`, kept from
+    /// `now`, capped at `hold_end`.
+    pub(crate) fn new(
+        policy: Policy,
+        keys: Vec<Vec<u8>>,
+        token: Vec<u8>,
+        deadline: Instant,
+        now: Instant,
+        hold_end: Option<Instant>,
+    ) -> Arc<Entry> {
+        Arc::new(Entry {
+            state: Mutex::new(Kept::new(policy, deadline, now, hold_end)),
+            changed: watch::channel(0).0,
+            keys,
+            token,
+            ttl: policy.ttl,
+        })
+    }
+
+    /// Whether the lock is lost already when it is handed over at `now`
+    /// ([`Kept::lost_at_start`]); then it is reported lost and must not be registered.
+    pub(crate) fn lost_at_start(&self, now: Instant) -> bool {
+        let lost = self
+            .state
+            .lock()
+            .ok()
+            .and_then(|mut st| st.lost_at_start(now));
+        if let Some(l) = lost {
+            self.report(l);
+        }
+        lost.is_some()
+    }
+
+    /// Reports a loss that just happened: a warning, and a wake-up for the signals.
+    fn report(&self, lost: Lost) {
+        let e = Error::lost(reason(lost), None);
+        tracing::warn!(ttl_ms = log_ms(self.ttl), error = %e, "quorumlock: watchdog: lock lost");
+        self.notify();
+    }
+
+    fn notify(&self) {
+        self.changed.send_modify(|g| *g = g.wrapping_add(1));
+    }
+
+    /// Marks the lock lost if its time is up; returns the error if it is lost.
+    ///
+    /// Fails closed: if the state's mutex was poisoned by a panic, the lock is reported
+    /// lost (never trusted on a state that may be half-updated).
+    pub(crate) fn check(&self, now: Instant) -> Option<Error> {
+        let Ok(mut st) = self.state.lock() else {
+            return Some(Error::lost(LostReason::WatchdogFailed, None));
+        };
+        if let Some(l) = st.fire(now) {
+            self.report(l);
+        }
+        st.lost().map(|l| Error::lost(reason(l), None))
+    }
+
+    /// The deadline the guard and its contexts report. Once the lock was released (or its
+    /// guard dropped) no validity is left to report: a context that outlived the guard
+    /// must not call a lock valid that another client may hold by now.
+    pub(crate) fn deadline(&self) -> Instant {
+        let now = Instant::now();
+        self.state.lock().map_or(now, |s| s.deadline(now))
+    }
+
+    /// Whether the guard released the lock or was dropped (a poisoned state counts).
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.state.lock().map(|s| s.stopped()).unwrap_or(true)
+    }
+
+    /// Stops the watchdog for this lock and returns the deadline it had, for the release
+    /// that follows; from then on the entry (and every context) reports no validity.
+    pub(crate) fn stop(&self) -> Instant {
+        let deadline = match self.state.lock() {
+            Ok(mut st) => st.stop(),
+            Err(_) => Instant::now(),
+        };
+        self.notify();
+        deadline
+    }
+
+    /// Completes with the lock's loss: when its lost signal's time comes (its own timer,
+    /// re-armed whenever the deadline moves, so hanging requests cannot delay it), when a
+    /// round or a cap finds it lost, or with [`LostReason::Released`] once it was released
+    /// without being lost (whoever still waits must stop too).
+    pub(crate) async fn wait_lost(self: Arc<Entry>) -> Error {
+        let mut rx = self.changed.subscribe();
+        loop {
+            rx.borrow_and_update();
+            if let Some(e) = self.check(Instant::now()) {
+                return e;
+            }
+            let read = self
+                .state
+                .lock()
+                .ok()
+                .map(|st| (st.fire_at().0, st.stopped()));
+            let Some((at, stopped)) = read else {
+                return std::future::pending().await;
+            };
+            if stopped {
+                return Error::lost(LostReason::Released, None);
+            }
+            tokio::select! {
+                r = rx.changed() => if r.is_err() { return std::future::pending().await },
+                () = tokio::time::sleep_until(at.into()) => {}
+            }
+        }
+    }
+
+    /// Poisons the state's mutex, as a panic while holding it would.
+    #[cfg(test)]
+    pub(crate) fn poison(self: &Arc<Entry>) {
+        let e = self.clone();
+        let joined = std::thread::spawn(move || {
+            let _guard = e.state.lock();
+            panic!("poison the watchdog state on purpose");
+        })
+        .join();
+        assert!(joined.is_err() && self.state.is_poisoned());
+    }
+}
+
+/// The per-node timeout for a TTL (the client's configuration).
+pub(crate) type NodeTimeout = Arc<dyn Fn(Duration) -> Duration + Send + Sync>;
+
+/// The kept locks of one [`Redlock`](crate::Redlock) and the one task that extends them.
+pub(crate) struct Registry {
+    entries: Arc<Mutex<Vec<Arc<Entry>>>>,
+    wake: Arc<Notify>,
+    nodes: Arc<[Node]>,
+    quorum: usize,
+    node_timeout: NodeTimeout,
+    /// The task; restarted by [`Registry::add`] if it is not running (never started
+    /// outside a runtime, or its runtime shut down).
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        self.wake.notify_one();
+    }
+}
+
+impl Registry {
+    /// A registry for these nodes; its task starts with the first kept lock.
+    pub(crate) fn start(nodes: &Arc<[Node]>, quorum: usize, node_timeout: NodeTimeout) -> Registry {
+        Registry {
+            entries: Arc::new(Mutex::new(Vec::new())),
+            wake: Arc::new(Notify::new()),
+            nodes: nodes.clone(),
+            quorum,
+            node_timeout,
+            task: Mutex::new(None),
+        }
+    }
+
+    /// Keeps a lock: the task extends it from now on.
+    pub(crate) fn add(&self, entry: Arc<Entry>) {
+        if let Ok(mut v) = self.entries.lock() {
+            v.push(entry);
+        }
+        self.ensure_running();
+        self.wake.notify_one();
+    }
+
+    fn ensure_running(&self) {
+        let Ok(mut task) = self.task.lock() else {
+            return;
+        };
+        if task.as_ref().is_some_and(|t| !t.is_finished()) {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                "quorumlock: keep_alive outside a Tokio runtime: the lock is not extended and its lost signal fires before it expires"
+            );
+            return;
+        };
+        // A task that died mid-round left its entries marked: unmark them.
+        if task.is_some()
+            && let Ok(v) = self.entries.lock()
+        {
+            for e in v.iter() {
+                if let Ok(mut st) = e.state.lock() {
+                    st.abort_round();
+                }
+            }
+        }
+        let run = Task {
+            entries: Arc::downgrade(&self.entries),
+            wake: self.wake.clone(),
+            nodes: self.nodes.clone(),
+            quorum: self.quorum,
+            node_timeout: self.node_timeout.clone(),
+        }
+        .run();
+        *task = Some(rt.spawn(run));
+    }
+}
+
+struct Task {
+    entries: Weak<Mutex<Vec<Arc<Entry>>>>,
+    wake: Arc<Notify>,
+    nodes: Arc<[Node]>,
+    quorum: usize,
+    node_timeout: NodeTimeout,
+}
+
+/// The votes of one round, per lock.
+struct Votes {
+    tallies: Vec<Tally>,
+    done: Vec<bool>,
+}
+
+impl Task {
+    async fn run(self) {
+        loop {
+            let Some(entries) = self.entries.upgrade() else {
+                return;
+            };
+            let (due, next) = collect(&entries, Instant::now());
+            drop(entries);
+            if !due.is_empty() {
+                self.round(due).await;
+                continue;
+            }
+            let notified = self.wake.notified();
+            match next {
+                Some(at) => tokio::select! {
+                    () = notified => {}
+                    () = tokio::time::sleep_until(at.into()) => {}
+                },
+                None => notified.await,
+            }
+        }
+    }
+
+    /// One pipelined round: per node, `SCRIPT LOAD` then one `EVALSHA` per due lock. Each
+    /// lock is decided as soon as its own votes are certain; the round ends when every lock
+    /// is, and the slower nodes' answers finish in the background.
+    async fn round(&self, due: Vec<Arc<Entry>>) {
+        let longest = due.iter().map(|e| (self.node_timeout)(e.ttl)).max();
+        let timeout = keep::round_timeout(longest.unwrap_or(Duration::from_millis(50)), due.len());
+        let batch = Arc::new(ExtendBatch::new(
+            due.iter()
+                .map(|e| (e.keys.as_slice(), e.token.as_slice(), e.ttl)),
+        ));
+        let start = Instant::now();
+        let span = tracing::debug_span!(
+            "quorumlock.watchdog",
+            locks = due.len(),
+            nodes = self.nodes.len(),
+            quorum = self.quorum
+        );
+        drop(span.enter());
+        let mut replies: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                let n = n.clone();
+                let batch = batch.clone();
+                async move { n.extend_batch(&batch, timeout).await }
+            })
+            .collect();
+        let mut votes = Votes {
+            tallies: vec![Tally::new(self.nodes.len(), self.quorum); due.len()],
+            done: vec![false; due.len()],
+        };
+        while let Some(reply) = replies.next().await {
+            self.count(&due, &mut votes, &reply, start);
+            if votes.done.iter().all(|d| *d) {
+                break;
+            }
+        }
+        if !replies.is_empty() {
+            // Every lock of the round is decided: the slower nodes' answers can no longer
+            // change anything. They finish in the background instead of holding up the next
+            // round: a node that does not answer must not make every other kept lock wait
+            // out its timeout (a short lock falling due meanwhile would be reported lost
+            // while a healthy quorum holds it).
+            crate::background::spawn(async move { while replies.next().await.is_some() {} });
+        }
+        for (k, e) in due.iter().enumerate() {
+            if !votes.done[k] {
+                let t = votes.tallies[k];
+                apply(e, t.final_decision(), &t, start, Instant::now());
+            }
+        }
+    }
+
+    /// Counts one node's replies (one per lock) and applies every lock they decide.
+    fn count(
+        &self,
+        due: &[Arc<Entry>],
+        votes: &mut Votes,
+        reply: &[crate::protocol::Reply],
+        start: Instant,
+    ) {
+        let at = Instant::now();
+        for (k, e) in due.iter().enumerate() {
+            let (Some(tally), Some(done)) = (votes.tallies.get_mut(k), votes.done.get_mut(k))
+            else {
+                continue;
+            };
+            if let Some(r) = reply.get(k) {
+                tally.record(r.ballot());
+            }
+            if *done {
+                continue;
+            }
+            if let Some(d) = tally.decision() {
+                *done = true;
+                apply(e, d, tally, start, at);
+            }
+        }
+    }
+}
+
+/// The entries due now (marked in a round) and the next due time of the others; drops
+/// released and lost entries and reports those lost just now ([`Kept::sweep`]).
+fn collect(entries: &Mutex<Vec<Arc<Entry>>>, now: Instant) -> (Vec<Arc<Entry>>, Option<Instant>) {
+    let mut due = Vec::new();
+    let mut next: Option<Instant> = None;
+    let Ok(mut v) = entries.lock() else {
+        return (due, None);
+    };
+    v.retain(|e| {
+        let Ok(mut st) = e.state.lock() else {
+            return false;
+        };
+        match st.sweep(now) {
+            Sweep::Drop => false,
+            Sweep::Busy => true,
+            Sweep::Lost(l) => {
+                e.report(l);
+                false
+            }
+            Sweep::Due => {
+                due.push(e.clone());
+                true
+            }
+            Sweep::Later(t) => {
+                next = Some(next.map_or(t, |n| n.min(t)));
+                true
+            }
+        }
+    });
+    (due, next)
+}
+
+/// Applies a decided round to one lock ([`Kept::apply`]) and reports what changed.
+fn apply(e: &Entry, decision: Decision, tally: &Tally, start: Instant, decided: Instant) {
+    let Ok(mut st) = e.state.lock() else { return };
+    match st.apply(decision, tally, start, decided, Instant::now()) {
+        Applied::Ignored => {}
+        Applied::Extended(validity) => {
+            e.notify();
+            tracing::trace!(
+                validity_ms = log_ms(validity),
+                "quorumlock: watchdog extended a lock"
+            );
+        }
+        Applied::Retry => {
+            tracing::debug!("quorumlock: watchdog extension missed the quorum; retrying");
+        }
+        Applied::Lost { reason, newly } => {
+            if newly {
+                e.report(reason);
+            } else {
+                // A quorum no longer holds it: the validity left is gone (the deadline moved).
+                e.notify();
+            }
+        }
+    }
+}

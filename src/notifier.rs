@@ -1,0 +1,498 @@
+//! Release announcements for one [`Redlock`](crate::Redlock): one subscription
+//! connection per node, shared by every waiter of the client, started on first use.
+//!
+//! Every release on a resource's heralds publishes `<release id>[:<waiter>…]` on the
+//! resource's channel (`quorumlock:released:{name}`). Each node's subscription task turns
+//! messages into wake-ups: what a message means (a new release, the same one again from
+//! the other herald, an old one; whose turn it is) is decided by the protocol
+//! ([`protocol::contention::Releases`](crate::protocol::contention::Releases)); this module
+//! holds that state per channel, wakes the waiters it names, and keeps the subscriptions.
+//!
+//! ```text
+//!   node i ──SUBSCRIBE──▶ subscriber task ──message──▶ Shared::announce ──Releases::hear──▶ wake named / everyone
+//!   waiter (wait.rs) ──interest()──▶ Interest: register(id), released().await, turn(), heard(), adapt()
+//!   release (lock.rs) ──released()──▶ polite map ──should_yield()──▶ the next lock() joins the queue first
+//! ```
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use tokio::sync::{Notify, mpsc, watch};
+
+use crate::node::{NodeAddr, NodeSpec};
+use crate::protocol::contention::{
+    self, Announced, Heard, POLITE_WINDOW, Releases, Turn, parse_announcement,
+};
+use crate::resource::Resources;
+use crate::time::later;
+
+/// How long a channel stays subscribed after its last waiter left (saves a SUBSCRIBE
+/// round trip for the next waiter, and closes the missed-release window).
+const LINGER: Duration = Duration::from_secs(5);
+
+/// The pseudo release id announced once a channel's subscription is active: a waiter that
+/// failed before its subscription took effect may have missed a release in between, so it
+/// is woken once to look again. Deduplicated like a release, so five nodes confirming
+/// wake it once.
+const SUBSCRIBED: &[u8] = b"\0subscribed";
+
+/// Release announcements for one client. See the module docs.
+pub(crate) struct Notifier {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    channels: Mutex<HashMap<Vec<u8>, Channel>>,
+    /// Channels this client released while others listened, until when it yields.
+    polite: Mutex<HashMap<Vec<u8>, Instant>>,
+    nodes: Vec<mpsc::UnboundedSender<SubCmd>>,
+}
+
+/// One resource channel of this client.
+struct Channel {
+    /// Bumped to wake every waiter.
+    tx: watch::Sender<u64>,
+    /// What was heard of the resource's releases (the protocol's state).
+    releases: Releases<Instant>,
+    interest: usize,
+    idle_since: Option<Instant>,
+    /// Held by the one waiter of this client that is trying right now.
+    gate: Arc<tokio::sync::Mutex<()>>,
+    /// Queued waiters of this client, by queue id: woken only when a release names them.
+    tickets: HashMap<Vec<u8>, Arc<Notify>>,
+}
+
+impl Channel {
+    fn new() -> Channel {
+        Channel {
+            tx: watch::channel(0).0,
+            releases: Releases::default(),
+            interest: 0,
+            idle_since: None,
+            gate: Arc::new(tokio::sync::Mutex::new(())),
+            tickets: HashMap::new(),
+        }
+    }
+
+    /// Wakes the named waiters of this client, and everyone when someone may need it
+    /// ([`contention::wakes_everyone`]).
+    fn wake(&self, named: &[Vec<u8>]) {
+        self.notify(named);
+        if contention::wakes_everyone(named.is_empty(), self.interest, self.tickets.len()) {
+            self.tx.send_modify(|g| *g = g.wrapping_add(1));
+        }
+    }
+
+    /// Wakes only the named waiters of this client.
+    fn notify(&self, named: &[Vec<u8>]) {
+        for h in named {
+            if let Some(n) = self.tickets.get(h) {
+                n.notify_one();
+            }
+        }
+    }
+}
+
+enum SubCmd {
+    Subscribe(Vec<u8>),
+}
+
+impl Notifier {
+    /// Starts one subscription task per node (each connects on its own, in the background).
+    pub(crate) fn new(specs: &[NodeSpec]) -> Notifier {
+        let mut senders = Vec::with_capacity(specs.len());
+        let mut receivers = Vec::with_capacity(specs.len());
+        for _ in specs {
+            let (tx, rx) = mpsc::unbounded_channel();
+            senders.push(tx);
+            receivers.push(rx);
+        }
+        let shared = Arc::new(Shared {
+            channels: Mutex::new(HashMap::new()),
+            polite: Mutex::new(HashMap::new()),
+            nodes: senders,
+        });
+        for (spec, rx) in specs.iter().zip(receivers) {
+            let client = redis::Client::open(spec.info.clone()).ok();
+            let weak = Arc::downgrade(&shared);
+            let addr = spec.addr.clone();
+            if let Some(client) = client {
+                crate::background::spawn_daemon(subscriber(client, addr, weak, rx));
+            }
+        }
+        Notifier { shared }
+    }
+
+    /// Notes a release of `res` that reached `listeners` (the most any node reported):
+    /// when the protocol says this client should yield ([`contention::releaser_yields`];
+    /// `queued` per [`contention::release_queued`]), its next `lock()` of the resource
+    /// within [`POLITE_WINDOW`] joins the queue's end first.
+    pub(crate) fn released(&self, res: &Resources, listeners: u64, queued: bool) {
+        let single = res.len() == 1;
+        if listeners == 0 && !(queued && single) {
+            return;
+        }
+        let channels = res.channels();
+        let own = self
+            .shared
+            .channels
+            .lock()
+            .map(|m| channels.iter().any(|c| m.contains_key(c)))
+            .unwrap_or(false);
+        if contention::releaser_yields(single, listeners, queued, own)
+            && let Ok(mut p) = self.shared.polite.lock()
+        {
+            let now = Instant::now();
+            let until = later(now, POLITE_WINDOW);
+            if p.len() > 4096 {
+                p.retain(|_, t| *t > now);
+            }
+            for c in channels {
+                p.insert(c, until);
+            }
+        }
+    }
+
+    /// Whether this client released `res` moments ago while others waited for it (and
+    /// forgets it: the next call says no).
+    pub(crate) fn should_yield(&self, res: &Resources) -> bool {
+        let Ok(mut p) = self.shared.polite.lock() else {
+            return false;
+        };
+        let now = Instant::now();
+        let mut yield_ = false;
+        for c in res.channels() {
+            if let Some(until) = p.remove(&c) {
+                yield_ |= until > now;
+            }
+        }
+        yield_
+    }
+
+    /// Registers interest in a lock's resources (subscribing on every node if new).
+    pub(crate) fn interest(&self, res: &Resources) -> Interest {
+        let mut rxs = Vec::new();
+        let mut gate = None;
+        let channels = res.channels();
+        if let Ok(mut map) = self.shared.channels.lock() {
+            for ch in &channels {
+                let entry = map.entry(ch.clone()).or_insert_with(|| {
+                    for node in &self.shared.nodes {
+                        let _ = node.send(SubCmd::Subscribe(ch.clone()));
+                    }
+                    Channel::new()
+                });
+                entry.interest += 1;
+                entry.idle_since = None;
+                rxs.push(entry.tx.subscribe());
+                gate.get_or_insert_with(|| entry.gate.clone());
+            }
+        }
+        Interest {
+            shared: Arc::downgrade(&self.shared),
+            channels,
+            rxs,
+            gate: gate.unwrap_or_default(),
+            ticket: None,
+        }
+    }
+}
+
+/// One waiter's registration with the notifier.
+pub(crate) struct Interest {
+    shared: Weak<Shared>,
+    channels: Vec<Vec<u8>>,
+    rxs: Vec<watch::Receiver<u64>>,
+    /// Held while this client's waiter for the resource is trying.
+    pub(crate) gate: Arc<tokio::sync::Mutex<()>>,
+    /// This waiter's queue id and the wake-up a release naming it sends.
+    ticket: Option<(Vec<u8>, Arc<Notify>)>,
+}
+
+/// Why a waiter woke.
+pub(crate) enum Wake {
+    /// A release named this waiter: its turn.
+    Named,
+    /// Some announcement: look at who it named ([`Interest::heard`]).
+    Announced,
+}
+
+impl Interest {
+    /// Runs `f` on the resource's (first) channel, if the notifier is still there.
+    fn with_channel<R>(&self, f: impl FnOnce(&mut Channel) -> R) -> Option<R> {
+        let s = self.shared.upgrade()?;
+        let ch = self.channels.first()?;
+        let mut m = s.channels.lock().ok()?;
+        m.get_mut(ch).map(f)
+    }
+
+    /// Registers this waiter's queue id, so that releases naming it wake it (and only it).
+    pub(crate) fn register(&mut self, id: &[u8]) {
+        let notify = Arc::new(Notify::new());
+        let n = notify.clone();
+        let registered = self.with_channel(|c| {
+            c.tickets.insert(id.to_vec(), n);
+        });
+        if registered.is_some() {
+            self.ticket = Some((id.to_vec(), notify));
+        }
+    }
+
+    /// The turn the latest release of the resource gave `me`, if it named `me`.
+    pub(crate) fn turn(&self, me: &[u8]) -> Option<Turn<Instant>> {
+        self.with_channel(|c| c.releases.turn(me, Instant::now()))
+            .flatten()
+    }
+
+    /// What the latest announcement means for waiter `me` (`None`: not queued).
+    pub(crate) fn heard(&self, me: Option<&[u8]>) -> Heard {
+        self.with_channel(|c| contention::heard(me, c.releases.heads()))
+            .unwrap_or_else(|| contention::heard(me, &[]))
+    }
+
+    /// Whether a release named a waiter other than `me` within the last `window`.
+    pub(crate) fn handoff_under_way(&self, me: &[u8], window: Duration) -> bool {
+        self.with_channel(|c| c.releases.handoff_under_way(me, Instant::now(), window))
+            .unwrap_or(false)
+    }
+
+    /// The current contention window of the resource (its first channel).
+    pub(crate) fn window(&self) -> Duration {
+        self.with_channel(|c| c.releases.window())
+            .unwrap_or(contention::NOTIFY_STAGGER)
+    }
+
+    /// Adapts the contention window of every resource after a split vote (`true`) or an
+    /// acquisition.
+    pub(crate) fn adapt(&self, split: bool) {
+        let Some(s) = self.shared.upgrade() else {
+            return;
+        };
+        if let Ok(mut m) = s.channels.lock() {
+            for ch in &self.channels {
+                if let Some(c) = m.get_mut(ch) {
+                    c.releases.adapt(split);
+                }
+            }
+        }
+    }
+
+    /// Completes at the next release announced for any of the resources.
+    pub(crate) async fn released(&mut self) -> Wake {
+        let named = async {
+            match &self.ticket {
+                Some((_, n)) => n.notified().await,
+                None => std::future::pending().await,
+            }
+        };
+        let announced = async {
+            if self.rxs.is_empty() {
+                return std::future::pending().await;
+            }
+            let waits = self.rxs.iter_mut().map(|rx| Box::pin(rx.changed()));
+            let (res, _, _) = futures::future::select_all(waits).await;
+            if res.is_err() {
+                // The notifier is gone; only the fallback timer is left.
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            () = named => Wake::Named,
+            () = announced => Wake::Announced,
+        }
+    }
+}
+
+impl Drop for Interest {
+    fn drop(&mut self) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        if let Ok(mut map) = shared.channels.lock() {
+            for ch in &self.channels {
+                if let Some(c) = map.get_mut(ch) {
+                    if let Some((id, _)) = &self.ticket {
+                        c.tickets.remove(id);
+                    }
+                    c.interest = c.interest.saturating_sub(1);
+                    if c.interest == 0 {
+                        c.idle_since = Some(Instant::now());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `epoch` counts this node's subscription connections: the first connection of every
+/// node announces the same id (one wake-up), a *re*connection a new one (a release may have
+/// been missed while the link was down).
+fn announce_subscribed(shared: &Weak<Shared>, channel: &[u8], epoch: u64) {
+    if let Some(s) = shared.upgrade() {
+        let id = format!("{}{epoch:x}", String::from_utf8_lossy(SUBSCRIBED));
+        s.announce(channel, id.as_bytes());
+    }
+}
+
+impl Shared {
+    /// A release was announced on `channel` (by any node): wake its waiters, once per
+    /// release however many nodes announce it ([`Releases::hear`]).
+    fn announce(&self, channel: &[u8], payload: &[u8]) {
+        let (id, heads) = parse_announcement(payload);
+        let Ok(mut map) = self.channels.lock() else {
+            return;
+        };
+        let Some(c) = map.get_mut(channel) else {
+            return;
+        };
+        match c.releases.hear(id, heads, Instant::now()) {
+            Announced::New => c.wake(c.releases.heads()),
+            Announced::Again { again, added } => {
+                // Waiters named again are woken again (one still trying keeps the wake-up
+                // for after its attempt); waiters only this herald named are woken as new.
+                c.notify(&again);
+                if !added.is_empty() {
+                    c.wake(&added);
+                }
+            }
+            Announced::Old => {}
+        }
+    }
+
+    /// The channels that currently have an entry (to subscribe on a new connection).
+    fn wanted(&self) -> Vec<Vec<u8>> {
+        self.channels
+            .lock()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Drops the channels idle for [`LINGER`] from the map (whichever node's task sees it
+    /// first) and returns those of `subscribed` the map no longer has.
+    fn sweep(&self, subscribed: &HashSet<Vec<u8>>) -> Vec<Vec<u8>> {
+        self.channels
+            .lock()
+            .map(|mut m| {
+                m.retain(|_, c| {
+                    !(c.interest == 0 && c.idle_since.is_some_and(|t| t.elapsed() >= LINGER))
+                });
+                subscribed
+                    .iter()
+                    .filter(|ch| !m.contains_key(*ch))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// One node's subscription connection: (re)connects, subscribes to every channel with
+/// interest, turns messages into wake-ups, and unsubscribes channels idle for a while.
+async fn subscriber(
+    client: redis::Client,
+    addr: NodeAddr,
+    shared: Weak<Shared>,
+    mut cmds: mpsc::UnboundedReceiver<SubCmd>,
+) {
+    let mut backoff = Duration::from_millis(20);
+    let mut epoch: u64 = 0;
+    loop {
+        let conn = tokio::time::timeout(Duration::from_secs(1), client.get_async_pubsub()).await;
+        let Ok(Ok(pubsub)) = conn else {
+            tracing::debug!(node = %addr, "quorumlock: release subscription unavailable; waiters fall back to their retry delay");
+            tokio::select! {
+                () = tokio::time::sleep(backoff) => {}
+                cmd = cmds.recv() => if cmd.is_none() { return },
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+            continue;
+        };
+        backoff = Duration::from_millis(20);
+        epoch = epoch.wrapping_add(1);
+        let (sink, mut stream) = pubsub.split();
+        let mut link = Link {
+            sink,
+            shared: shared.clone(),
+            epoch,
+            subscribed: HashSet::new(),
+        };
+        if link.serve(&mut stream, &mut cmds).await == Served::Done {
+            return;
+        }
+        tracing::debug!(node = %addr, "quorumlock: release subscription lost; reconnecting");
+    }
+}
+
+/// How a subscription connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Served {
+    /// The link broke: reconnect.
+    Lost,
+    /// The notifier is gone: stop.
+    Done,
+}
+
+/// One live subscription connection of a node (its sending half).
+struct Link {
+    sink: redis::aio::PubSubSink,
+    shared: Weak<Shared>,
+    epoch: u64,
+    subscribed: HashSet<Vec<u8>>,
+}
+
+impl Link {
+    /// Subscribes to `ch` (once) and announces that the subscription is active.
+    async fn subscribe(&mut self, ch: Vec<u8>) -> bool {
+        if self.subscribed.contains(&ch) {
+            return true;
+        }
+        if self.sink.subscribe(ch.as_slice()).await.is_err() {
+            return false;
+        }
+        announce_subscribed(&self.shared, &ch, self.epoch);
+        self.subscribed.insert(ch);
+        true
+    }
+
+    /// Subscribes to every channel with an entry, then serves messages, new channels and
+    /// the idle sweep until the link breaks or the notifier is gone.
+    async fn serve(
+        &mut self,
+        stream: &mut redis::aio::PubSubStream,
+        cmds: &mut mpsc::UnboundedReceiver<SubCmd>,
+    ) -> Served {
+        let Some(wanted) = self.shared.upgrade().map(|s| s.wanted()) else {
+            return Served::Done;
+        };
+        for ch in wanted {
+            if !self.subscribe(ch).await {
+                return Served::Lost;
+            }
+        }
+        let mut sweep = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                msg = stream.next() => {
+                    let Some(msg) = msg else { return Served::Lost };
+                    let Some(s) = self.shared.upgrade() else { return Served::Done };
+                    s.announce(msg.get_channel_name().as_bytes(), msg.get_payload_bytes());
+                }
+                cmd = cmds.recv() => {
+                    let Some(SubCmd::Subscribe(ch)) = cmd else { return Served::Done };
+                    if !self.subscribe(ch).await {
+                        return Served::Lost;
+                    }
+                }
+                _ = sweep.tick() => {
+                    let Some(s) = self.shared.upgrade() else { return Served::Done };
+                    for ch in s.sweep(&self.subscribed) {
+                        let _ = self.sink.unsubscribe(ch.as_slice()).await;
+                        self.subscribed.remove(&ch);
+                    }
+                }
+            }
+        }
+    }
+}

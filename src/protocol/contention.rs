@@ -1,0 +1,631 @@
+//! Contention and waiting: who tries next, when, and what a release announcement means
+//! for a waiter. Pure rules; the waiting loop (`wait.rs`) and the subscription
+//! connections (`notifier.rs`) execute them, with the clock and the random draws as
+//! inputs.
+//!
+//! ```text
+//!   attempt failed ──▶ is_split? ──yes──▶ Pause::Backoff   random within the contention window
+//!        │                                                  (next_window: doubles on a split, ¾ on a win)
+//!        ├── our turn overtaken by its own release (Turn::overtaken) ──▶ Pause::Chase
+//!        └── otherwise ──▶ Pause::Listen: an announcement (heard) or the fallback timer
+//!                           (fallback_tries: not while another waiter's hand-off is under way)
+//!
+//!   Releases::hear(announcement) ──▶ New / Again / Old        once per release, whichever herald
+//!   releaser_yields ──▶ the next lock() joins the queue's end first (try_at_once_after_yield)
+//! ```
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use super::reply::QueuePlace;
+use super::time::{Moment, later};
+
+/// The initial contention window: a waiter woken by a release announcement (or backing
+/// off after a split vote) pauses a random time in `0..window` before trying. The window
+/// adapts per resource: it doubles on every split vote (up to [`STAGGER_MAX`]) and shrinks
+/// by a quarter on every acquisition (down to [`STAGGER_MIN`]).
+///
+/// # Example
+///
+/// ```
+/// assert!(quorumlock::STAGGER_MIN <= quorumlock::NOTIFY_STAGGER);
+/// ```
+pub const NOTIFY_STAGGER: Duration = Duration::from_micros(1000);
+/// The smallest contention window.
+///
+/// # Example
+///
+/// ```
+/// assert!(quorumlock::STAGGER_MIN > std::time::Duration::ZERO);
+/// ```
+pub const STAGGER_MIN: Duration = Duration::from_micros(250);
+/// The largest contention window.
+///
+/// # Example
+///
+/// ```
+/// assert!(quorumlock::NOTIFY_STAGGER <= quorumlock::STAGGER_MAX);
+/// ```
+pub const STAGGER_MAX: Duration = Duration::from_millis(16);
+/// How long a caller that released several resources moments ago (while others listened
+/// for the release) waits before trying to take them again, so that a waiter gets them
+/// first. (A single resource has a queue: such a caller joins its end instead.)
+///
+/// # Example
+///
+/// ```
+/// assert!(quorumlock::POLITE_DELAY < std::time::Duration::from_millis(10));
+/// ```
+pub const POLITE_DELAY: Duration = Duration::from_micros(1500);
+/// How long after such a release the caller is considered "just released": its next
+/// `lock()` of a single resource joins the wait queue first and tries at once only if no
+/// one is queued ahead of it (a caller that comes back after a scheduling hiccup must not
+/// jump the queue either).
+pub(crate) const POLITE_WINDOW: Duration = Duration::from_secs(1);
+
+/// How long a waiter's place in a wait queue lasts unless it renews it: a waiter renews
+/// every third of it while it waits, and the entry of a waiter that crashed or was cut
+/// off lapses after at most this long (it is purged by the next queue operation, and an
+/// otherwise idle queue expires with its last lease).
+///
+/// # Example
+///
+/// ```
+/// // A crashed waiter's queue entry is gone a few seconds later, whatever the traffic.
+/// assert!(quorumlock::QUEUE_LEASE <= std::time::Duration::from_secs(10));
+/// ```
+pub const QUEUE_LEASE: Duration = Duration::from_secs(3);
+
+/// How many recent release ids a client remembers per resource, to wake its waiters once
+/// per release however many nodes announce it.
+const REMEMBERED: usize = 16;
+
+/// One contention-window step: doubled on a split vote, three quarters on an acquisition,
+/// kept within [`STAGGER_MIN`]..=[`STAGGER_MAX`] (Ethernet-style back-off).
+pub(crate) fn next_window(window: Duration, split: bool) -> Duration {
+    let next = if split {
+        window.saturating_mul(2)
+    } else {
+        window.saturating_mul(3) / 4
+    };
+    next.clamp(STAGGER_MIN, STAGGER_MAX)
+}
+
+/// Whether a failed attempt's votes show that no one holds a quorum: the refusing nodes
+/// named their holders (`largest_holder` is the most nodes one of them holds; `None` when
+/// some refusal named no one), and even if every node that did not answer belonged to the
+/// most widespread holder, it would stay below the quorum. The votes were split between
+/// contenders: the resource is about to be free and no release will be announced for it.
+pub(crate) fn is_split(
+    nodes: usize,
+    granted: usize,
+    held: usize,
+    largest_holder: Option<usize>,
+    quorum: usize,
+) -> bool {
+    let unknown = nodes.saturating_sub(granted.saturating_add(held));
+    largest_holder.is_some_and(|largest| largest.saturating_add(unknown) < quorum)
+}
+
+/// The hand-off window: how long a named waiter's attempt is taken to be under way. It
+/// tries at once and its attempt ends within the per-node timeout; as much again as the
+/// longest fallback delay is allowed for a slow scheduler.
+pub(crate) fn handoff_window(node_timeout: Duration, delay_max: Duration) -> Duration {
+    node_timeout.max(delay_max)
+}
+
+/// What a waiter does between a failed attempt and the next one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pause {
+    /// The votes were split: no announcement will come; back off randomly within the
+    /// contention window.
+    Backoff,
+    /// Its turn was overtaken by the very release that named it: try again when that
+    /// release is announced again or after the turn's doubling back-off.
+    Chase,
+    /// Wait for an announcement, the fallback timer, or the lease renewal.
+    Listen,
+    /// No release notifications: the retry delay.
+    Sleep,
+}
+
+/// The pause after a failed attempt: no notifier → [`Pause::Sleep`]; a split vote →
+/// [`Pause::Backoff`]; a kept turn → [`Pause::Chase`]; otherwise [`Pause::Listen`].
+pub(crate) fn pause(notify: bool, split: bool, turn_kept: bool) -> Pause {
+    match (notify, split, turn_kept) {
+        (false, _, _) => Pause::Sleep,
+        (true, true, _) => Pause::Backoff,
+        (true, false, true) => Pause::Chase,
+        (true, false, false) => Pause::Listen,
+    }
+}
+
+/// What an announcement means for a listening waiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Heard {
+    /// It named this waiter: its turn, try at once.
+    Turn,
+    /// It named other waiters: their turn; keep waiting (the fallback timer stays).
+    Others,
+    /// It named no one (no queue, or this waiter has no place): try after a random stagger
+    /// within the contention window, against the herd.
+    Stagger,
+}
+
+/// What an announcement naming `heads` means for waiter `me` (`None`: not queued).
+pub(crate) fn heard(me: Option<&[u8]>, heads: &[Vec<u8>]) -> Heard {
+    match me {
+        Some(me) if heads.iter().any(|h| h == me) => Heard::Turn,
+        Some(_) if !heads.is_empty() => Heard::Others,
+        _ => Heard::Stagger,
+    }
+}
+
+/// Whether a waiter's fallback timer makes it try: not while it is queued and a release
+/// named another waiter within the hand-off window (that waiter's attempt is under way, and
+/// hearing the announcement proves the channel works); the timer then starts again.
+pub(crate) fn fallback_tries(queued: bool, handoff_under_way: bool) -> bool {
+    !(queued && handoff_under_way)
+}
+
+/// Whether a waiter joins (or renews) its queue place now: after an attempt that was sent
+/// and was not a split vote (once, and again after a lost turn: the release that named it
+/// popped it), or when the lease is due for renewal.
+pub(crate) fn joins(split: bool, tried: bool, renewal_due: bool) -> bool {
+    (!split && tried) || renewal_due
+}
+
+/// When a queue lease joined at `joined_at` is next renewed: a third of the lease later.
+pub(crate) fn renew_at<T: Moment>(joined_at: T) -> T {
+    later(joined_at, QUEUE_LEASE / 3)
+}
+
+/// What a join told, over the heralds that answered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Joined {
+    /// Some herald did not have the waiter queued (a first join, or its place was popped
+    /// or lapsed), or none answered: its place cannot be counted on.
+    pub(crate) lost: bool,
+    /// The most waiters queued ahead of it on one herald (0 when none answered).
+    pub(crate) ahead: u64,
+}
+
+/// Combines the heralds' answers to a join (`None`: failed or timed out): lost when any
+/// answering herald added the waiter anew or none answered; `ahead` is the largest count.
+pub(crate) fn joined<'a>(answers: impl IntoIterator<Item = Option<&'a QueuePlace>>) -> Joined {
+    let mut j = Joined::default();
+    let mut answered = false;
+    for place in answers.into_iter().flatten() {
+        answered = true;
+        j.lost |= place.added;
+        j.ahead = j.ahead.max(place.ahead);
+    }
+    j.lost |= !answered;
+    j
+}
+
+/// Whether a waiter whose release-just-now made it yield tries at once after joining the
+/// queue's end: only if no one is queued ahead and its release did not just name someone
+/// (who is then no longer queued, but whose turn it is).
+pub(crate) fn try_at_once_after_yield(joined: Joined, handoff_under_way: bool) -> bool {
+    joined.ahead == 0 && !handoff_under_way
+}
+
+/// Whether a release should make this client yield its next `lock()` of the resource:
+/// others listened for it. `listeners` is what the release reported: for one resource the
+/// waiters queued for it on a herald (this client is not among them), for several the
+/// subscribers it reached (this client's own subscription, `own_subscribed`, included).
+/// A release counts as heard by waiters also when the lock was waited for in the queue, or
+/// when no herald answered before it was decided (`queued`): then nothing told how many wait.
+pub(crate) fn releaser_yields(
+    single: bool,
+    listeners: u64,
+    queued: bool,
+    own_subscribed: bool,
+) -> bool {
+    if single {
+        listeners > 0 || queued
+    } else {
+        listeners > u64::from(own_subscribed)
+    }
+}
+
+/// Whether a decided release counts as "queued" for [`releaser_yields`]: the lock was
+/// taken through the queue, or (one resource) no herald's answer was among those that
+/// decided it. With five nodes a release is decided by three answers, which need not
+/// include a herald, the only nodes that count the queue.
+pub(crate) fn release_queued(single: bool, waited_in_queue: bool, herald_answered: bool) -> bool {
+    waited_in_queue || (single && !herald_answered)
+}
+
+/// Splits an announcement payload, `<release id>[:<waiter>[:<waiter>…]]`, into the
+/// release id and the waiters it names (empty names dropped).
+pub(crate) fn parse_announcement(payload: &[u8]) -> (&[u8], Vec<Vec<u8>>) {
+    let mut parts = payload.split(|b| *b == b':');
+    let id = parts.next().unwrap_or_default();
+    let heads = parts
+        .filter(|p| !p.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect();
+    (id, heads)
+}
+
+/// A turn a release gave a waiter by naming it. The waiter's attempt may overtake that
+/// release on the other nodes (the announcement comes from the first herald that ran it);
+/// while its attempts are refused by the releasing lock itself, within the hand-off window,
+/// the turn stands and the waiter tries again when the release is announced again or after
+/// a doubling back-off.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Turn<T> {
+    /// The release's id: the first eight characters of the released lock's token.
+    id: String,
+    /// When the waiter heard it.
+    at: T,
+    /// The bound of the next random pause.
+    pause: Duration,
+}
+
+impl<T: Moment> Turn<T> {
+    /// A turn given by release `id`, heard at `at`, with a first pause bound of `pause`.
+    pub(crate) fn new(id: String, at: T, pause: Duration) -> Turn<T> {
+        Turn { id, at, pause }
+    }
+
+    /// Whether a failed attempt shows the release that named us still on its way: within
+    /// `window` of the naming, some node refused for the very lock it released (its
+    /// `SET … GET` refusal named that lock's token, whose first eight characters are the
+    /// release id).
+    pub(crate) fn overtaken(&self, now: T, holder_ids: &[String], window: Duration) -> bool {
+        now.since(self.at) < window && holder_ids.contains(&self.id)
+    }
+
+    /// The bound of the next random pause; the bound then doubles, up to `cap` (or the
+    /// current bound, if that is larger).
+    pub(crate) fn next_backoff(&mut self, cap: Duration) -> Duration {
+        let pause = self.pause;
+        self.pause = self.pause.saturating_mul(2).min(cap.max(self.pause));
+        pause
+    }
+}
+
+/// What one client has heard of one resource's releases: the recent release ids, the
+/// waiters the latest one named and when, and the resource's contention window.
+#[derive(Debug, Clone)]
+pub(crate) struct Releases<T> {
+    recent: VecDeque<Vec<u8>>,
+    heads: Vec<Vec<u8>>,
+    named_at: Option<T>,
+    window: Duration,
+}
+
+/// What an announcement was, for [`Releases::hear`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Announced {
+    /// A release not heard before: wake the waiters it named (everyone, if none).
+    New,
+    /// The latest release again, from the other herald: wake `again` (named before, woken
+    /// again: the release has now reached a second node, so a named waiter whose attempt
+    /// overtook it tries again) and `added` (named only by this herald: the two queues can
+    /// differ).
+    Again {
+        /// Waiters named by both heralds.
+        again: Vec<Vec<u8>>,
+        /// Waiters only this herald named.
+        added: Vec<Vec<u8>>,
+    },
+    /// An older release, heard before: nothing to do.
+    Old,
+}
+
+impl<T: Moment> Default for Releases<T> {
+    fn default() -> Releases<T> {
+        Releases {
+            recent: VecDeque::new(),
+            heads: Vec::new(),
+            named_at: None,
+            window: NOTIFY_STAGGER,
+        }
+    }
+}
+
+impl<T: Moment> Releases<T> {
+    /// Records release `id` naming `heads`, heard at `now`. Each release counts once,
+    /// however many nodes announce it; the latest one's second announcement adds the
+    /// waiters it names to those already named.
+    pub(crate) fn hear(&mut self, id: &[u8], heads: Vec<Vec<u8>>, now: T) -> Announced {
+        if self.recent.back().is_some_and(|r| r == id) {
+            let (again, added): (Vec<_>, Vec<_>) =
+                heads.into_iter().partition(|h| self.heads.contains(h));
+            self.heads.extend(added.iter().cloned());
+            return Announced::Again { again, added };
+        }
+        if self.recent.iter().any(|r| r == id) {
+            return Announced::Old;
+        }
+        if self.recent.len() >= REMEMBERED {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(id.to_vec());
+        self.heads = heads;
+        if !self.heads.is_empty() {
+            self.named_at = Some(now);
+        }
+        Announced::New
+    }
+
+    /// The waiters the latest release named, first one first.
+    pub(crate) fn heads(&self) -> &[Vec<u8>] {
+        &self.heads
+    }
+
+    /// The turn the latest release gave `me`, if it named `me`, heard at `now`; its first
+    /// back-off is the contention window.
+    pub(crate) fn turn(&self, me: &[u8], now: T) -> Option<Turn<T>> {
+        if !self.heads.iter().any(|h| h == me) {
+            return None;
+        }
+        let id = self.recent.back()?;
+        Some(Turn::new(
+            String::from_utf8_lossy(id).into_owned(),
+            now,
+            self.window,
+        ))
+    }
+
+    /// Whether a release named a waiter other than `me` within `window` before `now`:
+    /// that waiter's attempt is (most likely) under way.
+    pub(crate) fn handoff_under_way(&self, me: &[u8], now: T, window: Duration) -> bool {
+        self.named_at.is_some_and(|t| now.since(t) < window) && !self.heads.iter().any(|h| h == me)
+    }
+
+    /// The contention window.
+    pub(crate) fn window(&self) -> Duration {
+        self.window
+    }
+
+    /// Adapts the contention window after a split vote (`true`) or an acquisition.
+    pub(crate) fn adapt(&mut self, split: bool) {
+        self.window = next_window(self.window, split);
+    }
+}
+
+/// Whether an announcement wakes every waiter of the client, not only those it named: when
+/// it named no one, or some waiter has no queue place (`interest` waiters, of which
+/// `queued` have one).
+pub(crate) fn wakes_everyone(named_none: bool, interest: usize, queued: usize) -> bool {
+    named_none || interest > queued
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn id(s: &str) -> Vec<u8> {
+        s.as_bytes().to_vec()
+    }
+
+    #[test]
+    fn split_detection() {
+        // (nodes, granted, held, largest holder, split?)
+        let seeds: &[(usize, usize, usize, Option<usize>, bool)] = &[
+            (5, 2, 3, Some(2), true),  // 2 ours, 2 + 1 held by two others
+            (5, 2, 3, Some(3), false), // one owner holds 3: wait for its release
+            (5, 2, 2, Some(2), false), // one node unknown: that owner may hold 3
+            (5, 1, 2, Some(2), false), // two not awaited
+            (5, 2, 3, None, false),    // holders unknown (multi-resource script)
+            (5, 2, 3, Some(1), true),  // 1 + 1 + 1 + 2 ours
+            (3, 1, 2, Some(1), true),
+            (1, 0, 1, Some(1), false),
+        ];
+        for &(n, g, h, l, want) in seeds {
+            assert_eq!(is_split(n, g, h, l, n / 2 + 1), want, "{n} {g} {h} {l:?}");
+        }
+    }
+
+    #[test]
+    fn window_adapts_within_bounds() {
+        let mut w = NOTIFY_STAGGER;
+        for _ in 0..20 {
+            w = next_window(w, true);
+        }
+        assert_eq!(w, STAGGER_MAX);
+        for _ in 0..40 {
+            w = next_window(w, false);
+        }
+        assert_eq!(w, STAGGER_MIN);
+        assert_eq!(next_window(Duration::MAX, true), STAGGER_MAX);
+        assert_eq!(next_window(Duration::ZERO, false), STAGGER_MIN);
+    }
+
+    #[test]
+    fn waiting_decisions() {
+        assert_eq!(pause(false, true, true), Pause::Sleep);
+        assert_eq!(pause(true, true, true), Pause::Backoff);
+        assert_eq!(pause(true, false, true), Pause::Chase);
+        assert_eq!(pause(true, false, false), Pause::Listen);
+        let heads = [id("a"), id("b")];
+        assert_eq!(heard(Some(b"b"), &heads), Heard::Turn);
+        assert_eq!(heard(Some(b"c"), &heads), Heard::Others);
+        assert_eq!(heard(None, &heads), Heard::Stagger);
+        assert_eq!(heard(Some(b"c"), &[]), Heard::Stagger);
+        assert!(!fallback_tries(true, true));
+        assert!(fallback_tries(false, true));
+        assert!(fallback_tries(true, false));
+        assert!(joins(false, true, false));
+        assert!(!joins(true, true, false));
+        assert!(joins(true, false, true));
+        assert!(!joins(false, false, false));
+        assert_eq!(handoff_window(MS, 2 * MS), 2 * MS);
+        assert_eq!(renew_at(Duration::ZERO), QUEUE_LEASE / 3);
+    }
+
+    #[test]
+    fn yielding() {
+        assert!(releaser_yields(true, 1, false, true));
+        assert!(releaser_yields(true, 0, true, false));
+        assert!(!releaser_yields(true, 0, false, true));
+        // Several resources: our own subscription does not count as someone waiting.
+        assert!(!releaser_yields(false, 1, true, true));
+        assert!(releaser_yields(false, 1, false, false));
+        assert!(releaser_yields(false, 2, false, true));
+        assert!(release_queued(true, false, false));
+        assert!(!release_queued(true, false, true));
+        assert!(!release_queued(false, false, false));
+        assert!(release_queued(false, true, true));
+        let j = |lost, ahead| Joined { lost, ahead };
+        assert!(try_at_once_after_yield(j(true, 0), false));
+        assert!(!try_at_once_after_yield(j(false, 1), false));
+        assert!(!try_at_once_after_yield(j(false, 0), true));
+    }
+
+    #[test]
+    fn joining() {
+        let place = |added, ahead| QueuePlace {
+            added,
+            ahead,
+            score: None,
+        };
+        let (a, b) = (place(false, 2), place(true, 1));
+        assert_eq!(
+            joined([Some(&a), Some(&b)]),
+            Joined {
+                lost: true,
+                ahead: 2
+            }
+        );
+        assert_eq!(
+            joined([Some(&a), None]),
+            Joined {
+                lost: false,
+                ahead: 2
+            }
+        );
+        assert_eq!(
+            joined([None, None]),
+            Joined {
+                lost: true,
+                ahead: 0
+            }
+        );
+        assert_eq!(
+            joined([]),
+            Joined {
+                lost: true,
+                ahead: 0
+            }
+        );
+    }
+
+    #[test]
+    fn announcements() {
+        assert_eq!(parse_announcement(b"abcd1234"), (&b"abcd1234"[..], vec![]));
+        assert_eq!(
+            parse_announcement(b"abcd1234:w1::w2"),
+            (&b"abcd1234"[..], vec![id("w1"), id("w2")])
+        );
+        assert_eq!(parse_announcement(b""), (&b""[..], vec![]));
+        let mut r = Releases::<Duration>::default();
+        assert_eq!(r.hear(b"r1", vec![id("w1")], MS), Announced::New);
+        assert_eq!(r.heads(), [id("w1")]);
+        assert!(r.handoff_under_way(b"w2", 2 * MS, 5 * MS));
+        assert!(!r.handoff_under_way(b"w1", 2 * MS, 5 * MS));
+        assert!(!r.handoff_under_way(b"w2", 6 * MS, 5 * MS));
+        assert_eq!(
+            r.hear(b"r1", vec![id("w1"), id("w2")], 3 * MS),
+            Announced::Again {
+                again: vec![id("w1")],
+                added: vec![id("w2")]
+            }
+        );
+        assert_eq!(r.heads(), [id("w1"), id("w2")]);
+        let t = r.turn(b"w2", 4 * MS).expect("named");
+        assert_eq!(t, Turn::new("r1".into(), 4 * MS, NOTIFY_STAGGER));
+        assert_eq!(r.hear(b"r2", vec![], 5 * MS), Announced::New);
+        assert_eq!(r.hear(b"r1", vec![id("w3")], 6 * MS), Announced::Old);
+        assert!(r.turn(b"w2", 7 * MS).is_none());
+        // The naming time stays that of the release that last named someone.
+        assert!(r.handoff_under_way(b"w9", 5 * MS, 5 * MS));
+        assert!(wakes_everyone(true, 1, 1));
+        assert!(wakes_everyone(false, 2, 1));
+        assert!(!wakes_everyone(false, 1, 1));
+    }
+
+    #[test]
+    fn turns() {
+        let t = Turn::new("abcdefgh".to_owned(), 10 * MS, MS);
+        let ids = ["abcdefgh".to_owned()];
+        assert!(t.overtaken(12 * MS, &ids, 5 * MS));
+        assert!(!t.overtaken(15 * MS, &ids, 5 * MS));
+        assert!(!t.overtaken(12 * MS, &["other".to_owned()], 5 * MS));
+        let mut t = t;
+        let pauses: Vec<Duration> = (0..5).map(|_| t.next_backoff(5 * MS)).collect();
+        assert_eq!(pauses, [MS, 2 * MS, 4 * MS, 5 * MS, 5 * MS]);
+        // A cap below the first pause never shrinks it.
+        let mut t = Turn::new(String::new(), MS, 8 * MS);
+        assert_eq!(t.next_backoff(MS), 8 * MS);
+        assert_eq!(t.next_backoff(MS), 8 * MS);
+    }
+
+    proptest! {
+        /// The oracle for splits: with every unknown node given to the largest holder, can
+        /// anyone reach the quorum?
+        #[test]
+        fn split_matches_oracle(n in 1usize..10, g in 0usize..10, h in 0usize..10,
+                                l in prop::option::of(0usize..10)) {
+            let (g, h) = (g.min(n), h.min(n - g.min(n)));
+            let l = l.map(|l| l.min(h));
+            let q = n / 2 + 1;
+            let someone_may_reach = l.is_none_or(|l| l + (n - g - h) >= q);
+            prop_assert_eq!(is_split(n, g, h, l, q), !someone_may_reach);
+        }
+
+        /// The window stays in bounds, grows on splits and shrinks on wins.
+        #[test]
+        fn window_bounded(w_us in 0u64..100_000, split in any::<bool>()) {
+            let w = Duration::from_micros(w_us);
+            let next = next_window(w, split);
+            prop_assert!((STAGGER_MIN..=STAGGER_MAX).contains(&next));
+            if (STAGGER_MIN..=STAGGER_MAX).contains(&w) {
+                let grew = next >= w;
+                let shrank = next <= w;
+                prop_assert!(grew || !split);
+                prop_assert!(shrank || split);
+            }
+        }
+
+        /// Whatever order the heralds' announcements arrive in (each release announced by
+        /// up to two heralds, possibly naming different waiters), each release is `New`
+        /// exactly once, and a repeat of an older one is never `New`.
+        #[test]
+        fn each_release_is_new_once(seq in prop::collection::vec((0u8..6, prop::collection::vec(0u8..4, 0..3)), 0..40)) {
+            let mut r = Releases::<Duration>::default();
+            let mut news = std::collections::HashMap::<u8, u32>::new();
+            let mut seen = Vec::new();
+            for (k, (rel, named)) in seq.iter().enumerate() {
+                let heads: Vec<Vec<u8>> = named.iter().map(|w| vec![*w]).collect();
+                let was_latest = seen.last() == Some(rel);
+                let got = r.hear(&[*rel], heads.clone(), Duration::from_millis(k as u64));
+                match got {
+                    Announced::New => {
+                        *news.entry(*rel).or_default() += 1;
+                        prop_assert!(!seen.contains(rel) || seen.len() > REMEMBERED);
+                        seen.push(*rel);
+                        prop_assert_eq!(r.heads(), heads.as_slice());
+                    }
+                    Announced::Again { again, added } => {
+                        prop_assert!(was_latest);
+                        prop_assert_eq!(again.len() + added.len(), heads.len());
+                        for h in &heads {
+                            prop_assert!(r.heads().contains(h));
+                        }
+                    }
+                    Announced::Old => prop_assert!(seen.contains(rel) && !was_latest),
+                }
+            }
+            prop_assert!(news.values().all(|n| *n == 1) || seen.len() > REMEMBERED);
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! What every clone of a [`Redlock`](crate::Redlock) and every lock share: the nodes, the
+//! quorum, the configuration, the release notifier and the kept-lock registry
+//! ([`Inner`]), and how they are set up.
+//!
+//! The bottom of the client layer. It may touch the configuration, the I/O layer (`node`,
+//! `fanout`, `background`, `notifier`, `extender`), the plain modules (`addr`, `error`,
+//! `resource`, `token`, `time`) and the protocol; never the modules that use it (`lock`,
+//! `acquire`, `fencing`, `wait`, `client`, `watchdog`), so that each of those can depend on
+//! it without depending on one another.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::extender::Registry;
+use crate::node::{Node, NodeAddr, NodeSpec};
+use crate::notifier::Notifier;
+use crate::protocol::tally;
+
+/// How long each start-up check query may take at the least (they run in the background).
+const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What every clone of a `Redlock` and every `Lock` shares.
+pub(crate) struct Inner {
+    pub(crate) nodes: Arc<[Node]>,
+    pub(crate) addrs: Vec<NodeAddr>,
+    pub(crate) quorum: usize,
+    pub(crate) config: Config,
+    pub(crate) notifier: Option<Notifier>,
+    /// The watchdog's registry of kept locks and its task, started on first use.
+    pub(crate) watchdog: OnceLock<Registry>,
+}
+
+impl Inner {
+    /// Creates every node's connection, opens them concurrently (waiting at most the
+    /// connect timeout), and checks each reachable node against the deployment contract in
+    /// the background. Fails only on an unusable node spec; unreachable nodes are retried on
+    /// every request.
+    pub(crate) async fn connect(specs: &[NodeSpec], config: Config) -> Result<Inner, Error> {
+        let nodes = specs
+            .iter()
+            .map(|s| Node::new(s, config.connect_timeout))
+            .collect::<Result<Vec<_>, _>>()?;
+        let n = nodes.len();
+        if n % 2 == 0 {
+            tracing::warn!(
+                nodes = n,
+                "quorumlock: an even number of nodes tolerates no more failures than one node fewer; use 3, 5 or 7"
+            );
+        }
+        let warmup: FuturesUnordered<_> = nodes
+            .iter()
+            .map(|node| node.ping(config.connect_timeout))
+            .collect();
+        let _ = tokio::time::timeout(config.connect_timeout, warmup.collect::<Vec<_>>()).await;
+        // The checks run in the background and only warn: give each query more patience
+        // than a lock request gets, so that a busy machine does not hide a warning.
+        let check_timeout = config.connect_timeout.max(CHECK_TIMEOUT);
+        for node in &nodes {
+            let node = node.clone();
+            let fencing = config.fencing;
+            crate::background::spawn(async move {
+                crate::node::check_deployment(&node, check_timeout, fencing).await;
+            });
+        }
+        let addrs = nodes.iter().map(|n| n.addr.clone()).collect();
+        let notifier = config.notify.then(|| Notifier::new(specs));
+        Ok(Inner {
+            nodes: nodes.into(),
+            addrs,
+            quorum: tally::quorum(n),
+            config,
+            notifier,
+            watchdog: OnceLock::new(),
+        })
+    }
+}
