@@ -162,6 +162,7 @@ mod config;
 pub mod error;
 mod fanout;
 mod fencing;
+pub mod inspect;
 mod lock;
 mod node;
 mod protocol;
@@ -196,6 +197,7 @@ pub use error::{
     ConfigError, Error, ErrorKind, InvalidInput, Lost, LostReason, NodeOutcome, NodeVote,
     RandomSourceError, Result, Timeout, Votes,
 };
+pub use inspect::Inspection;
 pub use lock::Lock;
 pub use resource::{MAX_RESOURCE_LEN, MAX_RESOURCES};
 pub use wait::{NOTIFY_STAGGER, POLITE_DELAY, QUEUE_LEASE, STAGGER_MAX, STAGGER_MIN};

@@ -22,6 +22,7 @@
 //! Each rule is written once, here, and property-tested against a naive oracle or an
 //! invariant; the I/O code never re-derives one.
 
+pub(crate) mod inspect;
 pub(crate) mod reply;
 pub(crate) mod tally;
 pub(crate) mod verdict;
