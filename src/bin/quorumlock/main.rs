@@ -3,7 +3,7 @@
 //! ```text
 //! quorumlock run --nodes URL,URL,... --resource NAME [--ttl 10s] [--wait 10s | --no-wait]
 //!                [--fencing] [--grace 10s] -- COMMAND [ARGS...]
-//! quorumlock inspect RESOURCE --nodes URL,URL,...
+//! quorumlock inspect RESOURCE... --nodes URL,URL,... [--timeout 1s] [--json]
 //! quorumlock demo [--nodes URL,URL,...]
 //! ```
 //!
@@ -49,7 +49,9 @@ enum Cmd {
     /// Example: quorumlock run --nodes redis://h1:6379,redis://h2:6379,redis://h3:6379
     /// --resource cron:report --ttl 30s --no-wait -- ./report.sh
     Run(run::RunArgs),
-    /// Show, node by node, who holds RESOURCE, its remaining TTL and its fence counter.
+    /// Show, node by node, who holds each RESOURCE (a token prefix), its remaining TTL,
+    /// its fence counter and its wait queue, and whether it is held or free on a quorum.
+    /// Read-only: nothing is taken or changed.
     Inspect(inspect::InspectArgs),
     /// The coupon scenario: 100 buyers, K coupons, without and with the lock (starts its
     /// own 5 local redis-server nodes unless --nodes is given).
