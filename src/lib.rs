@@ -146,7 +146,9 @@
 //!   checker, for your own tests too.
 //! * `sim`: [`sim`], a deterministic in-memory model of a Redis node (every script of
 //!   this crate implemented natively, time an input) for simulation testing.
-//! * `cli`: the `quorumlock` binary.
+//! * `cli`: the `quorumlock` binary (`run`, `inspect`).
+//! * `demo`: `cli` plus its `demo` subcommand, which starts local `redis-server` nodes
+//!   with the test kit (so it turns `testkit` on).
 //! * `tls-rustls`: `rediss://` URLs through redis-rs and rustls. Servers are verified
 //!   against the system's trust store, or against your own CA with
 //!   `RedlockBuilder::tls_root_ca`. `build` installs rustls's `ring` crypto provider as
@@ -200,5 +202,5 @@ pub use error::{
 pub use inspect::Inspection;
 pub use lock::Lock;
 pub use resource::{MAX_RESOURCE_LEN, MAX_RESOURCES};
-pub use wait::{NOTIFY_STAGGER, POLITE_DELAY, QUEUE_LEASE, STAGGER_MAX, STAGGER_MIN};
+pub use wait::QUEUE_LEASE;
 pub use watchdog::{KeptLock, LockContext, LostSignal, Watchdog};

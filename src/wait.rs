@@ -75,15 +75,15 @@ use crate::resource::Resources;
 /// off after a split vote) pauses a random time in `0..window` before trying. The window
 /// adapts per resource: it doubles on every split vote (up to [`STAGGER_MAX`]) and shrinks
 /// by a quarter on every acquisition (down to [`STAGGER_MIN`]).
-pub const NOTIFY_STAGGER: Duration = Duration::from_micros(1000);
+pub(crate) const NOTIFY_STAGGER: Duration = Duration::from_micros(1000);
 /// The smallest contention window.
-pub const STAGGER_MIN: Duration = Duration::from_micros(250);
+pub(crate) const STAGGER_MIN: Duration = Duration::from_micros(250);
 /// The largest contention window.
-pub const STAGGER_MAX: Duration = Duration::from_millis(16);
+pub(crate) const STAGGER_MAX: Duration = Duration::from_millis(16);
 /// How long a caller that released several resources moments ago (while others listened
 /// for the release) waits before trying to take them again, so that a waiter gets them
 /// first. (A single resource has a queue: such a caller joins its end instead.)
-pub const POLITE_DELAY: Duration = Duration::from_micros(1500);
+pub(crate) const POLITE_DELAY: Duration = Duration::from_micros(1500);
 /// How long after such a release the caller is considered "just released": its next
 /// `lock()` of a single resource joins the wait queue first and tries at once only if no
 /// one is queued ahead of it (a caller that comes back after a scheduling hiccup must not

@@ -612,6 +612,7 @@ async fn fencing_token_is_passed_to_command() {
     );
 }
 
+#[cfg(feature = "demo")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_oversells_without_and_not_with_the_lock() {
     let out = output(

@@ -4,7 +4,7 @@
 //! quorumlock run --nodes URL,URL,... --resource NAME [--ttl 10s] [--wait 10s | --no-wait]
 //!                [--fencing] [--grace 10s] -- COMMAND [ARGS...]
 //! quorumlock inspect RESOURCE... --nodes URL,URL,... [--timeout 1s] [--json]
-//! quorumlock demo [--nodes URL,URL,...]
+//! quorumlock demo [--nodes URL,URL,...]          (with the `demo` feature)
 //! ```
 //!
 //! Nodes come from `--nodes` or the `QUORUMLOCK_NODES` environment variable (comma
@@ -16,6 +16,7 @@
 //! 70 when the lock was lost while COMMAND ran, 75 when the lock is held by another owner
 //! or the wait timed out, 126/127 when COMMAND cannot be executed / is not found.
 
+#[cfg(feature = "demo")]
 mod demo;
 mod exit;
 mod inspect;
@@ -55,6 +56,7 @@ enum Cmd {
     Inspect(inspect::InspectArgs),
     /// The coupon scenario: 100 buyers, K coupons, without and with the lock (starts its
     /// own 5 local redis-server nodes unless --nodes is given).
+    #[cfg(feature = "demo")]
     Demo(demo::DemoArgs),
 }
 
@@ -110,6 +112,7 @@ fn main() -> ExitCode {
         match cli.command {
             Cmd::Run(args) => run::run(args).await,
             Cmd::Inspect(args) => inspect::inspect(args).await,
+            #[cfg(feature = "demo")]
             Cmd::Demo(args) => demo::demo(args).await,
         }
     });
