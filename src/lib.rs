@@ -154,6 +154,19 @@
 //!   `RedlockBuilder::tls_root_ca`. `build` installs rustls's `ring` crypto provider as
 //!   the process default unless one is installed already (install yours first to use
 //!   another).
+//!
+//!
+// The links to feature-gated modules: to docs.rs when the feature is off in this build.
+#![cfg_attr(feature = "testkit", doc = "[`testkit`]: crate::testkit")]
+#![cfg_attr(
+    not(feature = "testkit"),
+    doc = "[`testkit`]: https://docs.rs/quorumlock/latest/quorumlock/testkit/index.html"
+)]
+#![cfg_attr(feature = "sim", doc = "[`sim`]: crate::sim")]
+#![cfg_attr(
+    not(feature = "sim"),
+    doc = "[`sim`]: https://docs.rs/quorumlock/latest/quorumlock/sim/index.html"
+)]
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
