@@ -625,4 +625,7 @@ async fn demo_oversells_without_and_not_with_the_lock() {
     assert!(text.contains("OVERSOLD by"), "{text}");
     assert!(text.contains("sold 5 of 5: exactly right"), "{text}");
     assert!(text.contains("was killed"), "{text}");
+    // The third act, lock-free with one atomic operation, never oversells either.
+    let third = text.split("3. lock-free").nth(1).expect("a third act");
+    assert!(third.contains("sold 5 of 5: exactly right"), "{text}");
 }
