@@ -28,6 +28,9 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features || fail "rustdoc w
 step "cargo test (all features: unit, integration, doc tests)"
 cargo test --all-features --no-fail-fast -- --test-threads="${QUORUMLOCK_TEST_THREADS:-4}" || fail "tests"
 
+step "the coupon demo (examples/coupon.rs: exits non-zero if a locked or lock-free sale oversells)"
+cargo run --quiet --all-features --example coupon || fail "the coupon demo"
+
 step "cargo package (contents, then a build of the packaged crate with all features)"
 list=$(cargo package --allow-dirty --list 2>/dev/null) || fail "cargo package --list"
 for need in src/lib.rs src/scripts/acquire.lua src/bin/quorumlock/main.rs src/testkit/mod.rs \

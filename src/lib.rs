@@ -51,6 +51,7 @@
 //! | keep it alive while the work runs, stop when it is lost | [`Lock::keep_alive`] → [`KeptLock`] ([`KeptLock::lost`]), or scoped: [`Redlock::with_lock`] |
 //! | a number the storage can check against stale writers | [`RedlockBuilder::fencing`] and [`Lock::fencing_token`] |
 //! | exit right after releasing (CLI, cron) without leaving keys on slow nodes | [`Redlock::flush`] |
+//! | see who holds it now, on which nodes, for how long (to look, not to decide) | [`Redlock::inspect`], [`Redlock::inspect_many`] |
 //!
 //! # Keeping a lock alive
 //!
@@ -112,6 +113,7 @@
 //! | watchdog (batched extensions), lost signal, scoped use | `watchdog` |
 //! | fencing tokens | `fencing` |
 //! | resource names → keys | `resource` |
+//! | read-only inspection of a resource on every node | [`inspect`] (its verdict rule: `protocol`) |
 //! | lock tokens | `token` |
 //! | errors | [`error`] |
 //!
