@@ -134,6 +134,8 @@ async fn t20_held_resource_shows_its_holder_and_ttl() {
 
     lock.release().await.expect("release");
     many.release().await.expect("release");
+    // The releases return at the quorum; let the slower nodes finish.
+    assert!(locks.flush(Duration::from_secs(10)).await);
     let seen = locks.inspect("held").await.expect("inspect");
     assert_eq!(seen.verdict(), &Verdict::Free { nodes: 5 });
 }
@@ -273,7 +275,8 @@ async fn t50_fenced_lock_shows_the_counter() {
         let c = counters(&seen);
         assert!(c.iter().filter(|c| **c >= t).count() >= 2, "{c:?} vs {t}");
         assert!(c.contains(&t), "{c:?} vs {t}");
-        // Once the last commit landed, every node's counter is at least the token.
+        // Once the last commit landed, every node's counter is at least the token (every
+        // node granted: the previous lock was gone from all of them, see below).
         assert!(locks.flush(Duration::from_secs(10)).await);
         let seen = locks.inspect("ledger").await.expect("inspect");
         let counters = counters(&seen);
@@ -286,6 +289,7 @@ async fn t50_fenced_lock_shows_the_counter() {
             "{seen:?}"
         );
         lock.release().await.expect("release");
+        assert!(locks.flush(Duration::from_secs(10)).await);
         last = t;
     }
     // The counters outlive the lock.
@@ -353,6 +357,8 @@ async fn t60_queue_length_counts_the_waiters() {
             .expect("task")
             .expect("waiter took and released the lock");
     }
+    // The last release returned at the quorum; let the slower nodes finish.
+    assert!(locks.flush(Duration::from_secs(10)).await);
     let seen = locks.inspect("queued").await.expect("inspect");
     assert!(seen.is_free(), "{seen}");
     assert_eq!(seen.queued(), Some(0), "{seen:?}");
