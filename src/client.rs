@@ -123,19 +123,6 @@ impl Redlock {
         crate::background::flush(within).await
     }
 
-    /// [`flush`](Redlock::flush) without a client at hand (the work is per process anyway).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn demo() {
-    /// quorumlock::Redlock::flush_background(std::time::Duration::from_secs(1)).await;
-    /// # }
-    /// ```
-    pub async fn flush_background(within: Duration) -> bool {
-        crate::background::flush(within).await
-    }
-
     /// The checks every acquiring call makes before any I/O: a runtime, valid resource
     /// names, a valid TTL.
     fn prepare<S: AsRef<str>>(&self, names: &[S], ttl: Duration) -> Result<Resources, Error> {

@@ -51,6 +51,7 @@
 //! | keep it alive while the work runs, stop when it is lost | [`Lock::keep_alive`] → [`KeptLock`] ([`KeptLock::lost`]), or scoped: [`Redlock::with_lock`] |
 //! | a number the storage can check against stale writers | [`RedlockBuilder::fencing`] and [`Lock::fencing_token`] |
 //! | exit right after releasing (CLI, cron) without leaving keys on slow nodes | [`Redlock::flush`] |
+//! | see who holds it now, on which nodes, for how long (to look, not to decide) | [`Redlock::inspect`], [`Redlock::inspect_many`] |
 //!
 //! # Keeping a lock alive
 //!
@@ -109,10 +110,12 @@
 //! | I/O | one node: connection, timeout, scripts, request builders (the one place a TTL becomes a `PX`/script argument), decoding replies | `node` |
 //! | I/O | parallel requests, early decision, stragglers, the clean-up run | `fanout` |
 //! | I/O | background work and `flush`; release subscriptions; the watchdog's batched rounds | `background`, `notifier`, `extender` |
+//! | I/O | read-only reads of a resource's keys on one node, for inspection | `peek` |
 //! | client | builder, defaults, validation; what clones share | `config`, `shared` |
 //! | client | one attempt and its clean-up; fencing's two rounds | `acquire`, `fencing` |
 //! | client | the held lock: extend, release, drop | `lock` |
 //! | client | retry and notify waiting; the public entry points | `wait`, `client` |
+//! | client | read-only inspection of a resource on every node (its verdict rule: `protocol`) | [`inspect`] |
 //! | top | watchdog policy, kept locks, lost signal, scoped use | `watchdog` |
 //!
 //! # Cancel safety
@@ -146,12 +149,27 @@
 //!   checker, for your own tests too.
 //! * `sim`: [`sim`], a deterministic in-memory model of a Redis node (every script of
 //!   this crate implemented natively, time an input) for simulation testing.
-//! * `cli`: the `quorumlock` binary.
+//! * `cli`: the `quorumlock` binary (`run`, `inspect`).
+//! * `demo`: `cli` plus its `demo` subcommand, which starts local `redis-server` nodes
+//!   with the test kit (so it turns `testkit` on).
 //! * `tls-rustls`: `rediss://` URLs through redis-rs and rustls. Servers are verified
 //!   against the system's trust store, or against your own CA with
 //!   `RedlockBuilder::tls_root_ca`. `build` installs rustls's `ring` crypto provider as
 //!   the process default unless one is installed already (install yours first to use
 //!   another).
+//!
+//!
+// The links to feature-gated modules: to docs.rs when the feature is off in this build.
+#![cfg_attr(feature = "testkit", doc = "[`testkit`]: crate::testkit")]
+#![cfg_attr(
+    not(feature = "testkit"),
+    doc = "[`testkit`]: https://docs.rs/quorumlock/latest/quorumlock/testkit/index.html"
+)]
+#![cfg_attr(feature = "sim", doc = "[`sim`]: crate::sim")]
+#![cfg_attr(
+    not(feature = "sim"),
+    doc = "[`sim`]: https://docs.rs/quorumlock/latest/quorumlock/sim/index.html"
+)]
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -170,11 +188,13 @@ mod extender;
 mod fanout;
 mod node;
 mod notifier;
+mod peek;
 // The client: configuration, what clones share, one attempt, the guard, waiting:
 mod acquire;
 mod client;
 mod config;
 mod fencing;
+pub mod inspect;
 mod lock;
 mod shared;
 mod wait;
@@ -200,7 +220,8 @@ pub use error::{
     ConfigError, Error, ErrorKind, InvalidInput, Lost, LostReason, NodeOutcome, NodeVote,
     RandomSourceError, Result, Timeout, Votes,
 };
+pub use inspect::Inspection;
 pub use lock::Lock;
 pub use resource::{MAX_RESOURCE_LEN, MAX_RESOURCES};
-pub use wait::{NOTIFY_STAGGER, POLITE_DELAY, QUEUE_LEASE, STAGGER_MAX, STAGGER_MIN};
+pub use wait::QUEUE_LEASE;
 pub use watchdog::{KeptLock, LockContext, LostSignal, Watchdog};

@@ -77,11 +77,10 @@ use crate::error::{Error, Timeout, TimeoutBudget, Votes};
 use crate::lock::Lock;
 use crate::node::{Node, QueueJoin, Request};
 use crate::notifier::{Interest, Wake};
+pub(crate) use crate::protocol::contention::POLITE_DELAY;
+pub use crate::protocol::contention::QUEUE_LEASE;
 use crate::protocol::contention::{
     self, Heard, Joined, Pause, Turn, fallback_tries, handoff_window, joins,
-};
-pub use crate::protocol::contention::{
-    NOTIFY_STAGGER, POLITE_DELAY, QUEUE_LEASE, STAGGER_MAX, STAGGER_MIN,
 };
 use crate::resource::Resources;
 use crate::shared::Inner;

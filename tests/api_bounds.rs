@@ -1,6 +1,6 @@
 //! The auto traits the API promises (C-SEND-SYNC): checked at compile time.
 
-use quorumlock::{Error, Lock, Redlock, RedlockBuilder, Retry, Votes};
+use quorumlock::{Error, Inspection, Lock, Redlock, RedlockBuilder, Retry, Votes};
 
 fn is_send<T: Send>() {}
 fn is_sync<T: Sync>() {}
@@ -22,6 +22,10 @@ fn public_types() {
     is_send::<RedlockBuilder>();
     is_send::<Retry>();
     is_send::<Votes>();
+    is_send::<Inspection>();
+    is_sync::<Inspection>();
+    is_clone::<Inspection>();
+    is_static::<Inspection>();
     fn is_error<E: std::error::Error + Send + Sync + 'static>() {}
     is_error::<Error>();
 }
@@ -35,6 +39,8 @@ async fn futures_are_send(locks: Redlock, mut lock: Lock) {
     send_future(&locks.lock_many(["a", "b"], ttl));
     send_future(&lock.extend(ttl));
     send_future(&lock.release());
+    send_future(&locks.inspect("r"));
+    send_future(&locks.inspect_many(["a", "b"]));
     send_future(&Redlock::builder(["redis://127.0.0.1:1"]).build());
 }
 
@@ -60,5 +66,7 @@ fn no_runtime_is_an_error_not_a_panic() {
     let r = futures::executor::block_on(locks.try_lock("r", std::time::Duration::from_secs(1)));
     assert!(matches!(r, Err(Error::InvalidInput(_))), "{r:?}");
     let r = futures::executor::block_on(locks.lock("r", std::time::Duration::from_secs(1)));
+    assert!(matches!(r, Err(Error::InvalidInput(_))), "{r:?}");
+    let r = futures::executor::block_on(locks.inspect("r"));
     assert!(matches!(r, Err(Error::InvalidInput(_))), "{r:?}");
 }

@@ -483,15 +483,101 @@ async fn inspect_shows_the_holder_then_free() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stdout(&out).contains("verdict: free"), "{}", stdout(&out));
 
-    // With a node down, it is shown as unreachable.
+    // With a node down, it is shown as failed.
     cluster.kill(2).await.expect("kill");
     let out = output(
         ql(&cluster).args(["inspect", "inspected"]),
         Duration::from_secs(10),
     )
     .await;
-    assert!(stdout(&out).contains("unreachable"), "{}", stdout(&out));
+    assert!(stdout(&out).contains("failed: "), "{}", stdout(&out));
     assert!(stdout(&out).contains("verdict: free"), "{}", stdout(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_json_reports_every_node() {
+    let cluster = cluster(3).await;
+    let locks = client(&cluster).await;
+    let lock = locks
+        .try_lock("json:held", Duration::from_secs(30))
+        .await
+        .expect("lock");
+    let out = output(
+        ql(&cluster).args(["inspect", "--json", "json:held", "json:\"free\""]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert_eq!(text.lines().count(), 1, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    assert_eq!(v["nodes"], 3);
+    assert_eq!(v["quorum"], 2);
+    let held = &v["resources"][0];
+    assert_eq!(held["resource"], "json:held");
+    assert_eq!(held["verdict"], "held");
+    let prefix = held["holder"].as_str().expect("holder");
+    assert_eq!(prefix.len(), 8);
+    assert!(lock.token().starts_with(prefix));
+    assert!(!text.contains(lock.token()), "{text}");
+    assert_eq!(held["holder_nodes"], 3);
+    assert_eq!(held["free_nodes"], serde_json::Value::Null);
+    let ttl = held["ttl_ms"].as_u64().expect("ttl_ms");
+    assert!((20_000..=30_000).contains(&ttl), "{ttl}");
+    assert_eq!(held["answered"], 3);
+    assert_eq!(held["fence"], serde_json::Value::Null);
+    assert_eq!(held["queued"], 0);
+    let nodes = held["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), 3);
+    assert_eq!(
+        nodes.iter().filter(|n| n["herald"] == true).count(),
+        2,
+        "{text}"
+    );
+    for n in nodes {
+        assert_eq!(n["state"], "answered");
+        assert_eq!(n["error"], serde_json::Value::Null);
+        assert_eq!(n["holder"], prefix);
+        assert!(n["ttl_ms"].as_u64().is_some());
+    }
+    let free = &v["resources"][1];
+    assert_eq!(free["resource"], "json:\"free\"");
+    assert_eq!(free["verdict"], "free");
+    assert_eq!(free["free_nodes"], 3);
+    assert_eq!(free["holder"], serde_json::Value::Null);
+
+    // Two of three nodes down: unknown, each down node failed, exit 69.
+    cluster.kill(0).await.expect("kill");
+    cluster.kill(1).await.expect("kill");
+    let out = output(
+        ql(&cluster).args(["inspect", "--json", "json:held"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(UNAVAILABLE), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("valid JSON");
+    let r = &v["resources"][0];
+    assert_eq!(r["verdict"], "unknown");
+    assert_eq!(r["answered"], 1);
+    assert_eq!(r["nodes"][0]["state"], "failed");
+    assert!(
+        r["nodes"][0]["error"]
+            .as_str()
+            .is_some_and(|e| !e.is_empty())
+    );
+    assert_eq!(r["nodes"][2]["state"], "answered");
+    let out = output(
+        ql(&cluster).args(["inspect", "json:held"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(UNAVAILABLE));
+    assert!(
+        stdout(&out).contains("verdict: unknown: only 1/3 nodes answered (quorum 2)"),
+        "{}",
+        stdout(&out)
+    );
+    drop(lock);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -526,6 +612,7 @@ async fn fencing_token_is_passed_to_command() {
     );
 }
 
+#[cfg(feature = "demo")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_oversells_without_and_not_with_the_lock() {
     let out = output(
@@ -538,4 +625,7 @@ async fn demo_oversells_without_and_not_with_the_lock() {
     assert!(text.contains("OVERSOLD by"), "{text}");
     assert!(text.contains("sold 5 of 5: exactly right"), "{text}");
     assert!(text.contains("was killed"), "{text}");
+    // The third act, lock-free with one atomic operation, never oversells either.
+    let third = text.split("3. lock-free").nth(1).expect("a third act");
+    assert!(third.contains("sold 5 of 5: exactly right"), "{text}");
 }

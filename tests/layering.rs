@@ -42,12 +42,19 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("base", &["addr", "error", "resource", "token", "time"]),
     (
         "io",
-        &["node", "fanout", "background", "notifier", "extender"],
+        &[
+            "node",
+            "fanout",
+            "background",
+            "notifier",
+            "extender",
+            "peek",
+        ],
     ),
     (
         "client",
         &[
-            "client", "config", "shared", "lock", "acquire", "fencing", "wait",
+            "client", "config", "shared", "lock", "acquire", "fencing", "wait", "inspect",
         ],
     ),
     ("top", &["watchdog"]),

@@ -41,6 +41,7 @@
 pub(crate) mod cleanup;
 pub(crate) mod contention;
 pub(crate) mod fencing;
+pub(crate) mod inspect;
 pub(crate) mod keep;
 pub(crate) mod reply;
 pub(crate) mod tally;

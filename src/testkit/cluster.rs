@@ -965,6 +965,22 @@ impl Server {
             Reply::Simple(s) if s == "PONG" => {}
             other => return Err(io::Error::other(format!("PING answered {other:?}"))),
         }
+        // The answer must come from our process: when another server took the port
+        // meanwhile, ours is about to exit with "Address already in use" while that one
+        // answers PING (and the start is retried on a fresh port once ours exits).
+        let ours = self.pid();
+        let info = resp::command(self.addr(), &["INFO", "server"], PROBE_TIMEOUT).await?;
+        let pid = info.text().and_then(|t| {
+            t.lines()
+                .find_map(|l| l.trim().strip_prefix("process_id:"))
+                .and_then(|p| p.trim().parse::<u32>().ok())
+        });
+        if pid.is_none() || pid != ours {
+            return Err(io::Error::other(format!(
+                "port {} is answered by another server (pid {pid:?})",
+                self.port
+            )));
+        }
         if !synced {
             return Ok(true);
         }

@@ -1,168 +1,290 @@
-//! `quorumlock inspect RESOURCE`: reads the lock key `quorumlock:lock:{RESOURCE}` and the
-//! fence counter `quorumlock:fence:{RESOURCE}` on every node, with a per-node timeout, and
-//! prints one line per node and a verdict:
+//! `quorumlock inspect RESOURCE...`: shows, node by node, who holds each resource (a
+//! token prefix), the remaining TTL, the fence counter and, on the resource's two herald
+//! nodes, the wait queue's length, then a verdict. It reads with
+//! [`Redlock::inspect_many`](quorumlock::Redlock::inspect_many): read-only commands,
+//! nothing is taken or changed.
 //!
 //! ```text
 //! orders:42 on 5 nodes (quorum 3)
-//!   redis://127.0.0.1:7001  held by 3f2a9c1b…  ttl 8.2s  fence 1796077923605324
-//!   redis://127.0.0.1:7002  free                          fence 1796077923605324
-//!   redis://127.0.0.1:7003  unreachable: timed out after 500ms
-//! verdict: held by 3f2a9c1b… on 4/5 nodes (quorum 3): HELD
+//!   redis://127.0.0.1:7001  held by 3f2a9c1b…  ttl 8.2s    fence 1796077923605324  queued 2
+//!   redis://127.0.0.1:7002  held by 3f2a9c1b…  ttl 8.2s    fence 1796077923605324
+//!   redis://127.0.0.1:7003  failed: connection refused
+//! verdict: held by 3f2a9c1b… on 4/5 nodes (quorum 3): HELD, 8.2s left
 //! ```
 //!
-//! Exits 0, or [`exit::UNAVAILABLE`](crate::exit::UNAVAILABLE) when fewer than a quorum of
-//! nodes answered (the verdict is then "unknown").
+//! With `--json`, one JSON object on one line instead (hand-written, no JSON library; the
+//! schema is in [`JSON_HELP`] and is stable: fields are only ever added).
+//!
+//! Exits 0, or [`exit::UNAVAILABLE`](crate::exit::UNAVAILABLE) when, for some resource,
+//! fewer than a quorum of nodes answered (its verdict is then "unknown").
 
-use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use quorumlock::Redlock;
+use quorumlock::inspect::{Inspection, NodeInspection, NodeState, Verdict};
 
 use crate::exit;
 
+/// The `--json` schema, shown in `inspect --help`.
+pub const JSON_HELP: &str = "\
+JSON output (--json): one object on one line; every field is always present (null when
+it does not apply), and fields are only ever added:
+  {\"nodes\": N, \"quorum\": Q, \"resources\": [{
+     \"resource\": \"orders:42\",
+     \"verdict\": \"held\" | \"free\" | \"unknown\",
+     \"holder\": \"3f2a9c1b\" | null,    token prefix (never the whole token), when held
+     \"holder_nodes\": 4 | null,       nodes with the holder's key, when held
+     \"free_nodes\": 5 | null,         nodes without a key, when free
+     \"ttl_ms\": 8200 | null,          how long the holder stays on a quorum (null: free,
+                                     unknown, or keys without expiry)
+     \"answered\": 5, \"fence\": 17 | null, \"queued\": 2 | null,
+     \"nodes\": [{\"node\": \"redis://host:port\", \"herald\": true,
+                \"state\": \"answered\" | \"failed\" | \"timed_out\", \"error\": \"…\" | null,
+                \"holder\": \"3f2a9c1b\" | null, \"ttl_ms\": 8200 | null,
+                \"fence\": 17 | null, \"queued\": 2 | null}, …]}, …]}";
+
 /// Arguments of `quorumlock inspect`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = exit::HELP)]
+#[command(after_help = format!("{JSON_HELP}\n\n{}", exit::HELP))]
 pub struct InspectArgs {
-    /// The resource to inspect.
-    resource: String,
+    /// The resources to inspect.
+    #[arg(required = true, num_args = 1.., value_name = "RESOURCE")]
+    resources: Vec<String>,
     #[command(flatten)]
     nodes: crate::Nodes,
     /// Per-node timeout (connect and read).
     #[arg(long, default_value = "1s", value_parser = crate::parse_duration)]
     timeout: Duration,
-}
-
-/// What one node holds for the resource.
-#[derive(Debug)]
-struct Probe {
-    token: Option<String>,
-    pttl: i64,
-    fence: Option<String>,
+    /// Print one JSON object instead of text (schema below).
+    #[arg(long)]
+    json: bool,
 }
 
 /// Runs `quorumlock inspect`; returns the exit code.
 pub async fn inspect(args: InspectArgs) -> u8 {
-    // Validates the URLs and gives their password-free display form.
-    let locks = match Redlock::builder(&args.nodes.nodes).build().await {
+    if args.timeout.is_zero() {
+        eprintln!("quorumlock: --timeout must be above zero");
+        return exit::USAGE;
+    }
+    let locks = match Redlock::builder(&args.nodes.nodes)
+        .node_timeout(args.timeout)
+        .connect_timeout(args.timeout)
+        .build()
+        .await
+    {
         Ok(locks) => locks,
         Err(e) => {
             eprintln!("quorumlock: {e}");
             return exit::for_error(&e);
         }
     };
-    if args.resource.is_empty() {
-        eprintln!("quorumlock: the resource name is empty");
-        return exit::USAGE;
-    }
-    let n = args.nodes.nodes.len();
-    let quorum = locks.quorum();
-    let probes = futures::future::join_all(
-        args.nodes
-            .nodes
-            .iter()
-            .map(|url| probe(url, &args.resource, args.timeout)),
-    )
-    .await;
-
-    println!("{} on {n} nodes (quorum {quorum})", args.resource);
-    let shown: Vec<String> = locks.nodes().iter().map(|a| a.to_string()).collect();
-    let width = shown.iter().map(|s| s.chars().count()).max().unwrap_or(0);
-    let mut holders: BTreeMap<String, usize> = BTreeMap::new();
-    let mut answered = 0;
-    for (addr, probe) in shown.iter().zip(&probes) {
-        let line = match probe {
-            Ok(p) => {
-                answered += 1;
-                let fence = match &p.fence {
-                    Some(f) => format!("fence {f}"),
-                    None => "fence -".to_owned(),
-                };
-                match &p.token {
-                    Some(t) => {
-                        let short = short_token(t);
-                        *holders.entry(short.clone()).or_default() += 1;
-                        let ttl = if p.pttl >= 0 {
-                            format!("ttl {}", format_ms(p.pttl))
-                        } else {
-                            "no ttl".to_owned()
-                        };
-                        format!("held by {short:<10} {ttl:<12} {fence}")
-                    }
-                    None => format!("{:<32} {fence}", "free"),
-                }
-            }
-            Err(e) => format!("unreachable: {e}"),
-        };
-        println!("  {addr:<width$}  {line}");
-    }
-
-    let best = holders.iter().max_by_key(|(_, c)| **c);
-    let verdict = match best {
-        Some((owner, &count)) if count >= quorum => {
-            format!("held by {owner} on {count}/{n} nodes (quorum {quorum}): HELD")
-        }
-        _ if answered < quorum => {
-            format!("unknown: only {answered}/{n} nodes answered (quorum {quorum})")
-        }
-        None => "free".to_owned(),
-        Some((owner, &count)) => {
-            format!("split: no owner has a quorum (best: {owner} on {count}/{n}, quorum {quorum})")
+    let seen = match locks.inspect_many(&args.resources).await {
+        Ok(seen) => seen,
+        Err(e) => {
+            eprintln!("quorumlock: {e}");
+            return exit::for_error(&e);
         }
     };
-    println!("verdict: {verdict}");
-    if answered < quorum && best.is_none_or(|(_, &c)| c < quorum) {
+    if args.json {
+        println!("{}", json(&locks, &seen));
+    } else {
+        for (i, s) in seen.iter().enumerate() {
+            if i > 0 {
+                println!();
+            }
+            print!("{}", text(s, args.timeout));
+        }
+    }
+    if seen.iter().any(|s| s.answered() < s.quorum()) {
         exit::UNAVAILABLE
     } else {
         0
     }
 }
 
-/// Reads the lock key, its PTTL and the fence counter on one node.
-async fn probe(url: &str, resource: &str, timeout: Duration) -> Result<Probe, String> {
-    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
-    let mut lock_key = b"quorumlock:lock:".to_vec();
-    lock_key.extend_from_slice(resource.as_bytes());
-    let mut fence_key = b"quorumlock:fence:".to_vec();
-    fence_key.extend_from_slice(resource.as_bytes());
-    let read = async {
-        let mut con = client.get_multiplexed_async_connection().await?;
-        let (token, pttl, fence): (Option<Vec<u8>>, i64, Option<String>) = redis::pipe()
-            .cmd("GET")
-            .arg(&lock_key)
-            .cmd("PTTL")
-            .arg(&lock_key)
-            .cmd("GET")
-            .arg(&fence_key)
-            .query_async(&mut con)
-            .await?;
-        Ok::<_, redis::RedisError>(Probe {
-            token: token.map(|t| String::from_utf8_lossy(&t).into_owned()),
-            pttl,
-            fence,
-        })
+/// The text form of one inspection.
+fn text(seen: &Inspection, timeout: Duration) -> String {
+    let n = seen.nodes().len();
+    let q = seen.quorum();
+    let mut out = format!("{} on {n} nodes (quorum {q})\n", seen.resource());
+    let shown: Vec<String> = seen.nodes().iter().map(|s| s.addr().to_string()).collect();
+    let width = shown.iter().map(|s| s.chars().count()).max().unwrap_or(0);
+    for (addr, node) in shown.iter().zip(seen.nodes()) {
+        let _ = writeln!(out, "  {addr:<width$}  {}", node_line(node, timeout));
+    }
+    let verdict = match seen.verdict() {
+        Verdict::Held { holder, nodes, ttl } => {
+            let left = match ttl {
+                Some(t) => format!("{} left", ms(*t)),
+                None => "no expiry".to_owned(),
+            };
+            format!("held by {holder} on {nodes}/{n} nodes (quorum {q}): HELD, {left}")
+        }
+        Verdict::Free { nodes } => format!("free on {nodes}/{n} nodes (quorum {q})"),
+        _ if seen.answered() < q => format!(
+            "unknown: only {}/{n} nodes answered (quorum {q})",
+            seen.answered()
+        ),
+        _ => format!(
+            "unknown: neither one holder nor \"free\" on a quorum of the {}/{n} nodes that answered (quorum {q})",
+            seen.answered()
+        ),
     };
-    match tokio::time::timeout(timeout, read).await {
-        Ok(Ok(p)) => Ok(p),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!(
-            "timed out after {}",
-            humantime::format_duration(timeout)
-        )),
+    let _ = writeln!(out, "verdict: {verdict}");
+    out
+}
+
+/// One node's part of the text form.
+fn node_line(node: &NodeInspection, timeout: Duration) -> String {
+    let r = match node.state() {
+        NodeState::Answered(r) => r,
+        NodeState::Failed(e) => return format!("failed: {e}"),
+        _ => {
+            return format!("no answer within {}", humantime::format_duration(timeout));
+        }
+    };
+    let mut line = match (r.holder(), r.ttl()) {
+        (Some(h), Some(t)) => format!(
+            "held by {:<10} {:<11}",
+            h.to_string(),
+            format!("ttl {}", ms(t))
+        ),
+        (Some(h), None) => format!("held by {:<10} {:<11}", h.to_string(), "no expiry"),
+        (None, _) => format!("{:<30}", "free"),
+    };
+    if let Some(f) = r.fence() {
+        let _ = write!(line, " fence {f}");
+    }
+    if let Some(q) = r.queued() {
+        let _ = write!(line, "  queued {q}");
+    }
+    line.trim_end().to_owned()
+}
+
+fn ms(d: Duration) -> String {
+    if d >= Duration::from_secs(1) {
+        format!("{:.1}s", d.as_secs_f64())
+    } else {
+        format!("{}ms", d.as_millis())
     }
 }
 
-/// The first 8 characters of a token and `…`: enough to tell owners apart, never the
-/// whole secret.
-fn short_token(t: &str) -> String {
-    let head: String = t.chars().take(8).collect();
-    format!("{head}…")
+/// The JSON form of every inspection (see [`JSON_HELP`]).
+fn json(locks: &Redlock, seen: &[Inspection]) -> String {
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "{{\"nodes\":{},\"quorum\":{},\"resources\":[",
+        locks.nodes().len(),
+        locks.quorum()
+    );
+    for (i, s) in seen.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        resource_json(&mut out, s);
+    }
+    out.push_str("]}");
+    out
 }
 
-fn format_ms(ms: i64) -> String {
-    if ms >= 1000 {
-        format!("{:.1}s", ms as f64 / 1000.0)
-    } else {
-        format!("{ms}ms")
+fn resource_json(out: &mut String, s: &Inspection) {
+    let (verdict, holder, holder_nodes, free_nodes, ttl) = match s.verdict() {
+        Verdict::Held { holder, nodes, ttl } => {
+            ("held", Some(holder.as_str()), Some(*nodes), None, *ttl)
+        }
+        Verdict::Free { nodes } => ("free", None, None, Some(*nodes), None),
+        _ => ("unknown", None, None, None, None),
+    };
+    out.push_str("{\"resource\":");
+    string(out, s.resource());
+    let _ = write!(out, ",\"verdict\":\"{verdict}\",\"holder\":");
+    opt_string(out, holder);
+    let _ = write!(
+        out,
+        ",\"holder_nodes\":{},\"free_nodes\":{},\"ttl_ms\":{},\"answered\":{},\"quorum\":{},\"fence\":{},\"queued\":{},\"nodes\":[",
+        num(holder_nodes),
+        num(free_nodes),
+        num(ttl.map(|t| t.as_millis())),
+        s.answered(),
+        s.quorum(),
+        num(s.fence()),
+        num(s.queued()),
+    );
+    for (i, node) in s.nodes().iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        node_json(out, node);
+    }
+    out.push_str("]}");
+}
+
+fn node_json(out: &mut String, node: &NodeInspection) {
+    out.push_str("{\"node\":");
+    string(out, &node.addr().to_string());
+    let _ = write!(out, ",\"herald\":{}", node.is_herald());
+    let (state, error) = match node.state() {
+        NodeState::Answered(_) => ("answered", None),
+        NodeState::Failed(e) => ("failed", Some(e.as_str())),
+        _ => ("timed_out", None),
+    };
+    let _ = write!(out, ",\"state\":\"{state}\",\"error\":");
+    opt_string(out, error);
+    let r = node.reading();
+    out.push_str(",\"holder\":");
+    opt_string(out, r.and_then(|r| r.holder()).map(|h| h.as_str()));
+    let _ = write!(
+        out,
+        ",\"ttl_ms\":{},\"fence\":{},\"queued\":{}}}",
+        num(r.and_then(|r| r.ttl()).map(|t| t.as_millis())),
+        num(r.and_then(|r| r.fence())),
+        num(r.and_then(|r| r.queued())),
+    );
+}
+
+/// A number, or `null`.
+fn num<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "null".to_owned(), |v| v.to_string())
+}
+
+fn opt_string(out: &mut String, s: Option<&str>) {
+    match s {
+        Some(s) => string(out, s),
+        None => out.push_str("null"),
+    }
+}
+
+/// A JSON string literal: `"`, `\` and control characters escaped.
+fn string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_are_escaped() {
+        let mut out = String::new();
+        string(&mut out, "a\"b\\c\nd\u{1}é");
+        assert_eq!(out, r#""a\"b\\c\nd\u0001é""#);
+        assert_eq!(num::<u64>(None), "null");
+        assert_eq!(num(Some(7u64)), "7");
     }
 }

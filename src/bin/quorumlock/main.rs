@@ -3,8 +3,8 @@
 //! ```text
 //! quorumlock run --nodes URL,URL,... --resource NAME [--ttl 10s] [--wait 10s | --no-wait]
 //!                [--fencing] [--grace 10s] -- COMMAND [ARGS...]
-//! quorumlock inspect RESOURCE --nodes URL,URL,...
-//! quorumlock demo [--nodes URL,URL,...]
+//! quorumlock inspect RESOURCE... --nodes URL,URL,... [--timeout 1s] [--json]
+//! quorumlock demo [--nodes URL,URL,...]          (with the `demo` feature)
 //! ```
 //!
 //! Nodes come from `--nodes` or the `QUORUMLOCK_NODES` environment variable (comma
@@ -16,6 +16,7 @@
 //! 70 when the lock was lost while COMMAND ran, 75 when the lock is held by another owner
 //! or the wait timed out, 126/127 when COMMAND cannot be executed / is not found.
 
+#[cfg(feature = "demo")]
 mod demo;
 mod exit;
 mod inspect;
@@ -49,10 +50,13 @@ enum Cmd {
     /// Example: quorumlock run --nodes redis://h1:6379,redis://h2:6379,redis://h3:6379
     /// --resource cron:report --ttl 30s --no-wait -- ./report.sh
     Run(run::RunArgs),
-    /// Show, node by node, who holds RESOURCE, its remaining TTL and its fence counter.
+    /// Show, node by node, who holds each RESOURCE (a token prefix), its remaining TTL,
+    /// its fence counter and its wait queue, and whether it is held or free on a quorum.
+    /// Read-only: nothing is taken or changed.
     Inspect(inspect::InspectArgs),
     /// The coupon scenario: 100 buyers, K coupons, without and with the lock (starts its
     /// own 5 local redis-server nodes unless --nodes is given).
+    #[cfg(feature = "demo")]
     Demo(demo::DemoArgs),
 }
 
@@ -108,6 +112,7 @@ fn main() -> ExitCode {
         match cli.command {
             Cmd::Run(args) => run::run(args).await,
             Cmd::Inspect(args) => inspect::inspect(args).await,
+            #[cfg(feature = "demo")]
             Cmd::Demo(args) => demo::demo(args).await,
         }
     });

@@ -124,7 +124,7 @@ pub async fn run(args: RunArgs) -> u8 {
         Ok(s) => s,
         Err(e) => {
             eprintln!("quorumlock: cannot install signal handlers: {e}");
-            release(lock.release(), args.ttl, false).await;
+            release(&locks, lock.release(), args.ttl, false).await;
             return exit::UNAVAILABLE;
         }
     };
@@ -132,7 +132,7 @@ pub async fn run(args: RunArgs) -> u8 {
         Ok(child) => child,
         Err(e) => {
             eprintln!("quorumlock: cannot run {}: {e}", program.to_string_lossy());
-            release(lock.release(), args.ttl, false).await;
+            release(&locks, lock.release(), args.ttl, false).await;
             return if e.kind() == std::io::ErrorKind::NotFound {
                 exit::NOT_FOUND
             } else {
@@ -167,7 +167,7 @@ pub async fn run(args: RunArgs) -> u8 {
         }
     };
 
-    release(kept.release(), args.ttl, code == exit::LOST).await;
+    release(&locks, kept.release(), args.ttl, code == exit::LOST).await;
     code
 }
 
@@ -207,7 +207,12 @@ fn status_code(status: ExitStatus) -> u8 {
 }
 
 /// Awaits a release, bounded in time; the TTL cleans up whatever is not released.
-async fn release(release: impl Future<Output = Result<(), Error>>, ttl: Duration, lost: bool) {
+async fn release(
+    locks: &Redlock,
+    release: impl Future<Output = Result<(), Error>>,
+    ttl: Duration,
+    lost: bool,
+) {
     let budget = ttl.clamp(Duration::from_secs(1), Duration::from_secs(5));
     match tokio::time::timeout(budget, release).await {
         Ok(Ok(())) => {}
@@ -223,7 +228,7 @@ async fn release(release: impl Future<Output = Result<(), Error>>, ttl: Duration
     }
     // The release returned at the quorum: let the slower nodes finish before we exit, so
     // no node keeps the key until its TTL.
-    quorumlock::Redlock::flush_background(budget).await;
+    locks.flush(budget).await;
 }
 
 /// Sends SIGTERM to COMMAND, then SIGKILL after `grace`, and reaps it.
