@@ -486,6 +486,8 @@ mod tests {
             took: u64,
         },
         Stop,
+        /// The lost signal's timer looks at the lock.
+        Fire,
     }
 
     fn step() -> impl Strategy<Value = Step> {
@@ -494,6 +496,7 @@ mod tests {
             4 => Just(Step::Sweep),
             4 => (0usize..6, 0usize..6, 0u64..600).prop_map(|(granted, refused, took)| Step::Round { granted, refused, took }),
             1 => Just(Step::Stop),
+            2 => Just(Step::Fire),
         ]
     }
 
@@ -512,6 +515,7 @@ mod tests {
     /// Runs one step and checks what it did.
     fn run_step(k: &mut Kept<Duration>, s: Step, r: &mut Run) -> Result<(), TestCaseError> {
         let before_deadline = k.deadline;
+        let (fire_before, _) = k.fire_at();
         let was_lost = k.lost();
         let now = r.now;
         match s {
@@ -553,6 +557,8 @@ mod tests {
                     Applied::Extended(v) => {
                         r.not_before = Some(r.now + Duration::from_nanos(1));
                         r.extensions += 1;
+                        // Confirmed before the lost signal's time: never un-loses a lock.
+                        prop_assert!(r.now < fire_before);
                         prop_assert!(t.granted() >= t.quorum());
                         prop_assert!(was_lost.is_none());
                         prop_assert!(v <= r.ttl);
@@ -565,6 +571,13 @@ mod tests {
                         prop_assert!(k.deadline <= r.now);
                     }
                     _ => prop_assert!(k.deadline == before_deadline),
+                }
+            }
+            Step::Fire => {
+                if let Some(l) = k.fire(now) {
+                    prop_assert!(was_lost.is_none() && !k.stopped());
+                    prop_assert!(now >= fire_before);
+                    prop_assert_eq!(k.lost(), Some(l));
                 }
             }
             Step::Stop => {
@@ -616,6 +629,42 @@ mod tests {
                     prop_assert!(r.extensions <= m);
                 }
             }
+        }
+
+        /// A round in which more than `N − Q` nodes refused leaves no validity, whatever
+        /// happened while it ran: the lock's lost signal fired (its time came during a slow
+        /// round), it was capped, or nothing at all.
+        #[test]
+        fn not_held_leaves_no_validity(
+            ttl_ms in 20u64..20_000,
+            fraction in 0.05f64..0.95,
+            n in 1usize..8,
+            fired in any::<bool>(),
+            took_permille in 0u64..1_200,
+        ) {
+            let ttl = Duration::from_millis(ttl_ms);
+            let refresh = refresh_window(ttl, fraction);
+            let p = Policy {
+                ttl,
+                refresh,
+                margin: margin(ttl, refresh, None),
+                max_extensions: None,
+                drift_factor: 0.01,
+            };
+            let deadline = ttl.saturating_sub(drift(ttl, 0.01));
+            let mut k = Kept::new(p, deadline, Duration::ZERO, None);
+            let start = deadline.saturating_sub(refresh);
+            prop_assert_eq!(k.sweep(start), Sweep::Due);
+            // The round ends anywhere from its start to past the deadline.
+            let now = start + refresh * u32::try_from(took_permille).unwrap_or(0) / 1_000;
+            if fired && now >= k.fire_at().0 {
+                prop_assert_eq!(k.fire(now), Some(Lost::ExtendFailed));
+            }
+            let q = quorum(n);
+            let (t, d) = tally(n, 0, n - q + 1);
+            let a = k.apply(d, &t, start, now, now);
+            prop_assert!(matches!(a, Applied::Lost { reason: Lost::NotHeld, .. }), "{:?}", a);
+            prop_assert!(k.deadline(now) <= now);
         }
 
         /// A lock whose rounds come back one after another (each swept the moment the
