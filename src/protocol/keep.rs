@@ -434,6 +434,23 @@ mod tests {
         assert_eq!(k.deadline(12_900 * MS), 12_900 * MS);
     }
 
+    /// A slow round that still extends (a paused node, 3.5 s of a 10 s TTL) leaves the
+    /// next due time within the batching window of the round's end: it must not be due
+    /// again at once, only half-way to the lost signal.
+    #[test]
+    fn a_slow_extension_is_not_followed_at_once() {
+        let mut k = Kept::new(policy(), 10_000 * MS, Duration::ZERO, None);
+        assert_eq!(k.sweep(5_000 * MS), Sweep::Due);
+        let (t, d) = tally(3, 2, 0);
+        let a = k.apply(d, &t, 5_000 * MS, 8_500 * MS, 8_500 * MS);
+        // validity = 10 s − 3.5 s − 102 ms, from the round's start: deadline 11.398 s,
+        // lost signal at 10.398 s, next try half-way there (949 ms after the round).
+        assert_eq!(a, Applied::Extended(6_398 * MS));
+        assert_eq!(k.sweep(8_500 * MS), Sweep::Later(9_449 * MS));
+        assert_eq!(k.sweep(9_448 * MS), Sweep::Later(9_449 * MS));
+        assert_eq!(k.sweep(9_449 * MS), Sweep::Due);
+    }
+
     #[test]
     fn losses() {
         // More than N − Q refusals: lost, with no validity left.
@@ -677,7 +694,7 @@ mod tests {
             fraction in 0.05f64..0.95,
             margin_ms in prop::option::of(0u64..5_000),
             n in 1usize..6,
-            rounds in prop::collection::vec((0usize..6, 0usize..6, 0u64..50), 1..40),
+            rounds in prop::collection::vec((0usize..6, 0usize..6, 0u32..600), 1..40),
         ) {
             let ttl = Duration::from_millis(ttl_ms);
             let refresh = refresh_window(ttl, fraction);
@@ -702,7 +719,8 @@ mod tests {
                     _ => break,
                 }
                 let start = now;
-                now += Duration::from_millis(took);
+                // A round takes up to 60 % of the TTL (a paused or slow node).
+                now += ttl * took / 1_000;
                 let g = granted.min(n);
                 let (t, d) = tally(n, g, refused.min(n - g));
                 let earliest = match k.apply(d, &t, start, now, now) {
