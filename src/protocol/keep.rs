@@ -529,6 +529,69 @@ mod tests {
         not_before: Option<Duration>,
     }
 
+    /// Checks what a sweep at the schedule's clock did.
+    fn sweep_step(k: &mut Kept<Duration>, r: &mut Run) -> Result<(), TestCaseError> {
+        let now = r.now;
+        match k.sweep(now) {
+            Sweep::Due => {
+                prop_assert!(now < k.fire_at().0);
+                // Never back to back: not at the instant a round ended, nor before a
+                // missed round's retry time.
+                if let Some(t) = r.not_before {
+                    prop_assert!(now >= t, "due at {:?}, before {:?}", now, t);
+                }
+                r.round_started = Some(now);
+            }
+            Sweep::Lost(l) => prop_assert!(
+                now >= k.fire_at().0 || matches!(l, Lost::MaxExtensions | Lost::MaxHold)
+            ),
+            Sweep::Drop => prop_assert!(k.lost().is_some() || k.stopped()),
+            Sweep::Busy => prop_assert!(r.round_started.is_some()),
+            Sweep::Later(t) => prop_assert!(t > now),
+        }
+        Ok(())
+    }
+
+    /// Ends the round in flight (if any) `took` ms later with these votes, and checks
+    /// what applying it did.
+    fn round_step(
+        k: &mut Kept<Duration>,
+        r: &mut Run,
+        (granted, refused, took): (usize, usize, u64),
+    ) -> Result<(), TestCaseError> {
+        let Some(start) = r.round_started.take() else {
+            return Ok(());
+        };
+        let (before_deadline, was_lost) = (k.deadline, k.lost());
+        let (fire_before, _) = k.fire_at();
+        r.now += Duration::from_millis(took);
+        let g = granted.min(r.n);
+        let (t, d) = tally(r.n, g, refused.min(r.n - g));
+        match k.apply(d, &t, start, r.now, r.now) {
+            Applied::Retry => {
+                let retry = (r.refresh / 8).max(MS * 5);
+                r.not_before = Some(r.now + retry);
+                prop_assert!(k.deadline == before_deadline);
+            }
+            Applied::Extended(v) => {
+                r.not_before = Some(r.now + Duration::from_nanos(1));
+                r.extensions += 1;
+                // Confirmed before the lost signal's time: never un-loses a lock.
+                prop_assert!(r.now < fire_before);
+                prop_assert!(t.granted() >= t.quorum());
+                prop_assert!(was_lost.is_none());
+                prop_assert!(v <= r.ttl);
+                prop_assert!(k.deadline >= before_deadline);
+            }
+            Applied::Lost {
+                reason: Lost::NotHeld,
+                ..
+            } => prop_assert!(k.deadline <= r.now),
+            _ => prop_assert!(k.deadline == before_deadline),
+        }
+        Ok(())
+    }
+
     /// Runs one step and checks what it did.
     fn run_step(k: &mut Kept<Duration>, s: Step, r: &mut Run) -> Result<(), TestCaseError> {
         let before_deadline = k.deadline;
@@ -537,59 +600,12 @@ mod tests {
         let now = r.now;
         match s {
             Step::Wait(ms) => r.now += Duration::from_millis(ms),
-            Step::Sweep => match k.sweep(now) {
-                Sweep::Due => {
-                    prop_assert!(now < k.fire_at().0);
-                    // Never back to back: not at the instant a round ended, nor before a
-                    // missed round's retry time.
-                    if let Some(t) = r.not_before {
-                        prop_assert!(now >= t, "due at {:?}, before {:?}", now, t);
-                    }
-                    r.round_started = Some(now);
-                }
-                Sweep::Lost(l) => prop_assert!(
-                    now >= k.fire_at().0 || matches!(l, Lost::MaxExtensions | Lost::MaxHold)
-                ),
-                Sweep::Drop => prop_assert!(k.lost().is_some() || k.stopped()),
-                Sweep::Busy => prop_assert!(r.round_started.is_some()),
-                Sweep::Later(t) => prop_assert!(t > now),
-            },
+            Step::Sweep => sweep_step(k, r)?,
             Step::Round {
                 granted,
                 refused,
                 took,
-            } => {
-                let Some(start) = r.round_started.take() else {
-                    return Ok(());
-                };
-                r.now += Duration::from_millis(took);
-                let g = granted.min(r.n);
-                let (t, d) = tally(r.n, g, refused.min(r.n - g));
-                match k.apply(d, &t, start, r.now, r.now) {
-                    Applied::Retry => {
-                        let retry = (r.refresh / 8).max(MS * 5);
-                        r.not_before = Some(r.now + retry);
-                        prop_assert!(k.deadline == before_deadline);
-                    }
-                    Applied::Extended(v) => {
-                        r.not_before = Some(r.now + Duration::from_nanos(1));
-                        r.extensions += 1;
-                        // Confirmed before the lost signal's time: never un-loses a lock.
-                        prop_assert!(r.now < fire_before);
-                        prop_assert!(t.granted() >= t.quorum());
-                        prop_assert!(was_lost.is_none());
-                        prop_assert!(v <= r.ttl);
-                        prop_assert!(k.deadline >= before_deadline);
-                    }
-                    Applied::Lost {
-                        reason: Lost::NotHeld,
-                        ..
-                    } => {
-                        prop_assert!(k.deadline <= r.now);
-                    }
-                    _ => prop_assert!(k.deadline == before_deadline),
-                }
-            }
+            } => round_step(k, r, (granted, refused, took))?,
             Step::Fire => {
                 if let Some(l) = k.fire(now) {
                     prop_assert!(was_lost.is_none() && !k.stopped());
