@@ -224,6 +224,46 @@ async fn a_late_refresh_point_does_not_make_the_watchdog_spin() -> TestResult {
     Ok(())
 }
 
+/// A kept lock whose extensions miss the quorum is retried at a bounded pace until its
+/// lost signal, not in back-to-back rounds. Before, a missed round was retried
+/// `refresh / 8` later (`ttl / 16` by default), inside the batching window (`ttl / 8`),
+/// so the lock was due again the moment the round ended: with two of three nodes refusing
+/// connections at once, the watchdog ran hundreds of rounds (each a reconnect to the dead
+/// nodes and a pipeline to the live one) in the time before the lost signal fired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missed_rounds_are_retried_at_a_bounded_pace_not_back_to_back() -> TestResult {
+    let cluster = LocalCluster::builder(3).proxies(true).launch().await?;
+    let a = Redlock::builder(cluster.urls())
+        .node_timeout(Duration::from_millis(250))
+        .retry(Retry::new().attempts(1))
+        .build()
+        .await?;
+    let ttl = Duration::from_secs(2);
+    let kept = a
+        .try_lock("kept:retry-pace", ttl)
+        .await?
+        .keep_alive(Watchdog::new());
+    let (before, _) = command_calls(&cluster, 0).await;
+    // Nodes 1 and 2 now reset every connection at once: each round misses the quorum fast.
+    cluster.proxy(1)?.reset();
+    cluster.proxy(2)?.reset();
+    let lost = tokio::time::timeout(Duration::from_secs(5), kept.lost()).await;
+    let (after, _) = command_calls(&cluster, 0).await;
+    let rounds = after.saturating_sub(before);
+    let accepted = cluster.proxy(1)?.accepted_connections();
+    eprintln!("missed rounds: {rounds} extension rounds on node 0, {accepted} connects to node 1");
+    let e = lost.map_err(|_| "the lost signal never fired")?;
+    assert_eq!(reason(&e), Some(LostReason::ExtendFailed), "{e}");
+    // Due at half-life, lost at `deadline − ttl / 10`: about 0.9 s of retries at one per
+    // `ttl / 16` (125 ms) is ~8 rounds; allow a wide slack.
+    assert!(
+        rounds <= 30,
+        "{rounds} extension rounds before the lost signal: missed rounds run back to back"
+    );
+    drop(kept);
+    Ok(())
+}
+
 /// The watchdog extends every key of a multi-resource lock (one `EVALSHA` with all its
 /// keys), so the lock outlives many TTLs and each resource stays taken.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

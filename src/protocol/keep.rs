@@ -20,6 +20,11 @@
 //! * **Extended** ([`Kept::apply`]): the deadline moves to the round's start + validity,
 //!   never earlier than it was; the next extension is due `refresh` before the new
 //!   deadline, but never at once.
+//! * **Retry** ([`Kept::apply`]): a missed round keeps the deadline and is tried again
+//!   `refresh / 8` later (at least 5 ms). After any round the lock joins no round before
+//!   the time its result set: the batching window pulls only a first due time forward,
+//!   never a retry (a retry inside the window would be due the moment its round ended,
+//!   and rounds would run back to back until the lost signal).
 
 use std::time::Duration;
 
@@ -88,6 +93,9 @@ pub(crate) struct Kept<T> {
     stopped: bool,
     extensions: u32,
     next_try: T,
+    /// The earliest time the lock may join a round again: the batching window never pulls
+    /// it ahead of this (set by each round's result, so rounds are never back to back).
+    not_before: T,
     in_round: bool,
 }
 
@@ -138,6 +146,7 @@ impl<T: Moment> Kept<T> {
             stopped: false,
             extensions: 0,
             next_try: deadline.minus(policy.refresh).unwrap_or(now),
+            not_before: now,
             in_round: false,
         }
     }
@@ -249,8 +258,8 @@ impl<T: Moment> Kept<T> {
             self.mark_lost(reason, now);
             return Sweep::Lost(reason);
         }
-        if self.next_try > later(now, self.coalesce()) {
-            return Sweep::Later(self.next_try);
+        if self.next_try > later(now, self.coalesce()) || now < self.not_before {
+            return Sweep::Later(self.next_try.max(self.not_before));
         }
         let capped = if self
             .policy
@@ -318,6 +327,7 @@ impl<T: Moment> Kept<T> {
             _ => {
                 let retry = (self.policy.refresh / 8).max(Duration::from_millis(5));
                 self.next_try = later(now, retry);
+                self.not_before = self.next_try;
                 Applied::Retry
             }
         }
@@ -334,7 +344,8 @@ impl<T: Moment> Kept<T> {
         let (fire, _) = self.fire_at();
         let gap = p.ttl.saturating_sub(p.refresh).min(fire.since(now)) / 2;
         let due = self.deadline.minus(p.refresh).unwrap_or(now);
-        self.next_try = due.max(later(now, gap));
+        self.not_before = later(now, gap);
+        self.next_try = due.max(self.not_before);
     }
 }
 
@@ -406,9 +417,12 @@ mod tests {
             k.apply(d, &t, 8_000 * MS, 8_001 * MS, 8_001 * MS),
             Applied::Retry
         );
-        // The retry (625 ms) falls within the batching window (1.25 s): due again at once.
-        assert_eq!(k.sweep(8_002 * MS), Sweep::Due);
-        assert_eq!(k.deadline(8_002 * MS), 13_888 * MS);
+        // Retried 625 ms later (refresh / 8), although that is within the batching window
+        // (1.25 s): never due again at once.
+        assert_eq!(k.sweep(8_001 * MS), Sweep::Later(8_626 * MS));
+        assert_eq!(k.sweep(8_625 * MS), Sweep::Later(8_626 * MS));
+        assert_eq!(k.sweep(8_626 * MS), Sweep::Due);
+        assert_eq!(k.deadline(8_626 * MS), 13_888 * MS);
         // The lost signal's time: lost once, never extended again.
         assert_eq!(k.fire(12_887 * MS), None);
         assert_eq!(k.fire(12_888 * MS), Some(Lost::ExtendFailed));
@@ -418,6 +432,23 @@ mod tests {
         // A released lock reports no validity left.
         assert_eq!(k.stop(), 13_888 * MS);
         assert_eq!(k.deadline(12_900 * MS), 12_900 * MS);
+    }
+
+    /// A slow round that still extends (a paused node, 3.5 s of a 10 s TTL) leaves the
+    /// next due time within the batching window of the round's end: it must not be due
+    /// again at once, only half-way to the lost signal.
+    #[test]
+    fn a_slow_extension_is_not_followed_at_once() {
+        let mut k = Kept::new(policy(), 10_000 * MS, Duration::ZERO, None);
+        assert_eq!(k.sweep(5_000 * MS), Sweep::Due);
+        let (t, d) = tally(3, 2, 0);
+        let a = k.apply(d, &t, 5_000 * MS, 8_500 * MS, 8_500 * MS);
+        // validity = 10 s − 3.5 s − 102 ms, from the round's start: deadline 11.398 s,
+        // lost signal at 10.398 s, next try half-way there (949 ms after the round).
+        assert_eq!(a, Applied::Extended(6_398 * MS));
+        assert_eq!(k.sweep(8_500 * MS), Sweep::Later(9_449 * MS));
+        assert_eq!(k.sweep(9_448 * MS), Sweep::Later(9_449 * MS));
+        assert_eq!(k.sweep(9_449 * MS), Sweep::Due);
     }
 
     #[test]
@@ -472,6 +503,8 @@ mod tests {
             took: u64,
         },
         Stop,
+        /// The lost signal's timer looks at the lock.
+        Fire,
     }
 
     fn step() -> impl Strategy<Value = Step> {
@@ -480,63 +513,104 @@ mod tests {
             4 => Just(Step::Sweep),
             4 => (0usize..6, 0usize..6, 0u64..600).prop_map(|(granted, refused, took)| Step::Round { granted, refused, took }),
             1 => Just(Step::Stop),
+            2 => Just(Step::Fire),
         ]
     }
 
-    /// The schedule's clock, the round in flight and the extensions so far.
+    /// The schedule's clock, the round in flight, the extensions so far, and the earliest
+    /// time the lock may join a round again (set when a round ends).
     struct Run {
         now: Duration,
         round_started: Option<Duration>,
         extensions: u32,
         n: usize,
         ttl: Duration,
+        refresh: Duration,
+        not_before: Option<Duration>,
+    }
+
+    /// Checks what a sweep at the schedule's clock did.
+    fn sweep_step(k: &mut Kept<Duration>, r: &mut Run) -> Result<(), TestCaseError> {
+        let now = r.now;
+        match k.sweep(now) {
+            Sweep::Due => {
+                prop_assert!(now < k.fire_at().0);
+                // Never back to back: not at the instant a round ended, nor before a
+                // missed round's retry time.
+                if let Some(t) = r.not_before {
+                    prop_assert!(now >= t, "due at {:?}, before {:?}", now, t);
+                }
+                r.round_started = Some(now);
+            }
+            Sweep::Lost(l) => prop_assert!(
+                now >= k.fire_at().0 || matches!(l, Lost::MaxExtensions | Lost::MaxHold)
+            ),
+            Sweep::Drop => prop_assert!(k.lost().is_some() || k.stopped()),
+            Sweep::Busy => prop_assert!(r.round_started.is_some()),
+            Sweep::Later(t) => prop_assert!(t > now),
+        }
+        Ok(())
+    }
+
+    /// Ends the round in flight (if any) `took` ms later with these votes, and checks
+    /// what applying it did.
+    fn round_step(
+        k: &mut Kept<Duration>,
+        r: &mut Run,
+        (granted, refused, took): (usize, usize, u64),
+    ) -> Result<(), TestCaseError> {
+        let Some(start) = r.round_started.take() else {
+            return Ok(());
+        };
+        let (before_deadline, was_lost) = (k.deadline, k.lost());
+        let (fire_before, _) = k.fire_at();
+        r.now += Duration::from_millis(took);
+        let g = granted.min(r.n);
+        let (t, d) = tally(r.n, g, refused.min(r.n - g));
+        match k.apply(d, &t, start, r.now, r.now) {
+            Applied::Retry => {
+                let retry = (r.refresh / 8).max(MS * 5);
+                r.not_before = Some(r.now + retry);
+                prop_assert!(k.deadline == before_deadline);
+            }
+            Applied::Extended(v) => {
+                r.not_before = Some(r.now + Duration::from_nanos(1));
+                r.extensions += 1;
+                // Confirmed before the lost signal's time: never un-loses a lock.
+                prop_assert!(r.now < fire_before);
+                prop_assert!(t.granted() >= t.quorum());
+                prop_assert!(was_lost.is_none());
+                prop_assert!(v <= r.ttl);
+                prop_assert!(k.deadline >= before_deadline);
+            }
+            Applied::Lost {
+                reason: Lost::NotHeld,
+                ..
+            } => prop_assert!(k.deadline <= r.now),
+            _ => prop_assert!(k.deadline == before_deadline),
+        }
+        Ok(())
     }
 
     /// Runs one step and checks what it did.
     fn run_step(k: &mut Kept<Duration>, s: Step, r: &mut Run) -> Result<(), TestCaseError> {
         let before_deadline = k.deadline;
+        let (fire_before, _) = k.fire_at();
         let was_lost = k.lost();
         let now = r.now;
         match s {
             Step::Wait(ms) => r.now += Duration::from_millis(ms),
-            Step::Sweep => match k.sweep(now) {
-                Sweep::Due => {
-                    prop_assert!(now < k.fire_at().0);
-                    r.round_started = Some(now);
-                }
-                Sweep::Lost(l) => prop_assert!(
-                    now >= k.fire_at().0 || matches!(l, Lost::MaxExtensions | Lost::MaxHold)
-                ),
-                Sweep::Drop => prop_assert!(k.lost().is_some() || k.stopped()),
-                Sweep::Busy => prop_assert!(r.round_started.is_some()),
-                Sweep::Later(t) => prop_assert!(t > now),
-            },
+            Step::Sweep => sweep_step(k, r)?,
             Step::Round {
                 granted,
                 refused,
                 took,
-            } => {
-                let Some(start) = r.round_started.take() else {
-                    return Ok(());
-                };
-                r.now += Duration::from_millis(took);
-                let g = granted.min(r.n);
-                let (t, d) = tally(r.n, g, refused.min(r.n - g));
-                match k.apply(d, &t, start, r.now, r.now) {
-                    Applied::Extended(v) => {
-                        r.extensions += 1;
-                        prop_assert!(t.granted() >= t.quorum());
-                        prop_assert!(was_lost.is_none());
-                        prop_assert!(v <= r.ttl);
-                        prop_assert!(k.deadline >= before_deadline);
-                    }
-                    Applied::Lost {
-                        reason: Lost::NotHeld,
-                        ..
-                    } => {
-                        prop_assert!(k.deadline <= r.now);
-                    }
-                    _ => prop_assert!(k.deadline == before_deadline),
+            } => round_step(k, r, (granted, refused, took))?,
+            Step::Fire => {
+                if let Some(l) = k.fire(now) {
+                    prop_assert!(was_lost.is_none() && !k.stopped());
+                    prop_assert!(now >= fire_before);
+                    prop_assert_eq!(k.lost(), Some(l));
                 }
             }
             Step::Stop => {
@@ -556,7 +630,9 @@ mod tests {
         /// stays lost and is never due again; the deadline never moves back except when a
         /// quorum no longer holds the lock (then to no later than now); it moves forward
         /// only through a round that a quorum confirmed before the signal's time; a cap is
-        /// never exceeded; a released lock reports no validity.
+        /// never exceeded; a released lock reports no validity; rounds are never back to
+        /// back (a lock is not due at the instant its round ended, nor, after a missed
+        /// round, before its retry time).
         #[test]
         fn invariants(
             ttl_ms in 20u64..20_000,
@@ -576,12 +652,102 @@ mod tests {
                 drift_factor: 0.01,
             };
             let mut k = Kept::new(p, ttl.saturating_sub(drift(ttl, 0.01)), Duration::ZERO, None);
-            let mut r = Run { now: Duration::ZERO, round_started: None, extensions: 0, n, ttl };
+            let mut r = Run {
+                now: Duration::ZERO, round_started: None, extensions: 0, n, ttl, refresh, not_before: None,
+            };
             for s in steps {
                 prop_assert!(k.fire_at().0 <= k.deadline);
                 run_step(&mut k, s, &mut r)?;
                 if let Some(m) = max_ext {
                     prop_assert!(r.extensions <= m);
+                }
+            }
+        }
+
+        /// A round in which more than `N − Q` nodes refused leaves no validity, whatever
+        /// happened while it ran: the lock's lost signal fired (its time came during a slow
+        /// round), it was capped, or nothing at all.
+        #[test]
+        fn not_held_leaves_no_validity(
+            ttl_ms in 20u64..20_000,
+            fraction in 0.05f64..0.95,
+            n in 1usize..8,
+            fired in any::<bool>(),
+            took_permille in 0u64..1_200,
+        ) {
+            let ttl = Duration::from_millis(ttl_ms);
+            let refresh = refresh_window(ttl, fraction);
+            let p = Policy {
+                ttl,
+                refresh,
+                margin: margin(ttl, refresh, None),
+                max_extensions: None,
+                drift_factor: 0.01,
+            };
+            let deadline = ttl.saturating_sub(drift(ttl, 0.01));
+            let mut k = Kept::new(p, deadline, Duration::ZERO, None);
+            let start = deadline.saturating_sub(refresh);
+            prop_assert_eq!(k.sweep(start), Sweep::Due);
+            // The round ends anywhere from its start to past the deadline.
+            let now = start + refresh * u32::try_from(took_permille).unwrap_or(0) / 1_000;
+            if fired && now >= k.fire_at().0 {
+                prop_assert_eq!(k.fire(now), Some(Lost::ExtendFailed));
+            }
+            let q = quorum(n);
+            let (t, d) = tally(n, 0, n - q + 1);
+            let a = k.apply(d, &t, start, now, now);
+            prop_assert!(matches!(a, Applied::Lost { reason: Lost::NotHeld, .. }), "{:?}", a);
+            prop_assert!(k.deadline(now) <= now);
+        }
+
+        /// A lock whose rounds come back one after another (each swept the moment the
+        /// previous one ended, the way the watchdog task does) is never due again at the
+        /// instant its round ended, and after a missed round not before `refresh / 8`
+        /// (at least 5 ms): however fast the rounds fail, they never run back to back.
+        #[test]
+        fn rounds_never_back_to_back(
+            ttl_ms in 20u64..20_000,
+            fraction in 0.05f64..0.95,
+            margin_ms in prop::option::of(0u64..5_000),
+            n in 1usize..6,
+            rounds in prop::collection::vec((0usize..6, 0usize..6, 0u32..600), 1..40),
+        ) {
+            let ttl = Duration::from_millis(ttl_ms);
+            let refresh = refresh_window(ttl, fraction);
+            let p = Policy {
+                ttl,
+                refresh,
+                margin: margin(ttl, refresh, margin_ms.map(Duration::from_millis)),
+                max_extensions: None,
+                drift_factor: 0.01,
+            };
+            let mut k = Kept::new(p, ttl.saturating_sub(drift(ttl, 0.01)), Duration::ZERO, None);
+            let mut now = Duration::ZERO;
+            for (granted, refused, took) in rounds {
+                match k.sweep(now) {
+                    Sweep::Later(t) => {
+                        now = t;
+                        if k.sweep(now) != Sweep::Due {
+                            break;
+                        }
+                    }
+                    Sweep::Due => {}
+                    _ => break,
+                }
+                let start = now;
+                // A round takes up to 60 % of the TTL (a paused or slow node).
+                now += ttl * took / 1_000;
+                let g = granted.min(n);
+                let (t, d) = tally(n, g, refused.min(n - g));
+                let earliest = match k.apply(d, &t, start, now, now) {
+                    Applied::Retry => now + (refresh / 8).max(5 * MS),
+                    Applied::Extended(_) => now + Duration::from_nanos(1),
+                    _ => break,
+                };
+                match k.sweep(now) {
+                    Sweep::Later(t) => prop_assert!(t >= earliest, "due again at {:?}, round ended {:?}", t, now),
+                    Sweep::Due => prop_assert!(false, "due again at once, at {:?}", now),
+                    _ => break,
                 }
             }
         }

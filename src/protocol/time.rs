@@ -75,18 +75,31 @@ mod tests {
     }
 
     proptest! {
-        /// Timers are never earlier than asked unless the sum overflows, validity deadlines
-        /// never later than asked, and fire times never after their deadline.
+        /// Timers are never earlier than asked unless the sum overflows (then "far", or the
+        /// instant itself when even that overflows), validity deadlines never later than
+        /// asked (on overflow, the start: the lock looks expired), and fire times never
+        /// after their deadline. Instants and durations span the whole `Duration` range, so
+        /// the overflow fallbacks are exercised, not only the exact sums.
         #[test]
-        fn saturation_is_safe(at_ms in any::<u64>(), d_ms in any::<u64>()) {
-            let (at, d) = (Duration::from_millis(at_ms), Duration::from_millis(d_ms));
-            let exact = at.checked_add(d);
-            prop_assert!(later(at, d) >= at);
-            if let Some(e) = exact {
-                prop_assert_eq!(later(at, d), e);
+        fn saturation_is_safe(
+            at_s in prop_oneof![any::<u64>(), 0u64..1_000_000],
+            at_ns in 0u32..1_000_000_000,
+            d_s in prop_oneof![any::<u64>(), 0u64..1_000_000],
+            d_ns in 0u32..1_000_000_000,
+        ) {
+            let (at, d) = (Duration::new(at_s, at_ns), Duration::new(d_s, d_ns));
+            match at.checked_add(d) {
+                Some(e) => {
+                    prop_assert_eq!(later(at, d), e);
+                    prop_assert_eq!(earlier_of_overflow(at, d), e);
+                }
+                None => {
+                    prop_assert_eq!(later(at, d), at.checked_add(FAR).unwrap_or(at));
+                    prop_assert_eq!(earlier_of_overflow(at, d), at);
+                }
             }
-            prop_assert!(exact.is_none_or(|e| earlier_of_overflow(at, d) == e));
-            prop_assert!(earlier_of_overflow(at, d) >= at);
+            prop_assert!(later(at, d) >= at);
+            prop_assert_eq!(before(at, d), at.checked_sub(d).unwrap_or(at));
             prop_assert!(before(at, d) <= at);
         }
     }
