@@ -145,7 +145,9 @@
 //! * `testkit`: [`testkit`], real `redis-server` processes, fault proxies, a history
 //!   checker, for your own tests too.
 //! * `sim`: [`sim`], a deterministic in-memory model of a Redis node (every script of
-//!   this crate implemented natively, time an input) for simulation testing.
+//!   this crate implemented natively, time an input), and a simulator that runs this
+//!   crate's protocol layer against N of them under seeded random faults, checking the
+//!   safety invariants.
 //! * `cli`: the `quorumlock` binary.
 //! * `tls-rustls`: `rediss://` URLs through redis-rs and rustls. Servers are verified
 //!   against the system's trust store, or against your own CA with

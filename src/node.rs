@@ -490,7 +490,7 @@ pub(crate) fn millis_ceil(d: Duration) -> u64 {
 
 /// The shape of a request's answer, which says how to decode it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Answer {
+pub(crate) enum Answer {
     /// `SET … NX GET` (nil, or the holder's token), the acquire script (1/0), the fenced
     /// acquire (`{1, counter}`/`{0}`).
     Acquire,
@@ -606,7 +606,7 @@ impl Request {
 }
 
 /// Turns a raw answer into a typed reply; anything of the wrong shape is a failure.
-fn decode(answer: Answer, raw: Reply) -> Typed {
+pub(crate) fn decode(answer: Answer, raw: Reply) -> Typed {
     let v = match raw {
         Reply::TimedOut => return Typed::TimedOut,
         Reply::Error(e) => return Typed::Failed(Reply::error_text(&e)),
@@ -634,6 +634,48 @@ fn decode(answer: Answer, raw: Reply) -> Typed {
         _ => None,
     };
     typed.unwrap_or_else(|| Typed::Failed(format!("unexpected reply: {}", short_value(&v))))
+}
+
+/// What a request puts on the wire, for the simulator (`sim::client`), which runs the very
+/// requests built here against simulated nodes.
+#[cfg(feature = "sim")]
+pub(crate) enum Sent<'a> {
+    /// A command's words.
+    Cmd(Vec<&'a [u8]>),
+    /// A script: its source (one of the statics above), whether it is idempotent, its
+    /// keys and its arguments.
+    Script(&'static str, bool, &'a [Vec<u8>], &'a [Vec<u8>]),
+}
+
+#[cfg(feature = "sim")]
+impl Request {
+    /// How the answer is read ([`decode`]).
+    pub(crate) fn answer(&self) -> Answer {
+        self.answer
+    }
+
+    /// What is sent.
+    pub(crate) fn sent(&self) -> Sent<'_> {
+        match &self.wire {
+            Wire::Cmd(c) => Sent::Cmd(
+                c.args_iter()
+                    .filter_map(|a| match a {
+                        redis::Arg::Simple(w) => Some(w),
+                        _ => None,
+                    })
+                    .collect(),
+            ),
+            Wire::Script(s) => Sent::Script(s.code, s.idempotent, &s.keys, &s.args),
+        }
+    }
+}
+
+#[cfg(feature = "sim")]
+impl Lua {
+    /// The script's source.
+    pub(crate) fn code(&self) -> &'static str {
+        self.code
+    }
 }
 
 fn short_value(v: &Value) -> String {
