@@ -225,10 +225,9 @@ fn a_violation_report_is_replayable() {
     let (seed, report) = first_catch(Mutation::HalfQuorum, 5, 20);
     let text = report.to_string();
     assert!(text.starts_with(&format!("seed {seed}: ")), "{text}");
-    assert!(
-        text.contains(&format!("QUORUMLOCK_SIM_SEED={seed}")),
-        "{text}"
-    );
+    let replay =
+        format!("QUORUMLOCK_SIM_SEED={seed} QUORUMLOCK_SIM_MUTATION=\"quorum N/2\" cargo test");
+    assert!(text.contains(&replay), "{text}");
     let last = report.trace.last().map(String::as_str).unwrap_or_default();
     assert!(last.contains("VIOLATION"), "{last}");
     // The run that found it without a trace, replayed, finds the same.

@@ -311,6 +311,8 @@ pub struct Report {
     pub trace: Vec<String>,
     /// Counts.
     pub stats: Stats,
+    /// The config it ran with (what a replay needs besides the seed).
+    pub config: Config,
 }
 
 impl fmt::Display for Report {
@@ -326,11 +328,24 @@ impl fmt::Display for Report {
             )?,
             None => writeln!(f, "seed {}: no violation", self.seed)?,
         }
-        writeln!(
+        let c = &self.config;
+        let nodes = if c.nodes == Config::default().nodes {
+            String::new()
+        } else {
+            format!(" QUORUMLOCK_SIM_NODES={}", c.nodes)
+        };
+        let mutation = c.mutation.map_or(String::new(), |m| {
+            format!(" QUORUMLOCK_SIM_MUTATION=\"{}\"", m.name())
+        });
+        write!(
             f,
-            "replay: QUORUMLOCK_SIM_SEED={} cargo test --features sim --test sim_schedules replay -- --nocapture",
+            "replay: QUORUMLOCK_SIM_SEED={}{nodes}{mutation} cargo test --features sim --test sim_schedules replay -- --nocapture",
             self.seed
         )?;
+        if (c.min_clients, c.max_clients) != (2, 8) {
+            write!(f, " (with {}..={} clients)", c.min_clients, c.max_clients)?;
+        }
+        writeln!(f)?;
         for line in &self.trace {
             writeln!(f, "{line}")?;
         }
@@ -372,6 +387,7 @@ fn run_once(seed: u64, config: &Config, trace: bool) -> Report {
             }),
             trace: Vec::new(),
             stats: Stats::default(),
+            config: config.clone(),
         },
     }
 }
@@ -515,6 +531,7 @@ impl Ord for Event {
 /// The whole simulated world.
 pub(super) struct World {
     pub(super) seed: u64,
+    config: Config,
     pub(super) p: Params,
     pub(super) now: u64,
     seq: u64,
@@ -665,6 +682,7 @@ impl World {
         let links = (0..m * n).map(|_| Link::default()).collect();
         let mut w = World {
             seed,
+            config: config.clone(),
             p,
             now: 0,
             seq: 0,
@@ -893,6 +911,7 @@ impl World {
             violation: self.violation,
             trace: self.trace.unwrap_or_default(),
             stats: self.stats,
+            config: self.config,
         }
     }
 
