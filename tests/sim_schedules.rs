@@ -269,3 +269,20 @@ fn replay() {
         assert!(report.violation.is_none(), "{report}");
     }
 }
+
+/// Unusual configs run without a panic: one node, 64 nodes, one client, 64 clients.
+#[test]
+fn edge_configs_run() {
+    for (nodes, clients) in [(1, 1), (64, 2), (2, 64), (4, 3)] {
+        let config = Config {
+            nodes,
+            min_clients: clients,
+            max_clients: clients,
+            ..Config::default()
+        };
+        for seed in 0..3 {
+            let report = run(seed, &config);
+            assert!(report.violation.is_none(), "{report}");
+        }
+    }
+}

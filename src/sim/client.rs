@@ -670,7 +670,9 @@ impl World {
     /// on its node (`lock::ordered`).
     fn ordered_calls(&mut self, c: usize, a: usize, r: usize, trs: &[Translated]) {
         for i in 0..self.p.nodes {
-            let tr = &trs[i.min(trs.len() - 1)];
+            let Some(tr) = trs.get(i).or(trs.last()) else {
+                return;
+            };
             let gated = self.attempts[a].acq_done[i].is_none();
             let id = self.new_call(c, i, a, tr, Owner::Round(r), gated);
             if gated {
@@ -837,7 +839,7 @@ impl World {
                 }
             })
             .collect();
-        self.attempts[a].issued |= (1u64 << n) - 1;
+        self.attempts[a].issued |= u64::MAX >> (64 - n.clamp(1, 64));
         self.ordered_calls(c, a, r, &per_node);
         if background {
             self.op_finished(c);
