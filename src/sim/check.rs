@@ -25,7 +25,8 @@
 //!   expire by design).
 
 use super::node::Value;
-use super::world::{Invariant, World, expiry_true, time};
+use super::state::expiry_true;
+use super::world::{Invariant, World, time};
 
 impl World {
     /// Client `c` started to believe it holds the lock: nobody else may.

@@ -101,6 +101,7 @@ mod client;
 mod lua;
 mod net;
 mod node;
+mod state;
 #[cfg(test)]
 mod tests;
 mod world;

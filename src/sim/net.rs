@@ -1,5 +1,6 @@
-//! Clocks, connections and calls: how a request built by `node.rs` travels to a simulated
-//! node and how its answer comes back, decoded by `node.rs`.
+//! Connections and calls: how a request built by `node.rs` travels to a simulated node and
+//! how its answer comes back, decoded by `node.rs` (the clocks, links and calls themselves
+//! are plain data in `state.rs`).
 //!
 //! The real node layer (`node.rs`) sends each request on the node's one connection,
 //! bounded by the per-node timeout, scripts as `EVALSHA` with an `EVAL` fallback on
@@ -28,136 +29,11 @@ use std::rc::Rc;
 
 use redis::Value;
 
-use super::client::Owner;
 use super::node::{Reply as SimReply, Request as SimRequest};
-use super::world::{Invariant, Kind, World};
+use super::state::{Call, Kind, Owner, Raw, short};
+use super::world::{Invariant, World};
 use crate::node::{self, Answer, Sent};
 use crate::protocol::Reply;
-
-/// A clock: `base + t + t × ppm / 10^6` at true time `t` (µs), never going back.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Clock {
-    base: u64,
-    ppm: i64,
-}
-
-impl Clock {
-    pub(super) fn new(base: u64, ppm: i64) -> Clock {
-        Clock {
-            base,
-            ppm: ppm.clamp(-999_999, 999_999),
-        }
-    }
-
-    pub(super) fn base(self) -> u64 {
-        self.base
-    }
-
-    pub(super) fn ppm(self) -> i64 {
-        self.ppm
-    }
-
-    /// The reading at true time `t`.
-    pub(super) fn at(self, t: u64) -> u64 {
-        let skew = (i128::from(t) * i128::from(self.ppm)).div_euclid(1_000_000);
-        let r = i128::from(self.base) + i128::from(t) + skew;
-        r.clamp(0, i128::from(u64::MAX)) as u64
-    }
-
-    /// The first true time at which the reading is at least `reading` (`u64::MAX` if
-    /// never).
-    pub(super) fn when(self, reading: u64) -> u64 {
-        if reading <= self.at(0) {
-            return 0;
-        }
-        if self.at(u64::MAX) < reading {
-            return u64::MAX;
-        }
-        // The estimate is within a step or two of the answer: bracket it, then bisect
-        // (the reading never goes back, so the first instant is well defined).
-        let x = i128::from(reading) - i128::from(self.base);
-        let est = (x * 1_000_000 / (1_000_000 + i128::from(self.ppm)))
-            .clamp(0, i128::from(u64::MAX)) as u64;
-        let (mut lo, mut hi) = (est.saturating_sub(4), est.saturating_add(4));
-        if self.at(lo) >= reading {
-            lo = 0;
-        }
-        if self.at(hi) < reading {
-            hi = u64::MAX;
-        }
-        // Invariant: at(lo) < reading <= at(hi).
-        while hi - lo > 1 {
-            let mid = lo + (hi - lo) / 2;
-            if self.at(mid) < reading {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-        }
-        hi
-    }
-}
-
-/// One client's connection to one node.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Link {
-    /// Which connection: messages of an earlier one are lost.
-    pub(super) epoch: u32,
-    pub(super) up: bool,
-    pub(super) down_until: u64,
-    /// The latest arrival scheduled each way (FIFO).
-    to_node: u64,
-    to_client: u64,
-}
-
-impl Default for Link {
-    fn default() -> Link {
-        Link {
-            epoch: 0,
-            up: true,
-            down_until: 0,
-            to_node: 0,
-            to_client: 0,
-        }
-    }
-}
-
-/// What comes back: the node's reply, or a failed connection.
-pub(super) enum Raw {
-    Node(SimReply),
-    Refused,
-}
-
-/// One request of one client to one node.
-pub(super) struct Call {
-    pub(super) client: usize,
-    pub(super) node: usize,
-    /// The acquisition (token) it belongs to.
-    pub(super) attempt: usize,
-    pub(super) req: Rc<SimRequest>,
-    pub(super) answer: Answer,
-    pub(super) script: bool,
-    pub(super) idempotent: bool,
-    pub(super) owner: Owner,
-    /// Put on the wire (false while it waits for the lock's acquire on that node).
-    pub(super) sent: bool,
-    /// The `EVAL` fallback was sent.
-    pub(super) eval: bool,
-    /// The caller still waits for it.
-    pub(super) waiting: bool,
-    /// Timed out, finishing in the background until `late_until` (true µs).
-    pub(super) late: bool,
-    pub(super) late_until: u64,
-    /// Finished: answered, abandoned or dropped.
-    pub(super) done: bool,
-}
-
-impl Call {
-    /// Whether the exchange still goes on (the caller waits, or it finishes late).
-    fn alive(&self, now: u64) -> bool {
-        !self.done && (self.waiting || (self.late && now <= self.late_until))
-    }
-}
 
 /// A request as the simulated node runs it, from what `node.rs` would put on the wire.
 pub(super) struct Translated {
@@ -281,11 +157,6 @@ fn to_raw(r: &Raw) -> node::Reply {
             "Connection refused (simulated node down)",
         ))),
     }
-}
-
-/// A short text for a token: its first 8 characters.
-pub(super) fn short(token: &[u8]) -> String {
-    String::from_utf8_lossy(token.get(..8).unwrap_or(token)).into_owned()
 }
 
 /// A request as one line of the trace.
@@ -557,37 +428,7 @@ mod tests {
     use crate::node::Request;
     use crate::resource::Resources;
     use crate::token::Token;
-    use proptest::prelude::*;
     use std::time::Duration;
-
-    proptest! {
-        /// `when` is the first instant at which the clock shows a reading.
-        #[test]
-        fn when_inverts_at(base in 0u64..1u64 << 52, ppm in -10_000i64..10_000, reading in 0u64..1u64 << 53) {
-            let c = Clock::new(base, ppm);
-            let t = c.when(reading);
-            prop_assert!(c.at(t) >= reading);
-            prop_assert!(t == 0 || c.at(t - 1) < reading);
-        }
-
-        /// The clock never goes back.
-        #[test]
-        fn monotonic(base in 0u64..1u64 << 52, ppm in -999_999i64..999_999, t in 0u64..1u64 << 50) {
-            let c = Clock::new(base, ppm);
-            prop_assert!(c.at(t) <= c.at(t + 1));
-        }
-    }
-
-    #[test]
-    fn clock_edges() {
-        let c = Clock::new(u64::MAX - 10, 5_000);
-        assert_eq!(c.at(u64::MAX), u64::MAX);
-        assert_eq!(c.when(u64::MAX), c.when(u64::MAX));
-        let slow = Clock::new(0, -3_000);
-        assert_eq!(slow.at(1_000_000), 997_000);
-        assert_eq!(slow.when(997_000), 1_000_000);
-        assert_eq!(Clock::new(5, 0).when(3), 0);
-    }
 
     /// Every request the client builds reads as the simulator request with the same keys,
     /// token and TTL (rounded up to whole milliseconds, as `node.rs` sends it).

@@ -15,9 +15,8 @@ use std::fmt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::client::{Attempt, Client, Round};
-use super::net::{Call, Clock, Link, Raw};
 use super::node::{Persistence, SimNode, Variant};
+use super::state::{Attempt, Call, Client, Clock, Fault, Kind, Link, Round, between, expiry_true};
 use crate::protocol::tally;
 use crate::resource::Resources;
 
@@ -461,50 +460,6 @@ pub(super) struct NodeState {
     pub(super) ghosts: Vec<(Vec<u8>, u64)>,
 }
 
-/// A fault or a client pause.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Fault {
-    /// Draw and apply the next fault.
-    Next,
-    /// Draw and apply client `c`'s next pause.
-    NextPause(usize),
-    Crash(usize),
-    /// Crashes of up to this many nodes at once, those that hold a lock key when the
-    /// fault fires first (any node if none does).
-    CrashHolders(usize),
-    Restart(usize),
-    Pause(usize, u64),
-    Resume(usize, u32),
-    Cut(usize, u64),
-    LinkUp(usize),
-    ClientPause(usize, u64),
-}
-
-pub(super) enum Kind {
-    /// A request reaches its node (on connection `epoch`; `eval`: the `EVAL` fallback).
-    ToNode {
-        call: usize,
-        epoch: u32,
-        eval: bool,
-    },
-    /// A reply reaches its client.
-    ToClient {
-        call: usize,
-        epoch: u32,
-        reply: Raw,
-    },
-    /// A call's per-node timeout.
-    Timeout {
-        call: usize,
-    },
-    /// A client's timer (valid only with the client's current generation).
-    Timer {
-        client: usize,
-        generation: u32,
-    },
-    Fault(Fault),
-}
-
 pub(super) struct Event {
     pub(super) at: u64,
     pub(super) seq: u64,
@@ -555,16 +510,6 @@ pub(super) struct World {
     fault_gap: u64,
     pause_gap: u64,
 }
-
-/// A random number in `lo..=hi` (`lo` when the range is empty).
-pub(super) fn between(rng: &mut StdRng, lo: u64, hi: u64) -> u64 {
-    if hi <= lo {
-        lo
-    } else {
-        rng.random_range(lo..=hi)
-    }
-}
-
 /// A rate error in ppm within `±bound`: half the time one of the bounds, else uniform.
 fn ppm(rng: &mut StdRng, bound: i64) -> i64 {
     match rng.random_range(0..4u8) {
@@ -1143,14 +1088,5 @@ impl World {
             let (lo, hi) = (p.delay_lo, p.delay_hi);
             between(&mut self.net_rng, lo, hi)
         }
-    }
-}
-
-/// The true time at which a key expiring at node-clock millisecond `at` is gone (it is
-/// visible through that millisecond).
-pub(super) fn expiry_true(clock: Clock, at: Option<u64>) -> u64 {
-    match at {
-        None => u64::MAX,
-        Some(ms) => clock.when(ms.saturating_add(1).saturating_mul(1000)),
     }
 }
