@@ -148,7 +148,9 @@
 //! * `testkit`: [`testkit`], real `redis-server` processes, fault proxies, a history
 //!   checker, for your own tests too.
 //! * `sim`: [`sim`], a deterministic in-memory model of a Redis node (every script of
-//!   this crate implemented natively, time an input) for simulation testing.
+//!   this crate implemented natively, time an input), and a simulator that runs this
+//!   crate's protocol layer against N of them under seeded random faults, checking the
+//!   safety invariants.
 //! * `cli`: the `quorumlock` binary (`run`, `inspect`).
 //! * `demo`: `cli` plus its `demo` subcommand, which starts local `redis-server` nodes
 //!   with the test kit (so it turns `testkit` on).

@@ -684,6 +684,48 @@ pub(crate) fn decode(answer: Answer, raw: Reply) -> Typed {
     typed.unwrap_or_else(|| Typed::Failed(format!("unexpected reply: {}", short_value(&v))))
 }
 
+/// What a request puts on the wire, for the simulator (`sim::client`), which runs the very
+/// requests built here against simulated nodes.
+#[cfg(feature = "sim")]
+pub(crate) enum Sent<'a> {
+    /// A command's words.
+    Cmd(Vec<&'a [u8]>),
+    /// A script: its source (one of the statics above), whether it is idempotent, its
+    /// keys and its arguments.
+    Script(&'static str, bool, &'a [Vec<u8>], &'a [Vec<u8>]),
+}
+
+#[cfg(feature = "sim")]
+impl Request {
+    /// How the answer is read ([`decode`]).
+    pub(crate) fn answer(&self) -> Answer {
+        self.answer
+    }
+
+    /// What is sent.
+    pub(crate) fn sent(&self) -> Sent<'_> {
+        match &self.wire {
+            Wire::Cmd(c) => Sent::Cmd(
+                c.args_iter()
+                    .filter_map(|a| match a {
+                        redis::Arg::Simple(w) => Some(w),
+                        _ => None,
+                    })
+                    .collect(),
+            ),
+            Wire::Script(s) => Sent::Script(s.code, s.idempotent, &s.keys, &s.args),
+        }
+    }
+}
+
+#[cfg(feature = "sim")]
+impl Lua {
+    /// The script's source.
+    pub(crate) fn code(&self) -> &'static str {
+        self.code
+    }
+}
+
 fn short_value(v: &Value) -> String {
     let s = format!("{v:?}");
     if s.len() > 80 {

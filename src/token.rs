@@ -22,7 +22,8 @@ impl Token {
         Ok(Token::from_bytes(raw))
     }
 
-    fn from_bytes(raw: [u8; 16]) -> Token {
+    /// The token for these 16 bytes (the simulator draws them from its seed).
+    pub(crate) fn from_bytes(raw: [u8; 16]) -> Token {
         const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut hex = [0u8; 32];
         for (i, b) in raw.iter().enumerate() {

@@ -28,6 +28,40 @@ pub enum Persistence {
     AofAlways,
 }
 
+/// How faithfully the node behaves: as Redis with quorumlock's scripts (the default), or
+/// with one deliberate, known-unsafe deviation, so that a simulator can show that its
+/// invariants catch it.
+///
+/// The default is [`Variant::Redis`].
+///
+/// # Example
+///
+/// ```
+/// use quorumlock::sim::{Persistence, Reply, Request, SimNode, Variant};
+///
+/// let mut node = SimNode::new(Persistence::None).with_variant(Variant::ExtendWithoutGt);
+/// let key = b"k".to_vec();
+/// let token = b"t".to_vec();
+/// node.execute(0, &Request::SetNxPxGet { key: key.clone(), token: token.clone(), ttl_ms: 1000 })?;
+/// // Without `GT`, an extension to a shorter TTL shortens the key.
+/// node.execute(0, &Request::Extend { keys: vec![key.clone()], token, ttl_ms: 10 })?;
+/// assert_eq!(node.execute(0, &Request::Pttl(key))?, Reply::Int(10));
+/// # Ok::<(), quorumlock::sim::NodeDown>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Variant {
+    /// Redis 7.0 running quorumlock's scripts exactly.
+    #[default]
+    Redis,
+    /// The extend script sets the new expiry with plain `PEXPIRE` (no `GT`): an extension
+    /// with a shorter TTL shortens the key.
+    ExtendWithoutGt,
+    /// The release scripts (`release`, `release_one`) delete the lock key whatever token
+    /// it holds.
+    ReleaseWithoutTokenCheck,
+}
+
 /// One of the Lua scripts quorumlock runs, for [`Request::ScriptLoad`] and
 /// [`SimNode::execute_sha`] (`EVALSHA` answers `NOSCRIPT` until the script was loaded or
 /// run with `EVAL` since the node last started).
@@ -440,6 +474,7 @@ pub struct SimNode {
     scripts: u16,
     subscribers: BTreeMap<Vec<u8>, i64>,
     published: Vec<Published>,
+    variant: Variant,
 }
 
 impl fmt::Debug for SimNode {
@@ -448,6 +483,7 @@ impl fmt::Debug for SimNode {
             .field("keys", &self.keys.len())
             .field("persistence", &self.persistence)
             .field("down", &self.down)
+            .field("variant", &self.variant)
             .finish_non_exhaustive()
     }
 }
@@ -467,6 +503,34 @@ impl SimNode {
             persistence,
             ..SimNode::default()
         }
+    }
+
+    /// The same node with a [`Variant`] (kept across crashes and restarts).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use quorumlock::sim::{Persistence, SimNode, Variant};
+    ///
+    /// let node = SimNode::new(Persistence::None).with_variant(Variant::ReleaseWithoutTokenCheck);
+    /// assert_eq!(node.variant(), Variant::ReleaseWithoutTokenCheck);
+    /// ```
+    pub fn with_variant(mut self, variant: Variant) -> SimNode {
+        self.variant = variant;
+        self
+    }
+
+    /// The node's [`Variant`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use quorumlock::sim::{SimNode, Variant};
+    ///
+    /// assert_eq!(SimNode::default().variant(), Variant::Redis);
+    /// ```
+    pub fn variant(&self) -> Variant {
+        self.variant
     }
 
     /// The node's persistence.
@@ -731,8 +795,9 @@ impl SimNode {
                         return Ok(Reply::Int(0));
                     }
                 }
+                let gt = self.variant != Variant::ExtendWithoutGt;
                 for k in keys {
-                    self.pexpire(k, *ttl_ms, true, now)?;
+                    self.pexpire(k, *ttl_ms, gt, now)?;
                 }
                 Ok(Reply::Int(1))
             }
@@ -743,7 +808,7 @@ impl SimNode {
             } => {
                 let mut deleted = 0;
                 for k in keys {
-                    if self.get(k, now)? == Some(token.as_slice()) {
+                    if self.owned(k, token, now)? {
                         self.keys.remove(k.as_slice());
                         deleted += 1;
                     }
@@ -1015,7 +1080,7 @@ impl SimNode {
         channel: &[u8],
         waiter: &[u8],
     ) -> Res<Reply> {
-        if self.get(key, now)? != Some(token) {
+        if !self.owned(key, token, now)? {
             return Ok(pair(0, 0));
         }
         self.keys.remove(key);
@@ -1052,6 +1117,17 @@ impl SimNode {
             return None;
         }
         self.keys.get_mut(key)
+    }
+
+    /// Whether a release may delete `key`: it holds `token` (with
+    /// [`Variant::ReleaseWithoutTokenCheck`]: it is a live string, whatever it holds).
+    fn owned(&mut self, key: &[u8], token: &[u8], now: u64) -> Res<bool> {
+        let variant = self.variant;
+        let value = self.get(key, now)?;
+        Ok(match variant {
+            Variant::ReleaseWithoutTokenCheck => value.is_some(),
+            _ => value == Some(token),
+        })
     }
 
     fn exists(&mut self, key: &[u8], now: u64) -> bool {
