@@ -1,4 +1,4 @@
-//! quorumlock benchmarks (SPEC §9): quorumlock side by side with `rslock` 0.10 and the raw
+//! quorumlock benchmarks against the performance targets: quorumlock side by side with `rslock` 0.10 and the raw
 //! floor (plain redis-rs), on local clusters of real `redis-server` processes that this
 //! benchmark starts itself.
 //!

@@ -25,7 +25,7 @@ step "cargo doc (no warnings)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features || fail "rustdoc warnings"
 
 step "cargo test (all features: unit, integration, doc tests)"
-cargo test --all-features -- --test-threads="${QUORUMLOCK_TEST_THREADS:-4}" || fail "tests"
+cargo test --all-features --no-fail-fast -- --test-threads="${QUORUMLOCK_TEST_THREADS:-4}" || fail "tests"
 
 echo
 echo "quorumlock: all checks passed"

@@ -8,18 +8,21 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use redis::Value;
 use tracing::{Instrument, field};
 
 use crate::config::{Config, RedlockBuilder, Retry};
-use crate::error::{Error, NodeOutcome, Timeout, TimeoutBudget};
+use crate::error::Error;
 use crate::fanout::{Cleanup, InFlight, Round};
 use crate::lock::Lock;
-use crate::node::{ACQUIRE_MANY, Node, NodeAddr, NodeSpec, Reply, Request, ScriptCall};
-use crate::quorum::{self, Ballot, Decision};
+use crate::node::{Node, NodeAddr, NodeSpec, Request};
+use crate::protocol::reply::{holder_ids, largest_holder};
+use crate::protocol::{Ballot, Decision, Reply, Verdict, tally, verdict};
 use crate::resource::Resources;
 use crate::token::Token;
 use crate::wait::Notifier;
+
+/// How long each start-up check query may take at the least (they run in the background).
+const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A Redlock client: a set of independent Redis masters and the settings to lock on them.
 ///
@@ -119,9 +122,12 @@ impl Redlock {
             .map(|node| node.query(&ping, config.connect_timeout))
             .collect();
         let _ = tokio::time::timeout(config.connect_timeout, warmup.collect::<Vec<_>>()).await;
+        // The checks run in the background and only warn: give each query more patience
+        // than a lock request gets, so that a busy machine does not hide a warning.
+        let check_timeout = config.connect_timeout.max(CHECK_TIMEOUT);
         for node in &nodes {
             let node = node.clone();
-            let t = config.connect_timeout;
+            let t = check_timeout;
             let fencing = config.fencing;
             crate::fanout::spawn(
                 async move { crate::node::check_deployment(&node, t, fencing).await },
@@ -138,7 +144,7 @@ impl Redlock {
             inner: Arc::new(Inner {
                 nodes,
                 addrs,
-                quorum: quorum::quorum(n),
+                quorum: tally::quorum(n),
                 config,
                 notifier,
                 watchdog: std::sync::OnceLock::new(),
@@ -390,117 +396,6 @@ impl Redlock {
     }
 }
 
-/// Measures a decided round: the time it took and the validity left for `ttl`, recorded on
-/// the current span (`granted`, `elapsed_us`, `validity_ms`).
-pub(crate) fn record_vote(round: &Round, ttl: Duration, config: &Config) -> (Duration, Duration) {
-    let elapsed = round.elapsed();
-    let validity = quorum::validity(ttl, elapsed, quorum::drift(ttl, config.drift_factor));
-    let span = tracing::Span::current();
-    span.record("granted", round.tally().granted());
-    span.record(
-        "elapsed_us",
-        u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
-    );
-    span.record(
-        "validity_ms",
-        u64::try_from(validity.as_millis()).unwrap_or(u64::MAX),
-    );
-    (elapsed, validity)
-}
-
-/// How an acquire reply counts.
-///
-/// One resource is taken with `SET key token NX PX ttl GET` (Redis ≥ 7.0): nil means there
-/// was no key and ours is set; a string is the current holder's token (not set). The
-/// multi-resource script answers 1/0, the fenced one `{1, …}`/`{0}`.
-pub(crate) fn acquire_ballot(r: &Reply) -> Ballot {
-    match r {
-        Reply::Value(Value::Nil | Value::Okay | Value::Int(1)) => Ballot::Granted,
-        Reply::Value(Value::BulkString(_) | Value::Int(0)) => Ballot::Refused,
-        Reply::Value(Value::Array(a)) if matches!(a.first(), Some(Value::Int(0))) => {
-            Ballot::Refused
-        }
-        Reply::Value(Value::Array(a)) if matches!(a.first(), Some(Value::Int(1))) => {
-            Ballot::Granted
-        }
-        _ => Ballot::Failed,
-    }
-}
-
-/// The largest number of nodes one other owner holds, from `SET … GET` replies (each
-/// refusal names the holder's token). `None` when a refusal did not name its holder.
-fn largest_holder(round: &Round) -> Option<usize> {
-    let mut owners: Vec<(&[u8], usize)> = Vec::new();
-    for (_, r) in round.replies() {
-        match r {
-            Reply::Value(Value::BulkString(owner)) => {
-                match owners.iter_mut().find(|(o, _)| *o == owner.as_slice()) {
-                    Some((_, n)) => *n += 1,
-                    None => owners.push((owner.as_slice(), 1)),
-                }
-            }
-            r if acquire_ballot(r) == Ballot::Refused => return None,
-            _ => {}
-        }
-    }
-    Some(owners.iter().map(|(_, n)| *n).max().unwrap_or(0))
-}
-
-/// What an acquire reply says, for votes and tracing.
-pub(crate) fn outcome(ballot: fn(&Reply) -> Ballot) -> impl Fn(&Reply) -> NodeOutcome {
-    move |r| match (r, ballot(r)) {
-        (_, Ballot::Granted) => NodeOutcome::Granted,
-        (_, Ballot::Refused) => NodeOutcome::HeldByOther,
-        (Reply::TimedOut, _) => NodeOutcome::TimedOut,
-        (Reply::Error(e), _) => NodeOutcome::Failed(Reply::error_text(e)),
-        (Reply::Value(v), _) => {
-            NodeOutcome::Failed(format!("unexpected reply: {}", short_value(v)))
-        }
-    }
-}
-
-fn short_value(v: &Value) -> String {
-    let s = format!("{v:?}");
-    if s.len() > 80 {
-        let mut cut = 80;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        format!("{}…", &s[..cut])
-    } else {
-        s
-    }
-}
-
-pub(crate) fn release_call(
-    res: &Resources,
-    token: &Token,
-    announce: bool,
-    waiter: &[u8],
-) -> ScriptCall {
-    if res.len() == 1 {
-        let [queue, expiry] = res.queue_keys();
-        let mut keys = res.lock_keys().to_vec();
-        keys.push(queue);
-        keys.push(expiry);
-        let channel = if announce {
-            res.channels().into_iter().next().unwrap_or_default()
-        } else {
-            Vec::new()
-        };
-        return ScriptCall::new(
-            &crate::node::RELEASE_ONE,
-            keys,
-            vec![token.as_bytes().to_vec(), channel, waiter.to_vec()],
-        );
-    }
-    let mut args = vec![token.as_bytes().to_vec()];
-    if announce {
-        args.extend(res.channels());
-    }
-    ScriptCall::new(&crate::node::RELEASE, res.lock_keys().to_vec(), args)
-}
-
 /// One acquisition attempt: fan out, decide at quorum, compute the validity, and either
 /// return the lock or clean up every node.
 pub(crate) async fn acquire_once(
@@ -512,7 +407,7 @@ pub(crate) async fn acquire_once(
     let config = &inner.config;
     let token = Token::generate()?;
     let node_timeout = config.node_timeout_for(ttl);
-    let ttl_ms = quorum::millis_ceil(ttl);
+    let ttl_ms = crate::node::millis_ceil(ttl);
     let span = tracing::debug_span!(
         "quorumlock.acquire",
         resource = %res.label(),
@@ -530,29 +425,14 @@ pub(crate) async fn acquire_once(
         if config.fencing {
             return crate::fencing::acquire_fenced(inner, res, ttl, token, node_timeout).await;
         }
-        let request = Arc::new(if res.len() == 1 {
-            let mut set = redis::cmd("SET");
-            set.arg(res.lock_keys()[0].as_slice())
-                .arg(token.as_bytes())
-                .arg("NX")
-                .arg("PX")
-                .arg(ttl_ms)
-                .arg("GET");
-            Request::Cmd(set)
-        } else {
-            Request::Script(Arc::new(ScriptCall::new(
-                &ACQUIRE_MANY,
-                res.lock_keys().to_vec(),
-                vec![token.as_bytes().to_vec(), ttl_ms.to_string().into_bytes()],
-            )))
-        });
+        let request = Arc::new(Request::acquire(res.lock_keys(), &token, ttl));
         let round = Round::start(&inner.nodes, inner.quorum, |_, node| {
             let node = node.clone();
             let request = request.clone();
-            async move { node.request(&request, node_timeout).await }
+            async move { node.send(&request, node_timeout).await }
         });
         let mut attempt = Attempt::new(inner.clone(), res.clone(), token, node_timeout, round);
-        let decision = attempt.round.decide(acquire_ballot).await;
+        let decision = attempt.round.decide().await;
         attempt.finish(decision, ttl, None).await
     }
     .instrument(span)
@@ -599,12 +479,15 @@ impl Attempt {
         ttl: Duration,
         fencing_token: Option<u64>,
     ) -> Result<Lock, Error> {
-        let (elapsed, validity) = record_vote(&self.round, ttl, &self.inner.config);
+        let config = &self.inner.config;
+        let (elapsed, validity) = self.round.measure(ttl, config.drift_factor);
         let span = tracing::Span::current();
-        if quorum::is_held(decision, validity, self.inner.config.min_validity) {
-            span.record("outcome", "acquired");
+        let tally = self.round.tally();
+        let verdict = verdict::acquire(decision, tally, validity, config.min_validity);
+        span.record("outcome", verdict.label("acquired"));
+        if let Verdict::Held { validity } = verdict {
             self.armed = false;
-            let deadline = self.round.started() + validity;
+            let deadline = crate::time::earlier_of_overflow(self.round.started(), validity);
             let inflight = InFlight::track(&mut self.round);
             return Ok(Lock::new(
                 self.inner.clone(),
@@ -616,22 +499,13 @@ impl Attempt {
                 fencing_token,
             ));
         }
-        let mut votes = self.round.votes(&self.inner.nodes, outcome(acquire_ballot));
-        votes.largest_holder = largest_holder(&self.round);
-        let err = if decision == Decision::Reached {
-            span.record("outcome", "no validity left");
-            Error::Timeout(Timeout {
-                budget: TimeoutBudget::Validity,
-                waited: elapsed,
-                attempts: 1,
-                votes: Some(votes),
-            })
-        } else if self.round.tally().blocked_by_holder() {
-            span.record("outcome", "held");
-            Error::Held(votes)
-        } else {
-            span.record("outcome", "no quorum");
-            Error::NoQuorum(votes)
+        let mut votes = self.round.votes(&self.inner.nodes);
+        votes.largest_holder = largest_holder(self.round.replies().map(|(_, r)| r));
+        votes.holder_ids = holder_ids(self.round.replies().map(|(_, r)| r));
+        let err = match verdict {
+            Verdict::Timeout => Error::no_validity(elapsed, votes),
+            Verdict::HeldByOther => Error::Held(votes),
+            _ => Error::NoQuorum(votes),
         };
         let granted_released = self.clean_up(true);
         // Awaited so that a failed attempt's keys on the granting nodes are gone when it
@@ -659,7 +533,7 @@ impl Attempt {
         let mut first = Vec::new();
         let mut now = Vec::new();
         for (i, r) in self.round.replies() {
-            match acquire_ballot(r) {
+            match r.ballot() {
                 Ballot::Granted if wait_for_granted => first.push(i),
                 Ballot::Granted | Ballot::Failed => now.push(i),
                 Ballot::Refused => {}
@@ -671,21 +545,18 @@ impl Attempt {
             later: self.round.take_pending(),
         };
         let inner = self.inner.clone();
-        let call = Arc::new(release_call(&self.res, &self.token, false, &[]));
+        let call = Arc::new(Request::release(&self.res, &self.token, false, &[]));
         let timeout = self.node_timeout;
-        cleanup.spawn(
-            |r| acquire_ballot(r) == Ballot::Refused,
-            move |i: usize| {
-                let node = inner.nodes.get(i).cloned();
-                let call = call.clone();
-                async move {
-                    match node {
-                        Some(node) => node.eval(&call, timeout).await,
-                        None => Reply::TimedOut,
-                    }
+        cleanup.spawn(move |i: usize| {
+            let node = inner.nodes.get(i).cloned();
+            let call = call.clone();
+            async move {
+                match node {
+                    Some(node) => node.send(&call, timeout).await,
+                    None => Reply::TimedOut,
                 }
-            },
-        )
+            }
+        })
     }
 }
 

@@ -296,8 +296,8 @@ impl Config {
                 format!("{ttl:?}: Redis expires keys in whole milliseconds; use at least 1 ms"),
             ));
         }
-        let drift = crate::quorum::drift(ttl, self.drift_factor);
-        let best = crate::quorum::validity(ttl, Duration::ZERO, drift);
+        let drift = crate::protocol::tally::drift(ttl, self.drift_factor);
+        let best = crate::protocol::tally::validity(ttl, Duration::ZERO, drift);
         if best <= self.min_validity {
             return Err(Error::invalid(
                 "ttl",
@@ -494,8 +494,11 @@ impl RedlockBuilder {
     /// Tokens strictly increase across successive holders of a resource whenever the
     /// deployment contract holds: each node persists every write (AOF, `appendfsync
     /// always`), or a crashed node is restarted only after the longest TTL, in which case
-    /// the nodes' wall clocks must agree to within that restart delay (a node that lost
-    /// its counters takes its floor from its clock). A token is issued whenever a quorum
+    /// the nodes' wall clocks must agree to within that restart delay at every moment, and
+    /// a restarted node's clock must be synchronised before its server starts (a node that
+    /// lost its counters takes its floor from its clock, and that floor must pass every
+    /// clock reading that went into an earlier token: a clock that once ran ahead, even if
+    /// corrected since, left tokens that far ahead). A token is issued whenever a quorum
     /// of nodes grants, including for a resource no node has seen.
     ///
     /// The default is `false`.

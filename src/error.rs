@@ -22,7 +22,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::node::NodeAddr;
+use crate::addr::NodeAddr;
 
 /// A specialized `Result` for quorumlock operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -225,6 +225,16 @@ impl Error {
     pub(crate) fn lost(reason: LostReason, votes: Option<Votes>) -> Error {
         Error::Lost(Lost { reason, votes })
     }
+
+    /// A round that reached the quorum with no validity left.
+    pub(crate) fn no_validity(waited: Duration, votes: Votes) -> Error {
+        Error::Timeout(Timeout {
+            budget: TimeoutBudget::Validity,
+            waited,
+            attempts: 1,
+            votes: Some(votes),
+        })
+    }
 }
 
 /// What one node answered in a vote.
@@ -300,6 +310,9 @@ pub struct Votes {
     pub(crate) votes: Vec<NodeVote>,
     pub(crate) elapsed: Duration,
     pub(crate) largest_holder: Option<usize>,
+    /// The release ids (a token's first eight characters, as release announcements name
+    /// them) of the owners that refused a single-resource acquire (empty otherwise).
+    pub(crate) holder_ids: Vec<String>,
 }
 
 impl Votes {

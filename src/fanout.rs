@@ -2,7 +2,7 @@
 //! certain, and take care of the stragglers.
 //!
 //! A [`Round`] owns one future per node. [`Round::decide`] feeds their answers, in arrival
-//! order, into a [`Tally`](crate::quorum::Tally) and returns as soon as the quorum is
+//! order, into a [`Tally`](crate::protocol::Tally) and returns as soon as the quorum is
 //! reached or can no longer be reached; it does not wait for the slowest node. The
 //! futures still running at that point (the stragglers) are handed back to the caller,
 //! who decides what they need:
@@ -18,17 +18,16 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::LazyLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use tokio::sync::{oneshot, watch};
 
+pub(crate) use crate::background::{flush, spawn, spawn_daemon};
 use crate::error::{NodeOutcome, NodeVote, Votes};
-use crate::node::{Node, Reply};
-use crate::quorum::{Ballot, Decision, Tally};
+use crate::node::Node;
+use crate::protocol::{Ballot, Decision, Reply, Tally};
 
 /// One node's request, tagged with the node's index.
 pub(crate) type NodeFuture = Pin<Box<dyn Future<Output = (usize, Reply)> + Send + 'static>>;
@@ -65,14 +64,14 @@ impl Round {
 
     /// Waits until the outcome is certain. Cancel-safe: answers received so far stay in
     /// the round, and the pending requests stay owned by it.
-    pub(crate) async fn decide(&mut self, classify: impl Fn(&Reply) -> Ballot) -> Decision {
+    pub(crate) async fn decide(&mut self) -> Decision {
         loop {
             if let Some(d) = self.tally.decision() {
                 return d;
             }
             match self.pending.next().await {
                 Some((i, reply)) => {
-                    self.tally.record(classify(&reply));
+                    self.tally.record(reply.ballot());
                     if let Some(slot) = self.replies.get_mut(i) {
                         *slot = Some(reply);
                     }
@@ -80,6 +79,26 @@ impl Round {
                 None => return self.tally.final_decision(),
             }
         }
+    }
+
+    /// Measures a decided round: the time it took and the validity left for `ttl`
+    /// (`protocol::tally::validity`), recorded on the current span (`granted`,
+    /// `elapsed_us`, `validity_ms`).
+    pub(crate) fn measure(&self, ttl: Duration, drift_factor: f64) -> (Duration, Duration) {
+        use crate::protocol::tally::{drift, validity};
+        let elapsed = self.elapsed();
+        let validity = validity(ttl, elapsed, drift(ttl, drift_factor));
+        let span = tracing::Span::current();
+        span.record("granted", self.tally.granted());
+        span.record(
+            "elapsed_us",
+            u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+        );
+        span.record(
+            "validity_ms",
+            u64::try_from(validity.as_millis()).unwrap_or(u64::MAX),
+        );
+        (elapsed, validity)
     }
 
     /// Time since the clock was read at the start.
@@ -104,17 +123,18 @@ impl Round {
     }
 
     /// Every node's outcome (pending ones as [`NodeOutcome::NotAwaited`]).
-    pub(crate) fn votes(&self, nodes: &[Node], outcome: impl Fn(&Reply) -> NodeOutcome) -> Votes {
+    pub(crate) fn votes(&self, nodes: &[Node]) -> Votes {
         Votes {
             quorum: self.tally.quorum(),
             largest_holder: None,
+            holder_ids: Vec::new(),
             elapsed: self.elapsed(),
             votes: nodes
                 .iter()
                 .zip(&self.replies)
                 .map(|(node, r)| NodeVote {
                     node: node.addr.clone(),
-                    outcome: r.as_ref().map_or(NodeOutcome::NotAwaited, &outcome),
+                    outcome: r.as_ref().map_or(NodeOutcome::NotAwaited, outcome),
                 })
                 .collect(),
         }
@@ -137,70 +157,13 @@ impl Round {
     }
 }
 
-/// Background requests still running in this process (clean-ups, the slower nodes of a
-/// release, requests finished after their caller stopped waiting). See [`flush`].
-static BACKGROUND: AtomicUsize = AtomicUsize::new(0);
-static IDLE: LazyLock<tokio::sync::Notify> = LazyLock::new(tokio::sync::Notify::new);
-
-struct Tracked;
-
-impl Drop for Tracked {
-    fn drop(&mut self) {
-        if BACKGROUND.fetch_sub(1, Ordering::AcqRel) == 1 {
-            IDLE.notify_waiters();
-        }
-    }
-}
-
-/// Spawns background request work on the current Tokio runtime, counted for [`flush`]. Without
-/// a runtime (one shutting down, a `Drop` outside any runtime) the work is skipped: keys
-/// then expire by TTL.
-pub(crate) fn spawn<F>(fut: F) -> bool
-where
-    F: Future<Output = ()> + Send + 'static,
-{
-    match tokio::runtime::Handle::try_current() {
-        Ok(h) => {
-            BACKGROUND.fetch_add(1, Ordering::AcqRel);
-            let guard = Tracked;
-            drop(h.spawn(async move {
-                let _guard = guard;
-                fut.await;
-            }));
-            true
-        }
-        Err(_) => false,
-    }
-}
-
-/// Spawns a long-lived task (a subscription connection), not counted by [`flush`].
-pub(crate) fn spawn_daemon<F>(fut: F) -> bool
-where
-    F: Future<Output = ()> + Send + 'static,
-{
-    match tokio::runtime::Handle::try_current() {
-        Ok(h) => {
-            drop(h.spawn(fut));
-            true
-        }
-        Err(_) => false,
-    }
-}
-
-/// Waits until no background request work is running in this process, at most `within`.
-/// Returns whether it all finished.
-pub(crate) async fn flush(within: Duration) -> bool {
-    let deadline = crate::time::later_tokio(tokio::time::Instant::now(), within);
-    loop {
-        let idle = IDLE.notified();
-        tokio::pin!(idle);
-        idle.as_mut().enable();
-        if BACKGROUND.load(Ordering::Acquire) == 0 {
-            return true;
-        }
-        if tokio::time::timeout_at(deadline, idle).await.is_err() {
-            return BACKGROUND.load(Ordering::Acquire) == 0;
-        }
+/// What a node's reply says, for [`Votes`] and tracing.
+pub(crate) fn outcome(r: &Reply) -> NodeOutcome {
+    match r {
+        Reply::TimedOut => NodeOutcome::TimedOut,
+        Reply::Failed(text) => NodeOutcome::Failed(text.clone()),
+        r if r.ballot() == Ballot::Granted => NodeOutcome::Granted,
+        _ => NodeOutcome::HeldByOther,
     }
 }
 
@@ -268,11 +231,7 @@ impl Cleanup {
     /// Runs the clean-up in a background task with `release(node_index)`. The returned
     /// receiver completes once the `first` nodes are released; the rest goes on in the
     /// background even if the receiver is dropped.
-    pub(crate) fn spawn<R, Fut>(
-        self,
-        refused: fn(&Reply) -> bool,
-        release: R,
-    ) -> oneshot::Receiver<()>
+    pub(crate) fn spawn<R, Fut>(self, release: R) -> oneshot::Receiver<()>
     where
         R: Fn(usize) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Reply> + Send + 'static,
@@ -297,7 +256,7 @@ impl Cleanup {
                     Some(_) = firsts.next(), if !firsts.is_empty() => {}
                     Some(_) = others.next(), if !others.is_empty() => {}
                     Some((i, reply)) = later.next(), if !later.is_empty() => {
-                        if !refused(&reply) {
+                        if reply.ballot() != Ballot::Refused {
                             others.push(release(i));
                         }
                     }

@@ -3,8 +3,10 @@
 //!
 //! It decides as soon as the outcome is certain (it does not wait for a slow node),
 //! cleans up every key a failed attempt may have left (even a `SET` that lands late),
-//! never deletes a lock whose extension missed the quorum, and is tested under process
-//! kills, pauses, restarts, failovers and cut links with a checker that can fail.
+//! never deletes a lock whose extension missed the quorum, never lets an extension shorten
+//! a lock, and is tested under process kills, pauses, restarts, failovers and cut links
+//! with a checker that can fail. `docs/safety.md` in the repository names the test behind
+//! every guarantee.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -101,8 +103,8 @@
 //! | step | module |
 //! | --- | --- |
 //! | builder, defaults, validation | `config` |
-//! | one node: connection, timeout, scripts, URL redaction | `node` |
-//! | vote counting, validity = TTL − elapsed − drift (pure) | `quorum` |
+//! | one node: connection, timeout, scripts, requests, decoding replies, URL redaction | `node` |
+//! | the pure protocol: vote counting, validity = TTL − elapsed − drift, typed replies, acquire/extend/release verdicts | `protocol` |
 //! | parallel requests, early decision, stragglers | `fanout` |
 //! | one attempt and its clean-up | `client` |
 //! | the held lock: extend, release, drop | `lock` |
@@ -133,14 +135,17 @@
 //! other), N is odd (3, 5, 7), `maxmemory-policy noeviction`, and a crashed node either
 //! persists every write (`appendfsync always`) or restarts only after the longest TTL.
 //! Clocks must not jump. With fencing tokens and restarts without persistence, the nodes'
-//! wall clocks must also agree to within that restart delay (the tokens carry a floor from
-//! the nodes' clocks; see `docs/safety.md`). [`RedlockBuilder::build`] checks what it can
+//! wall clocks must also agree to within that restart delay at every moment, not only when
+//! a node restarts, and a node's server starts only once its clock is synchronised (the
+//! tokens carry a floor from the nodes' clocks; see `docs/safety.md`). [`RedlockBuilder::build`] checks what it can
 //! and warns through `tracing`. See `docs/operations.md`.
 //!
 //! # Crate features
 //!
 //! * `testkit`: [`testkit`], real `redis-server` processes, fault proxies, a history
 //!   checker, for your own tests too.
+//! * `sim`: [`sim`], a deterministic in-memory model of a Redis node (every script of
+//!   this crate implemented natively, time an input) for simulation testing.
 //! * `cli`: the `quorumlock` binary.
 //! * `tls-rustls`: `rediss://` URLs through redis-rs and rustls. Servers are verified
 //!   against the system's trust store, or against your own CA with
@@ -150,6 +155,8 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod addr;
+mod background;
 mod client;
 mod config;
 pub mod error;
@@ -157,22 +164,32 @@ mod fanout;
 mod fencing;
 mod lock;
 mod node;
-mod quorum;
+mod protocol;
 mod resource;
 mod time;
 mod token;
 mod wait;
 mod watchdog;
 
+#[cfg(feature = "sim")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
+pub mod sim;
 #[cfg(feature = "testkit")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 pub mod testkit;
+
+/// The old home of the TTL conversion, still named by the wait queue's lease renewal;
+/// the conversion itself lives in `node` (the only place a TTL becomes an argument).
+mod quorum {
+    pub(crate) use crate::node::millis_ceil;
+}
 
 /// The user guide (`docs/guide.md`): one section per feature, with examples.
 pub mod guide {
     #![doc = include_str!("../docs/guide.md")]
 }
 
+pub use addr::NodeAddr;
 pub use client::Redlock;
 pub use config::{DEFAULTS, Defaults, MAX_NODES, RedlockBuilder, Retry};
 pub use error::{
@@ -180,7 +197,6 @@ pub use error::{
     RandomSourceError, Result, Timeout, Votes,
 };
 pub use lock::Lock;
-pub use node::NodeAddr;
 pub use resource::{MAX_RESOURCE_LEN, MAX_RESOURCES};
-pub use wait::{NOTIFY_STAGGER, POLITE_DELAY, STAGGER_MAX, STAGGER_MIN};
+pub use wait::{NOTIFY_STAGGER, POLITE_DELAY, QUEUE_LEASE, STAGGER_MAX, STAGGER_MIN};
 pub use watchdog::{KeptLock, LockContext, LostSignal, Watchdog};

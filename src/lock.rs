@@ -11,14 +11,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::Value;
 use tracing::{Instrument, field};
 
-use crate::client::{Inner, outcome, release_call};
-use crate::error::{Error, LostReason, Timeout, TimeoutBudget};
+use crate::client::Inner;
+use crate::error::{Error, LostReason};
 use crate::fanout::{InFlight, Round};
-use crate::node::{EXTEND, Reply, ScriptCall};
-use crate::quorum::{self, Ballot, Decision};
+use crate::node::{Request, millis_ceil};
+use crate::protocol::{Loss, Reply, Verdict, verdict};
 use crate::resource::Resources;
 use crate::token::Token;
 
@@ -296,7 +295,7 @@ impl Lock {
             resource = %self.res.label(),
             nodes = self.inner.nodes.len(),
             quorum = self.inner.quorum,
-            ttl_ms = quorum::millis_ceil(ttl),
+            ttl_ms = millis_ceil(ttl),
             token = %self.token,
             granted = field::Empty,
             elapsed_us = field::Empty,
@@ -309,13 +308,10 @@ impl Lock {
     async fn extend_inner(&mut self, ttl: Duration) -> Result<(), Error> {
         let inner = self.inner.clone();
         let node_timeout = inner.config.node_timeout_for(ttl);
-        let call = Arc::new(ScriptCall::new(
-            &EXTEND,
+        let call = Arc::new(Request::extend(
             self.res.lock_keys().to_vec(),
-            vec![
-                self.token.as_bytes().to_vec(),
-                quorum::millis_ceil(ttl).to_string().into_bytes(),
-            ],
+            &self.token,
+            ttl,
         ));
         let inflight = self.inflight.clone();
         let mut round = Round::start(&inner.nodes, inner.quorum, |i, node| {
@@ -324,15 +320,17 @@ impl Lock {
             let inflight = inflight.clone();
             ordered(i, inflight, node_timeout, node, call)
         });
-        let decision = round.decide(extend_ballot).await;
-        let (elapsed, validity) = crate::client::record_vote(&round, ttl, &inner.config);
+        let decision = round.decide().await;
+        let (elapsed, validity) = round.measure(ttl, inner.config.drift_factor);
         let span = tracing::Span::current();
-        let votes = round.votes(&inner.nodes, outcome(extend_ballot));
-        let refused = round.tally().refused();
+        let votes = round.votes(&inner.nodes);
+        let tally = *round.tally();
         let started = round.started();
         round.detach();
-        if quorum::is_held(decision, validity, inner.config.min_validity) {
-            span.record("outcome", "extended");
+        let min = inner.config.min_validity;
+        let verdict = verdict::extend(decision, &tally, validity, min, self.is_valid());
+        span.record("outcome", verdict.label("extended"));
+        if let Verdict::Held { validity } = verdict {
             // Never earlier than before: the extension cannot shorten any node's expiry
             // (`PEXPIRE … GT`), so the quorum behind the old deadline still holds until it.
             self.deadline = self
@@ -341,28 +339,17 @@ impl Lock {
             self.ttl = ttl;
             return Ok(());
         }
-        if decision == Decision::Reached {
-            span.record("outcome", "no validity left");
-            return Err(Error::Timeout(Timeout {
-                budget: TimeoutBudget::Validity,
-                waited: elapsed,
-                attempts: 1,
-                votes: Some(votes),
-            }));
+        match verdict {
+            Verdict::Timeout => Err(Error::no_validity(elapsed, votes)),
+            Verdict::Lost(Loss::NotHeld) => {
+                // Fewer than a quorum can still hold our token: the lock is gone.
+                tracing::warn!(resource = %self.res.label(), %votes, "quorumlock: lock lost: a quorum no longer holds its token");
+                self.deadline = Instant::now();
+                Err(Error::lost(LostReason::NotHeld, Some(votes)))
+            }
+            Verdict::Lost(_) => Err(Error::lost(LostReason::ExtendFailed, Some(votes))),
+            _ => Err(Error::NoQuorum(votes)),
         }
-        if refused > inner.nodes.len().saturating_sub(inner.quorum) {
-            // Fewer than a quorum can still hold our token: the lock is gone.
-            span.record("outcome", "lost");
-            tracing::warn!(resource = %self.res.label(), %votes, "quorumlock: lock lost: a quorum no longer holds its token");
-            self.deadline = Instant::now();
-            return Err(Error::lost(LostReason::NotHeld, Some(votes)));
-        }
-        if !self.is_valid() {
-            span.record("outcome", "expired");
-            return Err(Error::lost(LostReason::ExtendFailed, Some(votes)));
-        }
-        span.record("outcome", "no quorum");
-        Err(Error::NoQuorum(votes))
     }
 
     /// Releases the lock on every node: deletes each key only where it still holds our
@@ -407,50 +394,50 @@ impl Lock {
         );
         let expired = !self.is_valid();
         let mut round = self.release_round();
-        let decision = round.decide(release_ballot).instrument(span.clone()).await;
+        let decision = round.decide().instrument(span.clone()).await;
         self.released = true;
         let inner = self.inner.clone();
         if let Some(n) = &inner.notifier {
             let listeners = round
                 .replies()
-                .filter_map(|(_, r)| release_reply(r).map(|(_, l)| l))
+                .map(|(_, r)| r.listeners())
                 .max()
                 .unwrap_or(0);
-            n.released(&self.res, listeners);
+            let listeners = i64::try_from(listeners).unwrap_or(i64::MAX);
+            // Only the heralds keep the queue and count its waiters. A release decided
+            // without either of them (five nodes: three answers need not include one)
+            // cannot tell that no one waits, so this client yields as if someone did: its
+            // next `lock()` of the resource joins the queue instead of jumping it.
+            let n_nodes = inner.nodes.len();
+            let unheard = self.res.len() == 1
+                && !round.replies().any(|(i, r)| {
+                    self.res.is_herald(i, n_nodes) && matches!(r, Reply::Released { .. })
+                });
+            n.released(&self.res, listeners, self.waiter.is_some() || unheard);
         }
-        let votes = round.votes(&inner.nodes, outcome_for_release);
-        let refused = round.tally().refused();
-        span.record("granted", round.tally().granted());
+        let votes = round.votes(&inner.nodes);
+        let tally = *round.tally();
+        span.record("granted", tally.granted());
         span.record(
             "elapsed_us",
             u64::try_from(round.elapsed().as_micros()).unwrap_or(u64::MAX),
         );
         round.detach();
-        if expired {
-            span.record("outcome", "expired");
-            return Err(Error::lost(LostReason::Expired, Some(votes)));
-        }
-        match decision {
-            Decision::Reached => {
-                span.record("outcome", "released");
-                Ok(())
-            }
-            Decision::Impossible if refused > inner.nodes.len().saturating_sub(inner.quorum) => {
-                span.record("outcome", "lost");
-                Err(Error::lost(LostReason::NotHeld, Some(votes)))
-            }
-            Decision::Impossible => {
-                span.record("outcome", "no quorum");
-                Err(Error::NoQuorum(votes))
-            }
+        let verdict = verdict::release(decision, &tally, expired);
+        span.record("outcome", verdict.label("released"));
+        match verdict {
+            Verdict::Lost(Loss::Expired) => Err(Error::lost(LostReason::Expired, Some(votes))),
+            Verdict::Released => Ok(()),
+            Verdict::Lost(_) => Err(Error::lost(LostReason::NotHeld, Some(votes))),
+            _ => Err(Error::NoQuorum(votes)),
         }
     }
 
     fn release_round(&self) -> Round {
         let announce = self.inner.config.notify;
         let waiter = self.waiter.as_deref().unwrap_or_default();
-        let loud = Arc::new(release_call(&self.res, &self.token, announce, waiter));
-        let quiet = Arc::new(release_call(&self.res, &self.token, false, waiter));
+        let loud = Arc::new(Request::release(&self.res, &self.token, announce, waiter));
+        let quiet = Arc::new(Request::release(&self.res, &self.token, false, waiter));
         let timeout = self.inner.config.node_timeout_for(self.ttl);
         let inflight = self.inflight.clone();
         let n = self.inner.nodes.len();
@@ -485,7 +472,7 @@ impl Drop for Lock {
         }
         let mut round = self.release_round();
         let spawned = crate::fanout::spawn(async move {
-            let _ = round.decide(release_ballot).await;
+            let _ = round.decide().await;
             round.detach();
         });
         if !spawned {
@@ -504,47 +491,11 @@ async fn ordered(
     inflight: Option<InFlight>,
     timeout: Duration,
     node: crate::node::Node,
-    call: Arc<ScriptCall>,
+    call: Arc<Request>,
 ) -> Reply {
     let Some(inflight) = inflight else {
-        return node.eval(&call, timeout).await;
+        return node.send(&call, timeout).await;
     };
-    let run = async move {
-        inflight.wait(i).await;
-        node.eval(&call, timeout).await
-    };
-    crate::node::wait_or_finish_late(run, timeout, true).await
-}
-
-fn extend_ballot(r: &Reply) -> Ballot {
-    match r {
-        Reply::Value(Value::Int(1)) => Ballot::Granted,
-        Reply::Value(Value::Int(0)) => Ballot::Refused,
-        _ => Ballot::Failed,
-    }
-}
-
-/// The release script's answer: `{deleted, listeners}`.
-pub(crate) fn release_reply(r: &Reply) -> Option<(i64, i64)> {
-    match r {
-        Reply::Value(Value::Array(a)) => match (a.first(), a.get(1)) {
-            (Some(Value::Int(d)), Some(Value::Int(l))) => Some((*d, *l)),
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
-/// A node confirms a release when it deleted our key(s) (for a multi-resource lock, keys
-/// already missing there had expired on that node); it refuses when none held our token.
-fn release_ballot(r: &Reply) -> Ballot {
-    match release_reply(r) {
-        Some((d, _)) if d > 0 => Ballot::Granted,
-        Some(_) => Ballot::Refused,
-        None => Ballot::Failed,
-    }
-}
-
-fn outcome_for_release(r: &Reply) -> crate::error::NodeOutcome {
-    outcome(release_ballot)(r)
+    node.send_after(async move { inflight.wait(i).await }, call, timeout)
+        .await
 }

@@ -14,6 +14,13 @@
 //! Scripts are sent with `EVALSHA`, falling back to `EVAL` on `NOSCRIPT` (a node that
 //! restarted, or `SCRIPT FLUSH`), on the same connection. Keys and values only ever
 //! travel as `KEYS`/`ARGV`.
+//!
+//! This is also the bottom of the protocol's I/O: every request is built here
+//! ([`Request`]: the only place a TTL becomes a `PX` or script argument, see
+//! [`millis_ceil`]), and every answer is decoded here into a typed
+//! [`protocol::Reply`](crate::protocol::Reply), so nothing above this module looks at a
+//! raw Redis value. (The wait queue's join and leave scripts still read their raw
+//! answers through [`Node::eval`].)
 
 use std::fmt;
 use std::future::Future;
@@ -23,7 +30,11 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError, Value};
 
+pub(crate) use crate::addr::NodeAddr;
 use crate::error::Error;
+use crate::protocol::reply::{Holder, Reply as Typed};
+use crate::resource::Resources;
+use crate::token::Token;
 
 /// A Lua script: its source and its SHA1, computed once.
 pub(crate) struct Lua {
@@ -56,7 +67,6 @@ macro_rules! lua {
         )
     };
 }
-pub(crate) use lua;
 
 /// The acquire script for multi-resource locks (every key or none).
 pub(crate) static ACQUIRE_MANY: Lua = lua!("scripts/acquire.lua", idempotent: false);
@@ -70,102 +80,10 @@ pub(crate) static ENQUEUE: Lua = lua!("scripts/enqueue.lua", idempotent: true);
 pub(crate) static DEQUEUE: Lua = lua!("scripts/dequeue.lua", idempotent: true);
 /// Compare-and-extend.
 pub(crate) static EXTEND: Lua = lua!("scripts/extend.lua", idempotent: true);
-
-/// A node's address, printed without its password.
-///
-/// This is how nodes appear in [`Votes`](crate::Votes), in `Debug` output and in tracing:
-/// `redis://user:<redacted>@127.0.0.1:7001/0`. It never contains a password.
-///
-/// # Example
-///
-/// ```no_run
-/// # async fn demo() -> Result<(), quorumlock::Error> {
-/// let locks = quorumlock::Redlock::builder(["redis://app:s3cret@127.0.0.1:7001"]).build().await?;
-/// let shown = locks.nodes()[0].to_string();
-/// assert_eq!(shown, "redis://app:<redacted>@127.0.0.1:7001");
-/// assert!(!format!("{locks:?}").contains("s3cret"));
-/// # Ok(()) }
-/// ```
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct NodeAddr {
-    shown: Arc<str>,
-    host: Arc<str>,
-    port: Option<u16>,
-}
-
-impl NodeAddr {
-    pub(crate) fn from_info(info: &ConnectionInfo) -> NodeAddr {
-        let rs = info.redis_settings();
-        let user = match (rs.username(), rs.password()) {
-            (Some(u), Some(_)) => format!("{u}:<redacted>@"),
-            (None, Some(_)) => ":<redacted>@".to_owned(),
-            (Some(u), None) => format!("{u}@"),
-            (None, None) => String::new(),
-        };
-        let db = if rs.db() != 0 {
-            format!("/{}", rs.db())
-        } else {
-            String::new()
-        };
-        let (scheme, host, port) = match info.addr() {
-            ConnectionAddr::Tcp(h, p) => ("redis", h.clone(), Some(*p)),
-            ConnectionAddr::TcpTls { host, port, .. } => ("rediss", host.clone(), Some(*port)),
-            ConnectionAddr::Unix(p) => ("redis+unix", p.display().to_string(), None),
-            _ => ("redis", "?".to_owned(), None),
-        };
-        let shown = match port {
-            Some(p) if host.contains(':') => format!("{scheme}://{user}[{host}]:{p}{db}"),
-            Some(p) => format!("{scheme}://{user}{host}:{p}{db}"),
-            None if user.is_empty() && db.is_empty() => format!("{scheme}://{host}"),
-            None => format!("{scheme}://{user}{host}{db}"),
-        };
-        NodeAddr {
-            shown: shown.into(),
-            host: host.into(),
-            port,
-        }
-    }
-
-    /// The host name or IP address (or the socket path for `redis+unix://`).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), quorumlock::Error> {
-    /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
-    /// assert_eq!(locks.nodes()[0].host(), "127.0.0.1");
-    /// # Ok(()) }
-    /// ```
-    pub fn host(&self) -> &str {
-        &self.host
-    }
-
-    /// The TCP port, `None` for a Unix socket.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), quorumlock::Error> {
-    /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
-    /// assert_eq!(locks.nodes()[0].port(), Some(7001));
-    /// # Ok(()) }
-    /// ```
-    pub fn port(&self) -> Option<u16> {
-        self.port
-    }
-}
-
-impl fmt::Display for NodeAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.shown)
-    }
-}
-
-impl fmt::Debug for NodeAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.shown)
-    }
-}
+/// The fenced acquire (round 1): every lock key or none, and the fence counters raised.
+pub(crate) static ACQUIRE_FENCED: Lua = lua!("scripts/acquire_fenced.lua", idempotent: false);
+/// The fence commit (round 2): raise the counters where our token still holds the keys.
+pub(crate) static COMMIT_FENCE: Lua = lua!("scripts/commit_fence.lua", idempotent: true);
 
 /// A parsed, validated node URL, not yet connected.
 #[derive(Clone)]
@@ -544,7 +462,7 @@ where
         r = &mut run => r,
         () = tokio::time::sleep(timeout) => {
             if finish_late {
-                crate::fanout::spawn(async move {
+                crate::background::spawn(async move {
                     let _ = tokio::time::timeout(LATE_LIMIT, run).await;
                 });
             }
@@ -557,21 +475,256 @@ where
 /// waiting (a node paused for longer simply keeps the key until its TTL).
 pub(crate) const LATE_LIMIT: Duration = Duration::from_secs(30);
 
-/// One prepared request, shared by every node of a round.
-pub(crate) enum Request {
-    /// A plain command (`SET … NX PX …`).
+/// A duration in whole milliseconds, rounded up and saturating (a TTL of 1.5 ms is sent as
+/// 2 ms: Redis then holds the key at least as long as we assume). The one conversion of a
+/// TTL into a `PX` or script argument; tracing reuses it so logs show what was sent.
+pub(crate) fn millis_ceil(d: Duration) -> u64 {
+    let ms = d.as_millis();
+    let ms = if !d.subsec_nanos().is_multiple_of(1_000_000) {
+        ms.saturating_add(1)
+    } else {
+        ms
+    };
+    u64::try_from(ms).unwrap_or(u64::MAX)
+}
+
+/// The shape of a request's answer, which says how to decode it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// `SET … NX GET` (nil, or the holder's token), the acquire script (1/0), the fenced
+    /// acquire (`{1, counter}`/`{0}`).
+    Acquire,
+    /// A compare-and-X script: 1 done, 0 our token is not there.
+    Compare,
+    /// A release script: `{deleted, listeners}`.
+    Release,
+}
+
+/// What goes on the wire.
+enum Wire {
     Cmd(Cmd),
-    /// A script.
     Script(Arc<ScriptCall>),
 }
 
-impl Node {
-    /// Sends a prepared request, bounded by `timeout`.
-    pub(crate) async fn request(&self, req: &Request, timeout: Duration) -> Reply {
-        match req {
-            Request::Cmd(c) => self.query(c, timeout).await,
-            Request::Script(s) => self.eval(s, timeout).await,
+/// One prepared request, shared by every node of a round, and how its answer is read.
+///
+/// Built once per round by the constructors below, which are the only place a TTL becomes
+/// a `PX` or script argument.
+pub(crate) struct Request {
+    wire: Wire,
+    answer: Answer,
+}
+
+impl Request {
+    /// Takes the lock: `SET key token NX PX ttl GET` for one key (Redis ≥ 7.0), the
+    /// all-or-nothing script for several.
+    pub(crate) fn acquire(keys: &[Vec<u8>], token: &Token, ttl: Duration) -> Request {
+        let px = millis_ceil(ttl);
+        let wire = match keys {
+            [key] => {
+                let mut set = redis::cmd("SET");
+                set.arg(key.as_slice())
+                    .arg(token.as_bytes())
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(px)
+                    .arg("GET");
+                Wire::Cmd(set)
+            }
+            _ => Wire::Script(Arc::new(ScriptCall::new(
+                &ACQUIRE_MANY,
+                keys.to_vec(),
+                vec![token.as_bytes().to_vec(), px.to_string().into_bytes()],
+            ))),
+        };
+        Request {
+            wire,
+            answer: Answer::Acquire,
         }
+    }
+
+    fn script(script: &'static Lua, keys: Vec<Vec<u8>>, args: Vec<Vec<u8>>, a: Answer) -> Request {
+        Request {
+            wire: Wire::Script(Arc::new(ScriptCall::new(script, keys, args))),
+            answer: a,
+        }
+    }
+
+    /// The fenced acquire (round 1); `keys` are the lock keys, then the fence counters.
+    pub(crate) fn acquire_fenced(keys: Vec<Vec<u8>>, token: &Token, ttl: Duration) -> Request {
+        let px = millis_ceil(ttl).to_string().into_bytes();
+        let args = vec![token.as_bytes().to_vec(), px];
+        Request::script(&ACQUIRE_FENCED, keys, args, Answer::Acquire)
+    }
+
+    /// The fence commit (round 2) of `t`; `keys` as for [`Request::acquire_fenced`].
+    pub(crate) fn commit_fence(keys: Vec<Vec<u8>>, token: &Token, t: u64) -> Request {
+        let args = vec![token.as_bytes().to_vec(), t.to_string().into_bytes()];
+        Request::script(&COMMIT_FENCE, keys, args, Answer::Compare)
+    }
+
+    /// Compare-and-extend every key to at least `ttl`.
+    pub(crate) fn extend(keys: Vec<Vec<u8>>, token: &Token, ttl: Duration) -> Request {
+        let px = millis_ceil(ttl).to_string().into_bytes();
+        let args = vec![token.as_bytes().to_vec(), px];
+        Request::script(&EXTEND, keys, args, Answer::Compare)
+    }
+
+    /// Compare-and-delete. One resource: the hand-over script (it also pops the wait
+    /// queue's head and names it as `waiter`'s successor); several: the plain one. The
+    /// release is announced only when `announce`.
+    pub(crate) fn release(
+        res: &Resources,
+        token: &Token,
+        announce: bool,
+        waiter: &[u8],
+    ) -> Request {
+        if res.len() == 1 {
+            let [queue, expiry] = res.queue_keys();
+            let mut keys = res.lock_keys().to_vec();
+            keys.push(queue);
+            keys.push(expiry);
+            let channel = if announce {
+                res.channels().into_iter().next().unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            let args = vec![token.as_bytes().to_vec(), channel, waiter.to_vec()];
+            return Request::script(&RELEASE_ONE, keys, args, Answer::Release);
+        }
+        let mut args = vec![token.as_bytes().to_vec()];
+        if announce {
+            args.extend(res.channels());
+        }
+        Request::script(&RELEASE, res.lock_keys().to_vec(), args, Answer::Release)
+    }
+
+    /// Decodes a raw answer to this request.
+    fn decode(&self, raw: Reply) -> Typed {
+        decode(self.answer, raw)
+    }
+}
+
+/// Turns a raw answer into a typed reply; anything of the wrong shape is a failure.
+fn decode(answer: Answer, raw: Reply) -> Typed {
+    let v = match raw {
+        Reply::TimedOut => return Typed::TimedOut,
+        Reply::Error(e) => return Typed::Failed(Reply::error_text(&e)),
+        Reply::Value(v) => v,
+    };
+    let typed = match (answer, &v) {
+        (Answer::Acquire, Value::Nil | Value::Okay | Value::Int(1)) => Some(Typed::Granted),
+        (Answer::Compare, Value::Int(1)) => Some(Typed::Granted),
+        (Answer::Acquire | Answer::Compare, Value::Int(0)) => Some(Typed::HeldBy(None)),
+        (Answer::Acquire, Value::BulkString(owner)) => {
+            Some(Typed::HeldBy(Some(Holder::new(owner.clone()))))
+        }
+        (Answer::Acquire, Value::Array(a)) => match (a.first(), a.get(1)) {
+            (Some(Value::Int(0)), _) => Some(Typed::HeldBy(None)),
+            (Some(Value::Int(1)), Some(Value::Int(t))) => u64::try_from(*t).ok().map(Typed::Fenced),
+            _ => None,
+        },
+        (Answer::Release, Value::Array(a)) => match (a.first(), a.get(1)) {
+            (Some(Value::Int(d)), Some(Value::Int(l))) => Some(Typed::Released {
+                deleted: u64::try_from(*d).unwrap_or(0),
+                listeners: u64::try_from(*l).unwrap_or(0),
+            }),
+            _ => None,
+        },
+        _ => None,
+    };
+    typed.unwrap_or_else(|| Typed::Failed(format!("unexpected reply: {}", short_value(&v))))
+}
+
+fn short_value(v: &Value) -> String {
+    let s = format!("{v:?}");
+    if s.len() > 80 {
+        let mut cut = 80;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        format!("{}…", &s[..cut])
+    } else {
+        s
+    }
+}
+
+impl Node {
+    /// Sends a prepared request, bounded by `timeout`, and decodes the answer.
+    pub(crate) async fn send(&self, req: &Request, timeout: Duration) -> Typed {
+        req.decode(self.send_raw(req, timeout).await)
+    }
+
+    async fn send_raw(&self, req: &Request, timeout: Duration) -> Reply {
+        match &req.wire {
+            Wire::Cmd(c) => self.query(c, timeout).await,
+            Wire::Script(s) => self.eval(s, timeout).await,
+        }
+    }
+
+    /// Sends a prepared request once `ready` completes (another request of ours to this
+    /// node finished), the caller waiting at most `timeout` in all. An idempotent script
+    /// still goes out in the background when the caller stopped waiting (see
+    /// [`Node::eval`]).
+    pub(crate) async fn send_after<W>(
+        &self,
+        ready: W,
+        req: Arc<Request>,
+        timeout: Duration,
+    ) -> Typed
+    where
+        W: Future<Output = ()> + Send + 'static,
+    {
+        let late = matches!(&req.wire, Wire::Script(s) if s.idempotent);
+        let (node, sent) = (self.clone(), req.clone());
+        let run = async move {
+            ready.await;
+            node.send_raw(&sent, timeout).await
+        };
+        req.decode(wait_or_finish_late(run, timeout, late).await)
+    }
+
+    /// Runs a batch of extensions in one pipeline (see [`ExtendBatch`]); one reply per
+    /// lock, in order.
+    pub(crate) async fn extend_batch(&self, batch: &ExtendBatch, timeout: Duration) -> Vec<Typed> {
+        match self.pipeline(&batch.pipe, batch.count + 1, timeout).await {
+            Ok(values) => (0..batch.count)
+                .map(|k| match values.get(k + 1) {
+                    Some(v) => decode(Answer::Compare, Reply::from_result(Ok(v.clone()))),
+                    None => Typed::Failed("missing pipeline reply".to_owned()),
+                })
+                .collect(),
+            Err(raw) => vec![decode(Answer::Compare, raw); batch.count],
+        }
+    }
+}
+
+/// Several locks' extensions for one node: `SCRIPT LOAD` of the extend script (so the
+/// `EVALSHA`s that follow find it even on a node that restarted), then one `EVALSHA` per
+/// lock.
+pub(crate) struct ExtendBatch {
+    pipe: redis::Pipeline,
+    count: usize,
+}
+
+impl ExtendBatch {
+    /// A batch of `(keys, token, ttl)` extensions.
+    pub(crate) fn new<'a>(
+        locks: impl IntoIterator<Item = (&'a [Vec<u8>], &'a [u8], Duration)>,
+    ) -> ExtendBatch {
+        let mut pipe = redis::pipe();
+        pipe.cmd("SCRIPT").arg("LOAD").arg(EXTEND.code);
+        let mut count = 0;
+        for (keys, token, ttl) in locks {
+            pipe.cmd("EVALSHA")
+                .arg(EXTEND.hash.as_str())
+                .arg(keys.len())
+                .arg(keys)
+                .arg(token)
+                .arg(millis_ceil(ttl));
+            count += 1;
+        }
+        ExtendBatch { pipe, count }
     }
 }
 
@@ -678,5 +831,61 @@ pub(crate) async fn check_deployment(node: &Node, timeout: Duration, fencing: bo
             tracing::warn!(node = %addr,
                 "quorumlock: node is a replica; Redlock needs independent masters (writes will fail with READONLY)");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn millis_round_up() {
+        assert_eq!(millis_ceil(Duration::from_micros(1500)), 2);
+        assert_eq!(millis_ceil(Duration::from_millis(7)), 7);
+        assert_eq!(millis_ceil(Duration::from_nanos(1)), 1);
+        assert_eq!(millis_ceil(Duration::ZERO), 0);
+        assert_eq!(millis_ceil(Duration::MAX), u64::MAX);
+    }
+
+    /// Each raw answer shape decodes to the reply the protocol counts.
+    #[test]
+    fn decoding() {
+        let v = |v: Value| Reply::Value(v);
+        let int = |i| v(Value::Int(i));
+        let arr = |a: Vec<Value>| v(Value::Array(a));
+        assert_eq!(decode(Answer::Acquire, v(Value::Nil)), Typed::Granted);
+        assert_eq!(decode(Answer::Acquire, int(1)), Typed::Granted);
+        assert_eq!(decode(Answer::Acquire, int(0)), Typed::HeldBy(None));
+        assert_eq!(
+            decode(Answer::Acquire, v(Value::BulkString(b"t".to_vec()))),
+            Typed::HeldBy(Some(Holder::new(b"t".to_vec())))
+        );
+        assert_eq!(
+            decode(Answer::Acquire, arr(vec![Value::Int(1), Value::Int(9)])),
+            Typed::Fenced(9)
+        );
+        assert_eq!(
+            decode(Answer::Acquire, arr(vec![Value::Int(0)])),
+            Typed::HeldBy(None)
+        );
+        assert!(matches!(
+            decode(Answer::Acquire, arr(vec![Value::Int(1), Value::Int(-1)])),
+            Typed::Failed(_)
+        ));
+        assert_eq!(decode(Answer::Compare, int(1)), Typed::Granted);
+        assert_eq!(decode(Answer::Compare, int(0)), Typed::HeldBy(None));
+        assert!(matches!(
+            decode(Answer::Compare, v(Value::Nil)),
+            Typed::Failed(_)
+        ));
+        assert_eq!(
+            decode(Answer::Release, arr(vec![Value::Int(1), Value::Int(3)])),
+            Typed::Released {
+                deleted: 1,
+                listeners: 3
+            }
+        );
+        assert!(matches!(decode(Answer::Release, int(1)), Typed::Failed(_)));
+        assert_eq!(decode(Answer::Compare, Reply::TimedOut), Typed::TimedOut);
     }
 }

@@ -7,7 +7,7 @@
 //! | --- | --- |
 //! | `quorumlock:lock:{name}` | the lock token, with the TTL |
 //! | `quorumlock:fence:{name}` | the fence counter (fencing only; never expires; the largest fencing token issued or committed on this node, in microseconds since the Unix epoch or above) |
-//! | `quorumlock:queue:{name}`, `quorumlock:qexp:{name}` | waiters in arrival order, and when each gives up (notify waiting; expire by themselves) |
+//! | `quorumlock:queue:{name}`, `quorumlock:qlease:{name}` | waiters in arrival order, and when each one's lease lapses (notify waiting; on the resource's two herald nodes only; vanish with the last lease) |
 //! | `quorumlock:released:{name}` | the pub/sub channel announcing releases |
 //!
 //! Names are arbitrary non-empty byte strings (up to 4 KiB); nothing is concatenated, so no
@@ -25,7 +25,7 @@ const LOCK_PREFIX: &[u8] = b"quorumlock:lock:";
 const FENCE_PREFIX: &[u8] = b"quorumlock:fence:";
 const CHANNEL_PREFIX: &[u8] = b"quorumlock:released:";
 const QUEUE_PREFIX: &[u8] = b"quorumlock:queue:";
-const QUEUE_EXPIRY_PREFIX: &[u8] = b"quorumlock:qexp:";
+const QUEUE_LEASE_PREFIX: &[u8] = b"quorumlock:qlease:";
 
 /// The longest resource name accepted, in bytes.
 pub const MAX_RESOURCE_LEN: usize = 4096;
@@ -110,10 +110,10 @@ impl Resources {
         i == first || i == (first + 1) % n
     }
 
-    /// The wait queue and its expiry hash (single-resource locks use the first name).
+    /// The wait queue and its leases (single-resource locks use the first name).
     pub(crate) fn queue_keys(&self) -> [Vec<u8>; 2] {
         let name = self.names.first().map(String::as_str).unwrap_or("");
-        [key(QUEUE_PREFIX, name), key(QUEUE_EXPIRY_PREFIX, name)]
+        [key(QUEUE_PREFIX, name), key(QUEUE_LEASE_PREFIX, name)]
     }
     pub(crate) fn channels(&self) -> Vec<Vec<u8>> {
         self.names.iter().map(|n| channel(n)).collect()

@@ -23,7 +23,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -31,19 +31,14 @@ use futures::FutureExt;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
-use redis::Value;
 use tokio::sync::{Notify, watch};
 
 use crate::client::Redlock;
 use crate::error::{Error, LostReason};
 use crate::lock::Lock;
-use crate::node::Node;
-use crate::quorum::{self, Ballot, Tally};
-
-/// The extend script (compare-and-extend), sent as `SCRIPT LOAD` + `EVALSHA` in each pipeline.
-const EXTEND_CODE: &str = include_str!("scripts/extend.lua");
-static EXTEND_HASH: LazyLock<String> =
-    LazyLock::new(|| redis::Script::new(EXTEND_CODE).get_hash().to_owned());
+use crate::node::{ExtendBatch, Node, millis_ceil};
+use crate::protocol::tally::{drift, validity};
+use crate::protocol::{Decision, Loss, Tally, Verdict, verdict};
 
 /// Policy for keeping a lock alive: when to extend it, when to stop, and how early the
 /// lost signal fires.
@@ -245,7 +240,7 @@ impl Entry {
                 // The keys are gone from a quorum: no validity is left to report.
                 st.deadline = st.deadline.min(Instant::now());
             }
-            tracing::warn!(ttl_ms = quorum::millis_ceil(self.ttl), error = %e, "quorumlock: watchdog: lock lost");
+            tracing::warn!(ttl_ms = millis_ceil(self.ttl), error = %e, "quorumlock: watchdog: lock lost");
             st.lost = Some(e);
             self.changed.send_modify(|g| *g = g.wrapping_add(1));
         }
@@ -884,18 +879,10 @@ impl Task {
                 Duration::from_micros(20)
                     .saturating_mul(u32::try_from(due.len()).unwrap_or(u32::MAX)),
             );
-        let mut pipe = redis::pipe();
-        pipe.cmd("SCRIPT").arg("LOAD").arg(EXTEND_CODE);
-        for e in &due {
-            pipe.cmd("EVALSHA")
-                .arg(EXTEND_HASH.as_str())
-                .arg(e.keys.len())
-                .arg(&e.keys)
-                .arg(e.token.as_slice())
-                .arg(quorum::millis_ceil(e.ttl));
-        }
-        let count = due.len() + 1;
-        let pipe = Arc::new(pipe);
+        let batch = Arc::new(ExtendBatch::new(
+            due.iter()
+                .map(|e| (e.keys.as_slice(), e.token.as_slice(), e.ttl)),
+        ));
         let start = Instant::now();
         let span = tracing::debug_span!(
             "quorumlock.watchdog",
@@ -910,8 +897,8 @@ impl Task {
             .iter()
             .map(|n| {
                 let n = n.clone();
-                let pipe = pipe.clone();
-                async move { n.pipeline(&pipe, count, timeout).await }
+                let batch = batch.clone();
+                async move { n.extend_batch(&batch, timeout).await }
             })
             .collect();
         let mut tallies: Vec<Tally> = due
@@ -922,15 +909,9 @@ impl Task {
         while let Some(reply) = replies.next().await {
             let at = Instant::now();
             for (k, e) in due.iter().enumerate() {
-                let ballot = match &reply {
-                    Ok(values) => match values.get(k + 1) {
-                        Some(Value::Int(1)) => Ballot::Granted,
-                        Some(Value::Int(0)) => Ballot::Refused,
-                        _ => Ballot::Failed,
-                    },
-                    Err(_) => Ballot::Failed,
-                };
-                tallies[k].record(ballot);
+                if let Some(r) = reply.get(k) {
+                    tallies[k].record(r.ballot());
+                }
                 if done[k] {
                     continue;
                 }
@@ -964,23 +945,22 @@ impl Task {
         }
     }
 
-    fn apply(
-        &self,
-        e: &Entry,
-        decision: quorum::Decision,
-        tally: Tally,
-        start: Instant,
-        at: Instant,
-    ) {
+    fn apply(&self, e: &Entry, decision: Decision, tally: Tally, start: Instant, at: Instant) {
         let Ok(mut st) = e.state.lock() else { return };
         st.in_round = false;
         if st.stopped {
             return;
         }
         let now = Instant::now();
-        if decision != quorum::Decision::Reached
-            && tally.refused() > self.nodes.len().saturating_sub(self.quorum)
-        {
+        let validity = validity(
+            e.ttl,
+            at.saturating_duration_since(start),
+            drift(e.ttl, self.drift_factor),
+        );
+        // A kept lock is held with any validity left (no minimum), and a missed extension
+        // keeps the old deadline, which the lost signal below watches.
+        let verdict = verdict::extend(decision, &tally, validity, Duration::ZERO, true);
+        if verdict == Verdict::Lost(Loss::NotHeld) {
             // Fewer than a quorum can still hold our token: no validity is left, even if
             // the lock was already marked lost for another reason (its lost signal's time
             // came, or a cap) while this round was running.
@@ -992,11 +972,6 @@ impl Task {
         if st.lost.is_some() {
             return;
         }
-        let validity = quorum::validity(
-            e.ttl,
-            at.saturating_duration_since(start),
-            quorum::drift(e.ttl, self.drift_factor),
-        );
         let (fire_at, _) = e.fire_at(st.deadline);
         if now >= fire_at {
             // Too late: the lost signal's time has come; never un-lose a lock.
@@ -1004,7 +979,7 @@ impl Task {
             e.mark_lost(&mut st, Error::lost(reason, None));
             return;
         }
-        if decision == quorum::Decision::Reached && !validity.is_zero() {
+        if let Verdict::Held { validity } = verdict {
             let new = crate::time::earlier_of_overflow(start, validity);
             if new > st.deadline {
                 st.deadline = new;
@@ -1026,7 +1001,7 @@ impl Task {
                 .max(crate::time::later(now, gap));
             e.changed.send_modify(|g| *g = g.wrapping_add(1));
             tracing::trace!(
-                validity_ms = quorum::millis_ceil(validity),
+                validity_ms = millis_ceil(validity),
                 "quorumlock: watchdog extended a lock"
             );
             return;

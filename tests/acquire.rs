@@ -1,4 +1,4 @@
-//! Acquire, release and extend against real redis-server processes (SPEC §3, §10).
+//! Acquire, release and extend against real redis-server processes: the algorithm's rules and the bad-input rules.
 #![cfg(feature = "testkit")]
 
 mod support;
@@ -575,7 +575,7 @@ async fn t62_lock_waits_and_times_out() {
     b.lock("busy", TTL).await.unwrap().release().await.unwrap();
 }
 
-/// Unexpected replies are failures with their text, never grants (SPEC §10).
+/// Unexpected replies are failures with their text, never grants.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t70_unexpected_replies() {
     let c = cluster5().await;
@@ -619,7 +619,8 @@ async fn t70_unexpected_replies() {
     assert!(matches!(err, Error::NoQuorum(_)), "{err}");
 }
 
-/// Every bad input of SPEC §10 gets a clear error, never a panic.
+/// Every bad input (zero or duplicate nodes, bad URLs, bad TTLs, empty resources, …) gets a
+/// clear error, never a panic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t80_bad_input() {
     let urls = [
@@ -758,7 +759,7 @@ async fn t82_start_with_nodes_down() {
 }
 
 /// The start-up checks warn, through `tracing`, about every breach of the deployment
-/// contract they can see (SPEC §7).
+/// contract they can see.
 #[tokio::test]
 async fn t90_start_up_checks_warn_about_the_deployment_contract() {
     use std::sync::{Arc, Mutex};
@@ -808,7 +809,9 @@ async fn t90_start_up_checks_warn_about_the_deployment_contract() {
         "node is a replica",
         "appendfsync always",
     ];
-    let seen = eventually(Duration::from_secs(5), || async {
+    // The checks run in the background, each query with a few seconds' patience: allow
+    // a loaded machine that long.
+    let seen = eventually(Duration::from_secs(20), || async {
         expected.iter().all(|e| text().contains(e))
     })
     .await;

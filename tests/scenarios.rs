@@ -20,7 +20,7 @@ async fn client(urls: &[String]) -> Redlock {
         .expect("build")
 }
 
-/// SPEC §8 row "kill 1 or 2 nodes mid-lease, they stay down": safe; lock, extend and
+/// Fault-matrix row "kill 1 or 2 nodes mid-lease, they stay down": safe; lock, extend and
 /// release keep working.
 async fn kill_nodes_mid_lease<F: Faults>(f: &F) {
     let urls = f.urls();
@@ -63,7 +63,7 @@ async fn kill_nodes_mid_lease<F: Faults>(f: &F) {
     assert!(report.is_clean(), "{report}");
 }
 
-/// SPEC §8 rows "pause 1–2 nodes" and "client cut off from a minority": acquisition still
+/// Fault-matrix rows "pause 1–2 nodes" and "client cut off from a minority": acquisition still
 /// succeeds, within the per-node timeout.
 async fn pause_and_disconnect<F: Faults>(f: &F) {
     let urls = f.urls();
@@ -120,7 +120,7 @@ async fn compose_backend() {
     c.down().await.expect("compose down");
 }
 
-/// SPEC §8 row "kill the master of one node mid-lease; its replica, which never got the key,
+/// Fault-matrix row "kill the master of one node mid-lease; its replica, which never got the key,
 /// is promoted": Redlock on 5 nodes stays safe (f = 1); a single-instance lock with a replica
 /// lets a second holder in, and the checker says so.
 async fn failover_to_a_lagging_replica(c: &ComposeCluster) {

@@ -675,6 +675,11 @@ impl Faults for LocalCluster {
     fn reconnect(&self, node: usize) -> impl Future<Output = io::Result<()>> + Send {
         LocalCluster::reconnect(self, node)
     }
+
+    fn slow(&self, node: usize, delay: Duration) -> impl Future<Output = io::Result<()>> + Send {
+        let result = LocalCluster::delay(self, node, delay);
+        async move { result }
+    }
 }
 
 struct Node {

@@ -17,7 +17,10 @@
 //! | it returned a lock | [`acquired`](ClientRecorder::acquired) with `Instant::now() + lock.remaining()` and the fencing token | opens a hold |
 //! | it returned an error | [`acquire_failed`](ClientRecorder::acquire_failed) | not a hold |
 //! | it timed out or was cancelled | [`acquire_unknown`](ClientRecorder::acquire_unknown) | not a hold: the client does not believe it holds the lock |
-//! | `extend` succeeded | [`extended`](ClientRecorder::extended) with the new deadline | moves the hold's end |
+//! | before calling `extend` | [`extend_invoked`](ClientRecorder::extend_invoked) | optional, for reading |
+//! | `extend` succeeded | [`extended`](ClientRecorder::extended) with the new deadline (`lock.deadline()`) | moves the hold's end |
+//! | `extend` returned an error other than lost | [`extend_failed`](ClientRecorder::extend_failed) | the hold keeps its deadline |
+//! | `extend` timed out or was cancelled | [`extend_unknown`](ClientRecorder::extend_unknown) | the hold keeps its deadline: the client believes what `lock.remaining()` says, whatever reached the nodes |
 //! | the lost signal fired | [`lost`](ClientRecorder::lost) | ends the hold there |
 //! | before calling `release` | [`release_invoked`](ClientRecorder::release_invoked) | ends the hold there |
 //! | the protected work starts / ends | [`work_started`](ClientRecorder::work_started) / [`work_ended`](ClientRecorder::work_ended) | must lie inside the hold |
@@ -73,8 +76,15 @@ pub enum EventKind {
         /// The new end of validity.
         deadline: Duration,
     },
+    /// The client called extend.
+    ExtendInvoked,
     /// An extension failed; the hold keeps its previous deadline.
     ExtendFailed,
+    /// An extension timed out or was cancelled: what reached the nodes is unknown (it may
+    /// have changed the keys' expiry on some or all of them), but the client still believes
+    /// its previous deadline, so the hold keeps it. Recorded so that the history shows the
+    /// operation; it is never treated as if it had not happened.
+    ExtendUnknown,
     /// The client learned that the lock is lost (the lost signal fired): the hold ends here.
     Lost,
     /// The client called release: the hold ends here.
@@ -138,7 +148,9 @@ impl fmt::Display for EventKind {
             EventKind::Extended { deadline } => {
                 write!(f, "extended (deadline {})", offset(*deadline))
             }
+            EventKind::ExtendInvoked => f.write_str("extend invoked"),
             EventKind::ExtendFailed => f.write_str("extend failed"),
+            EventKind::ExtendUnknown => f.write_str("extend outcome unknown"),
             EventKind::Lost => f.write_str("lost"),
             EventKind::ReleaseInvoked => f.write_str("release invoked"),
             EventKind::Released => f.write_str("released"),
@@ -386,9 +398,19 @@ impl ClientRecorder {
         self.extended(resource, Instant::now() + remaining)
     }
 
+    /// [`EventKind::ExtendInvoked`].
+    pub fn extend_invoked(&self, resource: &str) -> Event {
+        self.rec(resource, EventKind::ExtendInvoked)
+    }
+
     /// [`EventKind::ExtendFailed`].
     pub fn extend_failed(&self, resource: &str) -> Event {
         self.rec(resource, EventKind::ExtendFailed)
+    }
+
+    /// [`EventKind::ExtendUnknown`].
+    pub fn extend_unknown(&self, resource: &str) -> Event {
+        self.rec(resource, EventKind::ExtendUnknown)
     }
 
     /// [`EventKind::Lost`].

@@ -4,7 +4,7 @@
 //!
 //! It is what quorumlock's own fault tests use, and it is meant for yours: enable the
 //! `testkit` feature in your `[dev-dependencies]` and test your service's critical sections
-//! against the failures of SPEC §8 (a node crashing mid-lease, a restart without persistence,
+//! against the failures of the fault matrix (a node crashing mid-lease, a restart without persistence,
 //! a pause, a partition, a failover to a lagging replica, a paused holder).
 //!
 //! # Contents
@@ -13,10 +13,10 @@
 //! | --- | --- |
 //! | N Redis masters on loopback, killed on drop | [`LocalCluster`] ([`LocalCluster::launch`], [`LocalCluster::builder`]) |
 //! | crash, restart (now or later, with or without AOF), SIGSTOP/SIGCONT | [`LocalCluster::kill`], [`start`](LocalCluster::start), [`restart`](LocalCluster::restart), [`pause`](LocalCluster::pause), [`resume`](LocalCluster::resume) |
-//! | delay, stall, blackhole (one way or both) or cut a client's link | [`FaultProxy`] with a [`ProxyMode`], via [`LocalCluster::proxy`] |
+//! | delay, stall, blackhole (one way or both) or cut a client's link | [`FaultProxy`] with a [`ProxyMode`], via [`LocalCluster::proxy`]; [`Faults::slow`] / [`Faults::disconnect`] on any backend with proxies |
 //! | a node that fails over to a replica which missed writes | [`LocalClusterBuilder::replicated`], [`LocalCluster::replication_link`], [`LocalCluster::promote_replica`] |
 //! | the same faults on the Docker Compose harness (`compose/`) | [`compose::ComposeCluster`], through the [`Faults`] trait |
-//! | scripted or seeded random fault schedules | [`nemesis::Schedule`], [`nemesis::RandomNemesis`] |
+//! | scripted or seeded random fault schedules (a minority faulty at a time, or more with `allow_majority`) | [`nemesis::Schedule`], [`nemesis::RandomNemesis`] ([`allow_majority`](nemesis::RandomNemesis::allow_majority)) |
 //! | what clients did and believed, on one clock | [`History`], [`ClientRecorder`] |
 //! | did two holders overlap? work outside a hold? fencing tokens going down? | [`checker::check`] → [`checker::Report`] |
 //!
@@ -127,6 +127,20 @@ pub trait Faults: Send + Sync {
     /// Cuts the client's link to the node: nothing passes in either direction (blackhole).
     fn disconnect(&self, node: usize) -> impl Future<Output = io::Result<()>> + Send;
 
-    /// Restores the client's link to the node.
+    /// Restores the client's link to the node (a cut one, and a slowed one).
     fn reconnect(&self, node: usize) -> impl Future<Output = io::Result<()>> + Send;
+
+    /// Slows the client's link to the node: every byte is delivered `delay` late, in each
+    /// direction, in order; [`reconnect`](Faults::reconnect) makes it fast again (bytes
+    /// already on their way still arrive). The default is `Unsupported`, for backends
+    /// without a proxy.
+    fn slow(&self, node: usize, delay: Duration) -> impl Future<Output = io::Result<()>> + Send {
+        let _ = delay;
+        async move {
+            Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("node {node}: this backend cannot slow a link"),
+            ))
+        }
+    }
 }

@@ -48,6 +48,13 @@ pub enum Fault {
     Disconnect(usize),
     /// [`Faults::reconnect`].
     Reconnect(usize),
+    /// [`Faults::slow`]: the node's link delivers every byte `delay` late.
+    Slow {
+        /// The node.
+        node: usize,
+        /// The one-way delay.
+        delay: Duration,
+    },
 }
 
 impl Fault {
@@ -60,7 +67,8 @@ impl Fault {
             | Fault::Resume(n)
             | Fault::Disconnect(n)
             | Fault::Reconnect(n)
-            | Fault::Restart { node: n, .. } => n,
+            | Fault::Restart { node: n, .. }
+            | Fault::Slow { node: n, .. } => n,
         }
     }
 
@@ -78,6 +86,7 @@ impl Fault {
             Fault::Resume(n) => faults.resume(n).await,
             Fault::Disconnect(n) => faults.disconnect(n).await,
             Fault::Reconnect(n) => faults.reconnect(n).await,
+            Fault::Slow { node, delay } => faults.slow(node, delay).await,
         }
     }
 }
@@ -92,6 +101,7 @@ impl fmt::Display for Fault {
             Fault::Resume(n) => write!(f, "resume {n}"),
             Fault::Disconnect(n) => write!(f, "disconnect {n}"),
             Fault::Reconnect(n) => write!(f, "reconnect {n}"),
+            Fault::Slow { node, delay } => write!(f, "slow {node} by {delay:?}"),
         }
     }
 }
@@ -238,6 +248,9 @@ pub enum FaultKind {
     Pause,
     /// Disconnect, later reconnect (needs a proxy per node).
     Disconnect,
+    /// Slow the link by a random delay (see [`RandomNemesis::slow_delay`]), later reconnect
+    /// (needs a proxy per node).
+    Slow,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -246,11 +259,13 @@ enum NodeState {
     Killed,
     Paused,
     Disconnected,
+    Slow,
 }
 
 /// A seeded random nemesis: for a bounded time, at random intervals, it either breaks a
 /// healthy node or heals a broken one, never breaking more than a minority at once
-/// (at most `(N - 1) / 2` nodes), and heals every node before it returns.
+/// (at most `(N - 1) / 2` nodes) unless [`allow_majority`](RandomNemesis::allow_majority)
+/// says so, and heals every node before it returns.
 ///
 /// # Example
 ///
@@ -276,6 +291,8 @@ pub struct RandomNemesis {
     min_interval: Duration,
     max_interval: Duration,
     max_faulty: Option<usize>,
+    majority: bool,
+    slow: (Duration, Duration),
     kinds: Vec<FaultKind>,
 }
 
@@ -289,6 +306,8 @@ impl RandomNemesis {
             min_interval: Duration::from_millis(50),
             max_interval: Duration::from_millis(500),
             max_faulty: None,
+            majority: false,
+            slow: (Duration::from_millis(10), Duration::from_millis(100)),
             kinds: vec![FaultKind::Kill, FaultKind::Restart, FaultKind::Pause],
         }
     }
@@ -320,10 +339,26 @@ impl RandomNemesis {
         self
     }
 
-    /// At most this many nodes faulty at once; capped at `(N - 1) / 2` whatever the value.
-    /// The default for this is `(N - 1) / 2`.
+    /// At most this many nodes faulty at once; capped at `(N - 1) / 2` whatever the value,
+    /// unless [`allow_majority`](Self::allow_majority). The default for this is `(N - 1) / 2`.
     pub fn max_faulty(mut self, max: usize) -> Self {
         self.max_faulty = Some(max);
+        self
+    }
+
+    /// Lets [`max_faulty`](Self::max_faulty) go up to every node: a majority paused, slowed
+    /// or cut off is within the deployment contract (no one can lock meanwhile, and nothing
+    /// is lost), and so is a majority killed when the nodes persist with AOF `always`. The
+    /// default for this is `false` (at most a minority).
+    pub fn allow_majority(mut self, allow: bool) -> Self {
+        self.majority = allow;
+        self
+    }
+
+    /// The one-way delay of a [`FaultKind::Slow`] link, drawn uniformly in `[min, max]`
+    /// (`max` is raised to `min`). The default for this is 10–100 ms.
+    pub fn slow_delay(mut self, min: Duration, max: Duration) -> Self {
+        self.slow = (min, max.max(min));
         self
     }
 
@@ -377,6 +412,13 @@ impl RandomNemesis {
                         node,
                         delay: rng.random_range(Duration::ZERO..=self.max_interval),
                     },
+                    FaultKind::Slow => {
+                        states[node] = NodeState::Slow;
+                        Fault::Slow {
+                            node,
+                            delay: rng.random_range(self.slow.0..=self.slow.1),
+                        }
+                    }
                 }
             } else if let Some(&node) = faulty.get(rng.random_range(0..faulty.len().max(1))) {
                 heal(&mut states, node)
@@ -395,8 +437,12 @@ impl RandomNemesis {
     }
 
     fn limit(&self, nodes: usize) -> usize {
-        let minority = nodes.saturating_sub(1) / 2;
-        self.max_faulty.map_or(minority, |m| m.min(minority))
+        let cap = if self.majority {
+            nodes
+        } else {
+            nodes.saturating_sub(1) / 2
+        };
+        self.max_faulty.map_or(cap, |m| m.min(cap))
     }
 
     /// Runs the nemesis against `faults` for its duration, then heals every node it broke,
@@ -437,7 +483,9 @@ impl RandomNemesis {
                 break;
             }
             match fault {
-                Fault::Kill(_) | Fault::Pause(_) | Fault::Disconnect(_) => broken.push(fault),
+                Fault::Kill(_) | Fault::Pause(_) | Fault::Disconnect(_) | Fault::Slow { .. } => {
+                    broken.push(fault)
+                }
                 _ => broken.retain(|b| b.node() != fault.node()),
             }
         }
@@ -472,7 +520,7 @@ fn heal(states: &mut [NodeState], node: usize) -> Fault {
     let fault = match states[node] {
         NodeState::Killed => Fault::Start(node),
         NodeState::Paused => Fault::Resume(node),
-        NodeState::Disconnected | NodeState::Healthy => Fault::Reconnect(node),
+        NodeState::Disconnected | NodeState::Slow | NodeState::Healthy => Fault::Reconnect(node),
     };
     states[node] = NodeState::Healthy;
     fault
@@ -482,7 +530,7 @@ fn heal_fault(fault: Fault) -> Fault {
     match fault {
         Fault::Kill(n) => Fault::Start(n),
         Fault::Pause(n) => Fault::Resume(n),
-        Fault::Disconnect(n) => Fault::Reconnect(n),
+        Fault::Disconnect(n) | Fault::Slow { node: n, .. } => Fault::Reconnect(n),
         other => other,
     }
 }
@@ -586,6 +634,9 @@ mod tests {
         async fn reconnect(&self, node: usize) -> io::Result<()> {
             self.set(Fault::Reconnect(node), false)
         }
+        async fn slow(&self, node: usize, delay: Duration) -> io::Result<()> {
+            self.set(Fault::Slow { node, delay }, true)
+        }
     }
 
     #[test]
@@ -612,6 +663,7 @@ mod tests {
                         FaultKind::Pause,
                         FaultKind::Disconnect,
                         FaultKind::Restart,
+                        FaultKind::Slow,
                     ])
                     .max_faulty(99);
                 let plan = nemesis.plan(nodes);
@@ -628,6 +680,10 @@ mod tests {
                         Fault::Start(n) | Fault::Resume(n) | Fault::Reconnect(n) => {
                             assert!(down[*n], "seed {seed}: healing a healthy node {n}");
                             down[*n] = false;
+                        }
+                        Fault::Slow { node, .. } => {
+                            assert!(!down[*node], "seed {seed}: node {node} broken twice");
+                            down[*node] = true;
                         }
                         Fault::Restart { node, delay } => {
                             assert!(!down[*node]);
@@ -648,6 +704,48 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn majority_plans_reach_the_cap_and_heal_everything() {
+        let mut reached = 0;
+        for seed in 0..100u64 {
+            let nemesis = RandomNemesis::new(seed)
+                .duration(Duration::from_secs(3))
+                .interval(Duration::from_millis(10), Duration::from_millis(100))
+                .kinds(&[FaultKind::Pause, FaultKind::Slow])
+                .slow_delay(Duration::from_millis(5), Duration::from_millis(20))
+                .allow_majority(true)
+                .max_faulty(3);
+            let plan = nemesis.plan(5);
+            let mut down = [false; 5];
+            let mut most = 0;
+            for (_, f) in &plan {
+                match f {
+                    Fault::Pause(n) | Fault::Slow { node: n, .. } => {
+                        assert!(!down[*n], "seed {seed}: node {n} broken twice");
+                        down[*n] = true;
+                    }
+                    Fault::Resume(n) | Fault::Reconnect(n) => {
+                        assert!(down[*n], "seed {seed}: healing a healthy node {n}");
+                        down[*n] = false;
+                    }
+                    other => panic!("seed {seed}: unexpected {other}"),
+                }
+                if let Fault::Slow { delay, .. } = f {
+                    assert!((Duration::from_millis(5)..=Duration::from_millis(20)).contains(delay));
+                }
+                let now_down = down.iter().filter(|d| **d).count();
+                assert!(now_down <= 3, "seed {seed}: {now_down} down");
+                most = most.max(now_down);
+            }
+            assert!(down.iter().all(|d| !d), "seed {seed}: not healed");
+            reached += usize::from(most == 3);
+        }
+        assert!(
+            reached > 50,
+            "a majority was broken in {reached} of 100 plans"
+        );
     }
 
     #[test]

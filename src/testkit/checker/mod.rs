@@ -14,7 +14,10 @@
 //! [`Lost`](EventKind::Lost) event, as a half-open interval `[acquired, end)`. An
 //! [`Extended`](EventKind::Extended) event inside the hold replaces the deadline (the last
 //! one wins); an extension recorded after the hold already ended does not revive it. Failed,
-//! unknown (timed-out) and cancelled acquisitions are not holds. Touching holds `[a, b)` and
+//! unknown (timed-out) and cancelled acquisitions are not holds. Failed and unknown
+//! (timed-out, cancelled) extensions leave the hold's deadline where it was: the client goes
+//! on believing what its lock reports, so if such an extension shortened the keys' expiry on
+//! the nodes, the next holder's hold overlaps this one and is flagged. Touching holds `[a, b)` and
 //! `[b, c)` do not overlap. Events pair up per `(client, resource)`: an extension or a release
 //! applies to that client's latest open hold of the resource.
 //!

@@ -84,6 +84,24 @@ mod tests {
     }
 
     #[test]
+    fn failed_or_unknown_extension_keeps_the_deadline() {
+        // A shorter extension that timed out (or failed) does not move the believed end: a
+        // holder that took the lock when the shorter expiry would have passed overlaps.
+        let h = History::new();
+        at(&h, 0, 1, "r", acquired(1000, None));
+        at(&h, 10, 1, "r", EventKind::ExtendInvoked);
+        at(&h, 30, 1, "r", EventKind::ExtendUnknown);
+        at(&h, 40, 1, "r", EventKind::ExtendInvoked);
+        at(&h, 140, 1, "r", EventKind::ExtendFailed);
+        assert_eq!(holds(&h.events())[0].end, ms(1000));
+        check(&h).assert_clean();
+        at(&h, 200, 2, "r", acquired(400, None));
+        let report = check(&h);
+        assert_eq!(report.count(ViolationKind::Overlap), 1);
+        assert_eq!(report.violations()[0].second.client, 2);
+    }
+
+    #[test]
     fn release_before_next_acquire_is_clean() {
         let h = History::new();
         at(&h, 0, 1, "r", acquired(100, None));

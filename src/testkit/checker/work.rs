@@ -146,7 +146,7 @@ mod tests {
 
     #[test]
     fn paused_holder_work_lands_outside() {
-        // SPEC §8: a holder paused longer than its validity.
+        // A holder paused longer than its validity (the fault matrix's last row).
         let h = History::new();
         at(&h, 0, 1, "r", acquired(100, Some(1)));
         at(&h, 5, 1, "r", EventKind::WorkStarted);

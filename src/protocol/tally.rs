@@ -1,4 +1,4 @@
-//! Vote counting and validity arithmetic: the pure core of Redlock.
+//! Vote counting and validity arithmetic.
 //!
 //! Nothing here does I/O or reads a clock: [`Tally`] is fed one [`Ballot`] per node as
 //! answers arrive and says, after each one, whether the outcome is already certain
@@ -113,6 +113,9 @@ impl Tally {
     pub(crate) fn quorum(&self) -> usize {
         self.quorum
     }
+    pub(crate) fn nodes(&self) -> usize {
+        self.nodes
+    }
 
     /// Whether a failed round should be reported as "held by another owner" rather than
     /// "no quorum": enough nodes answered that, without the refusals, the quorum would
@@ -146,18 +149,6 @@ pub(crate) fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Dur
 /// configured minimum.
 pub(crate) fn is_held(decision: Decision, validity: Duration, min_validity: Duration) -> bool {
     decision == Decision::Reached && validity > min_validity
-}
-
-/// Saturating conversion of a duration to whole milliseconds, rounding up (a TTL of
-/// 1.5 ms is sent as 2 ms: Redis then holds the key at least as long as we assume).
-pub(crate) fn millis_ceil(d: Duration) -> u64 {
-    let ms = d.as_millis();
-    let ms = if !d.subsec_nanos().is_multiple_of(1_000_000) {
-        ms.saturating_add(1)
-    } else {
-        ms
-    };
-    u64::try_from(ms).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
@@ -282,15 +273,6 @@ mod tests {
             Duration::from_secs(1),
             Duration::ZERO
         ));
-    }
-
-    #[test]
-    fn millis_round_up() {
-        assert_eq!(millis_ceil(Duration::from_micros(1500)), 2);
-        assert_eq!(millis_ceil(Duration::from_millis(7)), 7);
-        assert_eq!(millis_ceil(Duration::from_nanos(1)), 1);
-        assert_eq!(millis_ceil(Duration::ZERO), 0);
-        assert_eq!(millis_ceil(Duration::MAX), u64::MAX);
     }
 
     proptest! {

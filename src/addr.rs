@@ -1,0 +1,105 @@
+//! A node's address as it may be shown: in errors, `Debug` output, tracing and the CLI.
+//!
+//! Kept apart from the connection code so that the error types can name a node without
+//! depending on how nodes are talked to.
+
+use std::fmt;
+use std::sync::Arc;
+
+use redis::{ConnectionAddr, ConnectionInfo};
+
+/// A node's address, printed without its password.
+///
+/// This is how nodes appear in [`Votes`](crate::Votes), in `Debug` output and in tracing:
+/// `redis://user:<redacted>@127.0.0.1:7001/0`. It never contains a password.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), quorumlock::Error> {
+/// let locks = quorumlock::Redlock::builder(["redis://app:s3cret@127.0.0.1:7001"]).build().await?;
+/// let shown = locks.nodes()[0].to_string();
+/// assert_eq!(shown, "redis://app:<redacted>@127.0.0.1:7001");
+/// assert!(!format!("{locks:?}").contains("s3cret"));
+/// # Ok(()) }
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct NodeAddr {
+    shown: Arc<str>,
+    host: Arc<str>,
+    port: Option<u16>,
+}
+
+impl NodeAddr {
+    pub(crate) fn from_info(info: &ConnectionInfo) -> NodeAddr {
+        let rs = info.redis_settings();
+        let user = match (rs.username(), rs.password()) {
+            (Some(u), Some(_)) => format!("{u}:<redacted>@"),
+            (None, Some(_)) => ":<redacted>@".to_owned(),
+            (Some(u), None) => format!("{u}@"),
+            (None, None) => String::new(),
+        };
+        let db = if rs.db() != 0 {
+            format!("/{}", rs.db())
+        } else {
+            String::new()
+        };
+        let (scheme, host, port) = match info.addr() {
+            ConnectionAddr::Tcp(h, p) => ("redis", h.clone(), Some(*p)),
+            ConnectionAddr::TcpTls { host, port, .. } => ("rediss", host.clone(), Some(*port)),
+            ConnectionAddr::Unix(p) => ("redis+unix", p.display().to_string(), None),
+            _ => ("redis", "?".to_owned(), None),
+        };
+        let shown = match port {
+            Some(p) if host.contains(':') => format!("{scheme}://{user}[{host}]:{p}{db}"),
+            Some(p) => format!("{scheme}://{user}{host}:{p}{db}"),
+            None if user.is_empty() && db.is_empty() => format!("{scheme}://{host}"),
+            None => format!("{scheme}://{user}{host}{db}"),
+        };
+        NodeAddr {
+            shown: shown.into(),
+            host: host.into(),
+            port,
+        }
+    }
+
+    /// The host name or IP address (or the socket path for `redis+unix://`).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+    /// assert_eq!(locks.nodes()[0].host(), "127.0.0.1");
+    /// # Ok(()) }
+    /// ```
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The TCP port, `None` for a Unix socket.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+    /// assert_eq!(locks.nodes()[0].port(), Some(7001));
+    /// # Ok(()) }
+    /// ```
+    pub fn port(&self) -> Option<u16> {
+        self.port
+    }
+}
+
+impl fmt::Display for NodeAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.shown)
+    }
+}
+
+impl fmt::Debug for NodeAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.shown)
+    }
+}

@@ -1,0 +1,1284 @@
+//! [`SimNode`]: one simulated Redis 7.0 master.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use super::lua;
+
+/// What a crash keeps.
+///
+/// The default is [`Persistence::None`].
+///
+/// # Example
+///
+/// ```
+/// use quorumlock::sim::{Persistence, SimNode};
+///
+/// let node = SimNode::new(Persistence::AofAlways);
+/// assert_eq!(node.persistence(), Persistence::AofAlways);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Persistence {
+    /// No persistence (`--save "" --appendonly no`): a crash loses every key.
+    #[default]
+    None,
+    /// AOF with `appendfsync always`: every acknowledged write survives a crash, expiry
+    /// times included (they are absolute, by the node's clock).
+    AofAlways,
+}
+
+/// One of the Lua scripts quorumlock runs, for [`Request::ScriptLoad`] and
+/// [`SimNode::execute_sha`] (`EVALSHA` answers `NOSCRIPT` until the script was loaded or
+/// run with `EVAL` since the node last started).
+///
+/// # Example
+///
+/// ```
+/// use quorumlock::sim::Script;
+///
+/// assert_eq!(Script::Extend.name(), "extend");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Script {
+    /// `acquire.lua`: take every key or none.
+    Acquire,
+    /// `acquire_fenced.lua`: fenced acquire, round 1.
+    AcquireFenced,
+    /// `commit_fence.lua`: fenced acquire, round 2.
+    CommitFence,
+    /// `extend.lua`: compare-and-extend.
+    Extend,
+    /// `release.lua`: compare-and-delete, announcing the release.
+    Release,
+    /// `release_one.lua`: compare-and-delete of one key, naming the queue's head.
+    ReleaseOne,
+    /// `enqueue.lua`: join a wait queue.
+    Enqueue,
+    /// `dequeue.lua`: leave a wait queue.
+    Dequeue,
+}
+
+impl Script {
+    /// The script's file name under `src/scripts/`, without `.lua`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert_eq!(quorumlock::sim::Script::CommitFence.name(), "commit_fence");
+    /// ```
+    pub fn name(self) -> &'static str {
+        match self {
+            Script::Acquire => "acquire",
+            Script::AcquireFenced => "acquire_fenced",
+            Script::CommitFence => "commit_fence",
+            Script::Extend => "extend",
+            Script::Release => "release",
+            Script::ReleaseOne => "release_one",
+            Script::Enqueue => "enqueue",
+            Script::Dequeue => "dequeue",
+        }
+    }
+
+    fn bit(self) -> u16 {
+        1 << (self as u16)
+    }
+}
+
+/// A request quorumlock sends to a node: every script (with its `KEYS` and `ARGV` typed)
+/// and every plain command, plus a few inspection commands for checkers and tests.
+///
+/// Times and TTLs are milliseconds, as on the wire. Byte strings are keys, tokens, ids and
+/// channels exactly as sent.
+///
+/// # Example
+///
+/// ```
+/// use quorumlock::sim::{Persistence, Reply, Request, SimNode};
+///
+/// let mut node = SimNode::new(Persistence::None);
+/// let now_us = 1_764_543_600_000_000;
+/// let set = Request::SetNxPxGet { key: b"k".to_vec(), token: b"t".to_vec(), ttl_ms: 1000 };
+/// assert_eq!(node.execute(now_us, &set), Ok(Reply::Nil));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Request {
+    /// `SET key token NX PX ttl GET` (the single-resource acquire): nil when set, the
+    /// current value when the key exists (then nothing is written), `WRONGTYPE` when the
+    /// key is not a string.
+    SetNxPxGet {
+        /// The lock key.
+        key: Vec<u8>,
+        /// Our token.
+        token: Vec<u8>,
+        /// The TTL in ms (0 is refused, as by Redis).
+        ttl_ms: u64,
+    },
+    /// `acquire.lua`: 1 when every key was set, 0 when any existed.
+    Acquire {
+        /// The lock keys.
+        keys: Vec<Vec<u8>>,
+        /// Our token.
+        token: Vec<u8>,
+        /// The TTL in ms.
+        ttl_ms: u64,
+    },
+    /// `acquire_fenced.lua`: `[0]`, or `[1, largest new counter]`, or an error (no write)
+    /// when a counter is not a plain decimal integer below 2^53. `KEYS` is `locks` then
+    /// `fences`.
+    AcquireFenced {
+        /// The lock keys.
+        locks: Vec<Vec<u8>>,
+        /// The fence counters, one per lock key, in the same order.
+        fences: Vec<Vec<u8>>,
+        /// Our token.
+        token: Vec<u8>,
+        /// The TTL in ms.
+        ttl_ms: u64,
+    },
+    /// `commit_fence.lua`: 1 when every lock key holds our token (each counter is then at
+    /// least `t`), 0 otherwise. `KEYS` is `locks` then `fences`.
+    CommitFence {
+        /// The lock keys.
+        locks: Vec<Vec<u8>>,
+        /// The fence counters.
+        fences: Vec<Vec<u8>>,
+        /// Our token.
+        token: Vec<u8>,
+        /// The fencing token to commit.
+        t: u64,
+    },
+    /// `extend.lua`: 1 when every key holds our token (expiries only ever move later,
+    /// `PEXPIRE … GT`), 0 otherwise.
+    Extend {
+        /// The lock keys.
+        keys: Vec<Vec<u8>>,
+        /// Our token.
+        token: Vec<u8>,
+        /// The new TTL in ms.
+        ttl_ms: u64,
+    },
+    /// `release.lua`: `[deleted, listeners]`.
+    Release {
+        /// The lock keys.
+        keys: Vec<Vec<u8>>,
+        /// Our token.
+        token: Vec<u8>,
+        /// Channels to announce the release on (none for a silent release).
+        channels: Vec<Vec<u8>>,
+    },
+    /// `release_one.lua`: `[deleted, waiters]`; when it deleted and announces, lapsed
+    /// entries are purged and the queue's head is popped and named in the announcement
+    /// (`<token prefix>:<waiter>`).
+    ReleaseOne {
+        /// The lock key.
+        key: Vec<u8>,
+        /// The wait queue (a sorted set).
+        queue: Vec<u8>,
+        /// The waiters' leases (a sorted set: waiter id by lapse time, server ms).
+        leases: Vec<u8>,
+        /// Our token.
+        token: Vec<u8>,
+        /// The channel to announce on (empty for none).
+        channel: Vec<u8>,
+        /// The queue id the holder waited under (empty for none).
+        waiter: Vec<u8>,
+    },
+    /// `enqueue.lua` (join, re-join or renew): `[added, ahead, score]`, added 1 when the
+    /// waiter was not queued, `ahead` its rank among live waiters and `score` its arrival
+    /// score as text (both nil if the queue is gone).
+    Enqueue {
+        /// The wait queue.
+        queue: Vec<u8>,
+        /// The waiters' leases.
+        leases: Vec<u8>,
+        /// The waiter id.
+        waiter: Vec<u8>,
+        /// Its arrival score as this node returned it earlier (decimal text), or empty on
+        /// a first join: the node then assigns its own clock in µs.
+        arrival: Vec<u8>,
+        /// The lease, in ms.
+        wait_ms: u64,
+    },
+    /// `dequeue.lua` (also purges lapsed entries): 1.
+    Dequeue {
+        /// The wait queue.
+        queue: Vec<u8>,
+        /// The waiters' leases.
+        leases: Vec<u8>,
+        /// The waiter id.
+        waiter: Vec<u8>,
+    },
+    /// `PING`: `PONG`.
+    Ping,
+    /// `CONFIG GET name` for `maxmemory-policy`, `appendonly`, `appendfsync`, `save`:
+    /// `[name, value]` (an empty array for other names).
+    ConfigGet(Vec<u8>),
+    /// `INFO replication`: a bulk string with `role:master`.
+    InfoReplication,
+    /// `SCRIPT LOAD`: the real reply is the script's SHA1; the simulator answers the
+    /// script's [name](Script::name).
+    ScriptLoad(Script),
+    /// `GET key` (inspection; quorumlock does not send it).
+    Get(Vec<u8>),
+    /// `SET key value` (no options; inspection and test set-up).
+    Set {
+        /// The key.
+        key: Vec<u8>,
+        /// The value.
+        value: Vec<u8>,
+    },
+    /// `PTTL key`: -2 when missing, -1 without expiry, else the ms left.
+    Pttl(Vec<u8>),
+}
+
+impl Request {
+    /// The script this request runs, `None` for a plain command.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use quorumlock::sim::{Request, Script};
+    ///
+    /// assert_eq!(Request::Ping.script(), None);
+    /// let r = Request::Extend { keys: vec![b"k".to_vec()], token: b"t".to_vec(), ttl_ms: 10 };
+    /// assert_eq!(r.script(), Some(Script::Extend));
+    /// ```
+    pub fn script(&self) -> Option<Script> {
+        Some(match self {
+            Request::Acquire { .. } => Script::Acquire,
+            Request::AcquireFenced { .. } => Script::AcquireFenced,
+            Request::CommitFence { .. } => Script::CommitFence,
+            Request::Extend { .. } => Script::Extend,
+            Request::Release { .. } => Script::Release,
+            Request::ReleaseOne { .. } => Script::ReleaseOne,
+            Request::Enqueue { .. } => Script::Enqueue,
+            Request::Dequeue { .. } => Script::Dequeue,
+            _ => return None,
+        })
+    }
+}
+
+/// A node's reply, as redis-rs would see it (RESP2; Lua numbers arrive as integers).
+///
+/// # Example
+///
+/// ```
+/// use quorumlock::sim::Reply;
+///
+/// let e = Reply::Error("WRONGTYPE Operation against a key holding the wrong kind of value".into());
+/// assert_eq!(e.error_code(), Some("WRONGTYPE"));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// A nil bulk string (or Lua `false`).
+    Nil,
+    /// An integer.
+    Int(i64),
+    /// A bulk string.
+    Bulk(Vec<u8>),
+    /// A status reply such as `OK` or `PONG`.
+    Status(&'static str),
+    /// An array.
+    Array(Vec<Reply>),
+    /// An error reply: its code first (`ERR`, `WRONGTYPE`, `NOSCRIPT`, or the first word
+    /// of a script's own error), then the message.
+    Error(String),
+}
+
+impl Reply {
+    /// The first word of an error reply, `None` for other replies.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert_eq!(quorumlock::sim::Reply::Int(1).error_code(), None);
+    /// ```
+    pub fn error_code(&self) -> Option<&str> {
+        match self {
+            Reply::Error(e) => e.split(' ').next(),
+            _ => None,
+        }
+    }
+}
+
+/// The node is down (crashed and not restarted): the request was not executed.
+///
+/// # Example
+///
+/// ```
+/// use quorumlock::sim::{NodeDown, Persistence, Request, SimNode};
+///
+/// let mut node = SimNode::new(Persistence::None);
+/// node.crash();
+/// assert_eq!(node.execute(0, &Request::Ping), Err(NodeDown));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeDown;
+
+impl fmt::Display for NodeDown {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("simulated node is down")
+    }
+}
+
+impl std::error::Error for NodeDown {}
+
+/// A key's value.
+///
+/// # Example
+///
+/// ```
+/// use quorumlock::sim::{Persistence, Request, SimNode, Value};
+///
+/// let mut node = SimNode::new(Persistence::None);
+/// node.execute(0, &Request::Set { key: b"k".to_vec(), value: b"v".to_vec() })?;
+/// let (_, value, expiry) = node.entries(0).next().ok_or("no key")?;
+/// assert_eq!(value, &Value::String(b"v".to_vec()));
+/// assert_eq!(expiry, None);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Value {
+    /// A string (integers are strings, as in Redis).
+    String(Vec<u8>),
+    /// A sorted set: `(score, member)` in Redis order (score, then member bytes).
+    SortedSet(Vec<(f64, Vec<u8>)>),
+}
+
+impl Value {
+    /// The name `TYPE` answers: `string` or `zset`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert_eq!(quorumlock::sim::Value::String(Vec::new()).type_name(), "string");
+    /// ```
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::String(_) => "string",
+            Value::SortedSet(_) => "zset",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    value: Value,
+    /// Absolute expiry in ms by the node's clock; visible while `now_ms <= expires_at`.
+    expires_at: Option<u64>,
+}
+
+/// A message published by a script (`PUBLISH channel payload`).
+///
+/// # Example
+///
+/// ```
+/// use quorumlock::sim::{Persistence, Request, SimNode};
+///
+/// let mut node = SimNode::new(Persistence::None);
+/// let key = b"k".to_vec();
+/// let token = b"0123456789".to_vec();
+/// node.execute(0, &Request::SetNxPxGet { key: key.clone(), token: token.clone(), ttl_ms: 100 })?;
+/// node.execute(0, &Request::Release { keys: vec![key], token, channels: vec![b"c".to_vec()] })?;
+/// let sent = node.drain_published();
+/// assert_eq!(sent[0].payload, b"01234567");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    /// The channel.
+    pub channel: Vec<u8>,
+    /// The message.
+    pub payload: Vec<u8>,
+}
+
+type Res<T> = Result<T, String>;
+/// A sorted set's members, `(score, member)` in Redis order.
+type ZSet = Vec<(f64, Vec<u8>)>;
+
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
+const OVERFLOW: &str = "ERR increment or decrement would overflow";
+const NOT_FLOAT: &str = "ERR value is not a valid float";
+const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
+
+/// One simulated Redis 7.0 master: keys, values and expiry in memory, every script of
+/// quorumlock implemented natively, time an input.
+///
+/// `now_us` is the node's own wall clock in microseconds since the Unix epoch (what `TIME`
+/// would answer); expiry is in milliseconds (`now_us / 1000`), a key being visible up to
+/// and including its expiry millisecond, as in Redis. The caller owns the clock: it can
+/// run each node's clock at its own rate, or jump it. Nothing here reads a clock, sleeps,
+/// or does I/O.
+///
+/// # Example
+///
+/// ```
+/// use quorumlock::sim::{Persistence, Reply, Request, SimNode};
+///
+/// let mut node = SimNode::new(Persistence::None);
+/// let t0 = 1_764_543_600_000_000; // µs
+/// let acquire = |token: &[u8]| Request::SetNxPxGet {
+///     key: b"quorumlock:lock:{a}".to_vec(),
+///     token: token.to_vec(),
+///     ttl_ms: 100,
+/// };
+/// assert_eq!(node.execute(t0, &acquire(b"A")), Ok(Reply::Nil));
+/// assert_eq!(node.execute(t0, &acquire(b"B")), Ok(Reply::Bulk(b"A".to_vec())));
+/// // 101 ms later the key has expired.
+/// assert_eq!(node.execute(t0 + 101_000, &acquire(b"B")), Ok(Reply::Nil));
+/// ```
+#[derive(Clone, Default)]
+pub struct SimNode {
+    keys: BTreeMap<Vec<u8>, Entry>,
+    persistence: Persistence,
+    down: bool,
+    scripts: u16,
+    subscribers: BTreeMap<Vec<u8>, i64>,
+    published: Vec<Published>,
+}
+
+impl fmt::Debug for SimNode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SimNode")
+            .field("keys", &self.keys.len())
+            .field("persistence", &self.persistence)
+            .field("down", &self.down)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SimNode {
+    /// An empty node that is up.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use quorumlock::sim::{Persistence, SimNode};
+    ///
+    /// assert!(SimNode::new(Persistence::None).is_up());
+    /// ```
+    pub fn new(persistence: Persistence) -> SimNode {
+        SimNode {
+            persistence,
+            ..SimNode::default()
+        }
+    }
+
+    /// The node's persistence.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use quorumlock::sim::{Persistence, SimNode};
+    ///
+    /// assert_eq!(SimNode::default().persistence(), Persistence::None);
+    /// ```
+    pub fn persistence(&self) -> Persistence {
+        self.persistence
+    }
+
+    /// Whether the node is up (not crashed, or restarted since).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let mut node = quorumlock::sim::SimNode::default();
+    /// node.crash();
+    /// assert!(!node.is_up());
+    /// ```
+    pub fn is_up(&self) -> bool {
+        !self.down
+    }
+
+    /// Kills the process: with [`Persistence::None`] every key is lost; with
+    /// [`Persistence::AofAlways`] every acknowledged write survives. The script cache and
+    /// subscribers (connections) are lost either way. Requests fail with [`NodeDown`]
+    /// until [`restart`](SimNode::restart).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use quorumlock::sim::{Persistence, Reply, Request, SimNode};
+    ///
+    /// let mut node = SimNode::new(Persistence::AofAlways);
+    /// node.execute(0, &Request::Set { key: b"k".to_vec(), value: b"v".to_vec() })?;
+    /// node.crash();
+    /// node.restart();
+    /// assert_eq!(node.execute(0, &Request::Get(b"k".to_vec()))?, Reply::Bulk(b"v".to_vec()));
+    /// # Ok::<(), quorumlock::sim::NodeDown>(())
+    /// ```
+    pub fn crash(&mut self) {
+        self.down = true;
+        if self.persistence != Persistence::AofAlways {
+            self.keys.clear();
+        }
+        self.scripts = 0;
+        self.subscribers.clear();
+    }
+
+    /// Starts the process again after [`crash`](SimNode::crash) (a no-op when up).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let mut node = quorumlock::sim::SimNode::default();
+    /// node.crash();
+    /// node.restart();
+    /// assert!(node.is_up());
+    /// ```
+    pub fn restart(&mut self) {
+        self.down = false;
+    }
+
+    /// Sets how many connections are subscribed to `channel` (what `PUBLISH` answers).
+    /// The default is 0 for every channel.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let mut node = quorumlock::sim::SimNode::default();
+    /// node.set_subscribers(b"quorumlock:released:{a}", 2);
+    /// ```
+    pub fn set_subscribers(&mut self, channel: &[u8], count: u32) {
+        if count == 0 {
+            self.subscribers.remove(channel);
+        } else {
+            self.subscribers.insert(channel.to_vec(), i64::from(count));
+        }
+    }
+
+    /// Takes the messages scripts published since the last call, oldest first.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert!(quorumlock::sim::SimNode::default().drain_published().is_empty());
+    /// ```
+    pub fn drain_published(&mut self) -> Vec<Published> {
+        std::mem::take(&mut self.published)
+    }
+
+    /// Active expiry: removes every key expired at `now_us`. Never needed for
+    /// correctness (expired keys are invisible to every request), only to bound memory
+    /// and to make [`len`](SimNode::len) exact.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use quorumlock::sim::{Request, SimNode};
+    ///
+    /// let mut node = SimNode::default();
+    /// node.execute(0, &Request::SetNxPxGet { key: b"k".to_vec(), token: b"t".to_vec(), ttl_ms: 5 })?;
+    /// node.advance(6_000);
+    /// assert_eq!(node.len(), 0);
+    /// # Ok::<(), quorumlock::sim::NodeDown>(())
+    /// ```
+    pub fn advance(&mut self, now_us: u64) {
+        let now = now_us / 1000;
+        self.keys.retain(|_, e| !expired(e, now));
+    }
+
+    /// How many keys the node stores, expired ones not yet removed included.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert_eq!(quorumlock::sim::SimNode::default().len(), 0);
+    /// ```
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether the node stores no key.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert!(quorumlock::sim::SimNode::default().is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The live keys at `now_us` in key order: key, value, absolute expiry in ms.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use quorumlock::sim::{Request, SimNode};
+    ///
+    /// let mut node = SimNode::default();
+    /// node.execute(2_000, &Request::SetNxPxGet { key: b"k".to_vec(), token: b"t".to_vec(), ttl_ms: 5 })?;
+    /// let (key, _, expiry) = node.entries(2_000).next().ok_or("no key")?;
+    /// assert_eq!((key, expiry), (&b"k"[..], Some(7)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn entries(&self, now_us: u64) -> impl Iterator<Item = (&[u8], &Value, Option<u64>)> {
+        let now = now_us / 1000;
+        self.keys
+            .iter()
+            .filter(move |(_, e)| !expired(e, now))
+            .map(|(k, e)| (k.as_slice(), &e.value, e.expires_at))
+    }
+
+    /// Runs one request at the node's clock `now_us` (scripts as by `EVAL`, which also
+    /// loads them for [`execute_sha`](SimNode::execute_sha)).
+    ///
+    /// # Errors
+    ///
+    /// [`NodeDown`] while the node is crashed. Redis errors are replies
+    /// ([`Reply::Error`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use quorumlock::sim::{Reply, Request, SimNode};
+    ///
+    /// let mut node = SimNode::default();
+    /// assert_eq!(node.execute(0, &Request::Ping)?, Reply::Status("PONG"));
+    /// # Ok::<(), quorumlock::sim::NodeDown>(())
+    /// ```
+    pub fn execute(&mut self, now_us: u64, req: &Request) -> Result<Reply, NodeDown> {
+        if self.down {
+            return Err(NodeDown);
+        }
+        if let Some(s) = req.script() {
+            self.scripts |= s.bit();
+        }
+        Ok(self.run(now_us, req).unwrap_or_else(Reply::Error))
+    }
+
+    /// Runs a script request as by `EVALSHA`: `NOSCRIPT` unless the script was loaded
+    /// ([`Request::ScriptLoad`] or [`execute`](SimNode::execute)) since the node started.
+    /// Plain commands run as by [`execute`](SimNode::execute).
+    ///
+    /// # Errors
+    ///
+    /// [`NodeDown`] while the node is crashed.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use quorumlock::sim::{Reply, Request, SimNode};
+    ///
+    /// let mut node = SimNode::default();
+    /// let r = Request::Extend { keys: vec![b"k".to_vec()], token: b"t".to_vec(), ttl_ms: 10 };
+    /// assert_eq!(node.execute_sha(0, &r)?.error_code(), Some("NOSCRIPT"));
+    /// node.execute(0, &r)?;
+    /// assert_eq!(node.execute_sha(0, &r)?, Reply::Int(0));
+    /// # Ok::<(), quorumlock::sim::NodeDown>(())
+    /// ```
+    pub fn execute_sha(&mut self, now_us: u64, req: &Request) -> Result<Reply, NodeDown> {
+        if self.down {
+            return Err(NodeDown);
+        }
+        match req.script() {
+            Some(s) if self.scripts & s.bit() == 0 => Ok(Reply::Error(NOSCRIPT.to_owned())),
+            _ => Ok(self.run(now_us, req).unwrap_or_else(Reply::Error)),
+        }
+    }
+
+    fn run(&mut self, now_us: u64, req: &Request) -> Res<Reply> {
+        let now = now_us / 1000;
+        match req {
+            Request::SetNxPxGet { key, token, ttl_ms } => {
+                let at = expire_at(now, *ttl_ms, "set")?;
+                match self.get(key, now)? {
+                    Some(old) => Ok(Reply::Bulk(old.to_vec())),
+                    None => {
+                        self.put(key, Value::String(token.clone()), Some(at));
+                        Ok(Reply::Nil)
+                    }
+                }
+            }
+            Request::Acquire {
+                keys,
+                token,
+                ttl_ms,
+            } => {
+                if keys.iter().any(|k| self.exists(k, now)) {
+                    return Ok(Reply::Int(0));
+                }
+                for k in keys {
+                    self.set_px(k, token, *ttl_ms, now)?;
+                }
+                Ok(Reply::Int(1))
+            }
+            Request::AcquireFenced {
+                locks,
+                fences,
+                token,
+                ttl_ms,
+            } => self.acquire_fenced(now_us, locks, fences, token, *ttl_ms),
+            Request::CommitFence {
+                locks,
+                fences,
+                token,
+                t,
+            } => self.commit_fence(now, locks, fences, token, *t),
+            Request::Extend {
+                keys,
+                token,
+                ttl_ms,
+            } => {
+                for k in keys {
+                    if self.get(k, now)? != Some(token.as_slice()) {
+                        return Ok(Reply::Int(0));
+                    }
+                }
+                for k in keys {
+                    self.pexpire(k, *ttl_ms, true, now)?;
+                }
+                Ok(Reply::Int(1))
+            }
+            Request::Release {
+                keys,
+                token,
+                channels,
+            } => {
+                let mut deleted = 0;
+                for k in keys {
+                    if self.get(k, now)? == Some(token.as_slice()) {
+                        self.keys.remove(k.as_slice());
+                        deleted += 1;
+                    }
+                }
+                let mut listeners = 0;
+                if deleted > 0 {
+                    let payload = prefix8(token);
+                    for c in channels {
+                        listeners = listeners.max(self.publish(c, payload.to_vec()));
+                    }
+                }
+                Ok(pair(deleted, listeners))
+            }
+            Request::ReleaseOne {
+                key,
+                queue,
+                leases,
+                token,
+                channel,
+                waiter,
+            } => self.release_one(now, key, queue, leases, token, channel, waiter),
+            Request::Enqueue {
+                queue,
+                leases,
+                waiter,
+                arrival,
+                wait_ms,
+            } => self.enqueue(now_us, queue, leases, waiter, arrival, *wait_ms),
+            Request::Dequeue {
+                queue,
+                leases,
+                waiter,
+            } => {
+                self.zrem(queue, waiter, now)?;
+                self.zrem(leases, waiter, now)?;
+                self.purge_lapsed(queue, leases, now)?;
+                self.expire_with_last_lease(queue, leases, now)?;
+                Ok(Reply::Int(1))
+            }
+            Request::Ping => Ok(Reply::Status("PONG")),
+            Request::ConfigGet(name) => {
+                let aof = self.persistence == Persistence::AofAlways;
+                let value: &[u8] = match name.as_slice() {
+                    b"maxmemory-policy" => b"noeviction",
+                    b"appendonly" if aof => b"yes",
+                    b"appendonly" => b"no",
+                    b"appendfsync" if aof => b"always",
+                    b"appendfsync" => b"everysec",
+                    b"save" => b"",
+                    _ => return Ok(Reply::Array(Vec::new())),
+                };
+                Ok(Reply::Array(vec![
+                    Reply::Bulk(name.clone()),
+                    Reply::Bulk(value.to_vec()),
+                ]))
+            }
+            Request::InfoReplication => Ok(Reply::Bulk(
+                b"# Replication\r\nrole:master\r\nconnected_slaves:0\r\n".to_vec(),
+            )),
+            Request::ScriptLoad(s) => {
+                self.scripts |= s.bit();
+                Ok(Reply::Bulk(s.name().as_bytes().to_vec()))
+            }
+            Request::Get(key) => Ok(match self.get(key, now)? {
+                Some(v) => Reply::Bulk(v.to_vec()),
+                None => Reply::Nil,
+            }),
+            Request::Set { key, value } => {
+                self.put(key, Value::String(value.clone()), None);
+                Ok(Reply::Status("OK"))
+            }
+            Request::Pttl(key) => Ok(Reply::Int(match self.live(key, now) {
+                None => -2,
+                Some(Entry {
+                    expires_at: None, ..
+                }) => -1,
+                Some(Entry {
+                    expires_at: Some(at),
+                    ..
+                }) => i64::try_from(at.saturating_sub(now)).unwrap_or(i64::MAX),
+            })),
+        }
+    }
+
+    fn acquire_fenced(
+        &mut self,
+        now_us: u64,
+        locks: &[Vec<u8>],
+        fences: &[Vec<u8>],
+        token: &[u8],
+        ttl_ms: u64,
+    ) -> Res<Reply> {
+        let now = now_us / 1000;
+        if locks.len() != fences.len() {
+            return Err("ERR simulator: one fence counter per lock key".to_owned());
+        }
+        let mut counters = Vec::with_capacity(locks.len());
+        for (lock, fence) in locks.iter().zip(fences) {
+            if self.exists(lock, now) {
+                return Ok(Reply::Array(vec![Reply::Int(0)]));
+            }
+            let c = match self.get(fence, now)? {
+                None => 0.0,
+                Some(raw) => {
+                    // A plain decimal: "0", or no sign, spaces, exponent or leading zero
+                    // and at most 16 digits; then below 2^53.
+                    let plain = raw == b"0"
+                        || (raw.len() <= 16
+                            && raw.first().is_some_and(|d| (b'1'..=b'9').contains(d))
+                            && raw.iter().all(u8::is_ascii_digit));
+                    if !plain {
+                        return Err(not_a_counter(fence));
+                    }
+                    let c = lua::tonumber(raw).unwrap_or(0.0);
+                    if c >= 9_007_199_254_740_992.0 {
+                        return Err(format!(
+                            "fence counter {} is not below 2^53",
+                            String::from_utf8_lossy(fence)
+                        ));
+                    }
+                    c
+                }
+            };
+            counters.push(c);
+        }
+        // TIME as "<seconds><microseconds, 6 digits>", read as a number.
+        let now_text = format!("{}{:06}", now_us / 1_000_000, now_us % 1_000_000);
+        let floor = now_us as f64;
+        let mut top = 0.0f64;
+        for ((lock, fence), c) in locks.iter().zip(fences).zip(counters) {
+            self.set_px(lock, token, ttl_ms, now)?;
+            let v = if c + 1.0 > floor {
+                self.incr(fence, now)? as f64
+            } else {
+                self.put(fence, Value::String(now_text.clone().into_bytes()), None);
+                floor
+            };
+            if v > top {
+                top = v;
+            }
+        }
+        Ok(Reply::Array(vec![
+            Reply::Int(1),
+            Reply::Int(lua::to_integer_reply(top)),
+        ]))
+    }
+
+    fn commit_fence(
+        &mut self,
+        now: u64,
+        locks: &[Vec<u8>],
+        fences: &[Vec<u8>],
+        token: &[u8],
+        t: u64,
+    ) -> Res<Reply> {
+        if locks.len() != fences.len() {
+            return Err("ERR simulator: one fence counter per lock key".to_owned());
+        }
+        let tf = t as f64;
+        let mut counters = Vec::with_capacity(locks.len());
+        for (lock, fence) in locks.iter().zip(fences) {
+            if self.get(lock, now)? != Some(token) {
+                return Ok(Reply::Int(0));
+            }
+            let raw = self.get(fence, now)?.unwrap_or(b"0");
+            match lua::tonumber(raw) {
+                Some(c) => counters.push(c),
+                None => return Err(not_a_counter(fence)),
+            }
+        }
+        for (fence, c) in fences.iter().zip(counters) {
+            if c < tf {
+                self.put(fence, Value::String(t.to_string().into_bytes()), None);
+            }
+        }
+        Ok(Reply::Int(1))
+    }
+
+    fn enqueue(
+        &mut self,
+        now_us: u64,
+        queue: &[u8],
+        leases: &[u8],
+        waiter: &[u8],
+        arrival: &[u8],
+        wait_ms: u64,
+    ) -> Res<Reply> {
+        let now = now_us / 1000;
+        self.purge_lapsed(queue, leases, now)?;
+        // A first join arrives at this node's clock in µs ('%.0f' of a Lua number, exact
+        // below 2^53); a re-join brings the score back as text, which ZADD reads.
+        let arrival = if arrival.is_empty() {
+            now_us as f64
+        } else {
+            lua::redis_double(arrival).ok_or_else(|| NOT_FLOAT.to_owned())?
+        };
+        let added = self.zadd(queue, arrival, waiter, true, now)?;
+        // now + tonumber(ARGV[3]) is a Lua number: redis.call sends it as %.14g text.
+        let lapse = lua::format_number(now as f64 + wait_ms as f64);
+        let lapse = lua::redis_double(lapse.as_bytes()).ok_or_else(|| NOT_FLOAT.to_owned())?;
+        self.zadd(leases, lapse, waiter, false, now)?;
+        let last = self.zlast(leases, now)?;
+        let at = last.map_or(Err(NOT_INTEGER.to_owned()), score_as_integer)?;
+        self.pexpireat(queue, at, now)?;
+        self.pexpireat(leases, at, now)?;
+        let rank = match self.zrank(queue, waiter, now)? {
+            Some(r) => Reply::Int(r),
+            None => Reply::Nil,
+        };
+        let score = match self.zscore(queue, waiter, now)? {
+            Some(s) => Reply::Bulk(lua::format_score(s).into_bytes()),
+            None => Reply::Nil,
+        };
+        Ok(Reply::Array(vec![Reply::Int(added), rank, score]))
+    }
+
+    /// `ZRANGEBYSCORE leases -inf now`, each removed from the queue, then
+    /// `ZREMRANGEBYSCORE leases -inf now`.
+    fn purge_lapsed(&mut self, queue: &[u8], leases: &[u8], now: u64) -> Res<()> {
+        let nowf = now as f64;
+        let lapsed: Vec<Vec<u8>> = match self.zset(leases, now)? {
+            Some(z) => z
+                .iter()
+                .take_while(|(s, _)| *s <= nowf)
+                .map(|(_, m)| m.clone())
+                .collect(),
+            None => return Ok(()),
+        };
+        if lapsed.is_empty() {
+            return Ok(());
+        }
+        for m in &lapsed {
+            self.zrem(queue, m, now)?;
+        }
+        if let Some(z) = self.zset(leases, now)? {
+            z.retain(|(s, _)| *s > nowf);
+            if z.is_empty() {
+                self.keys.remove(leases);
+            }
+        }
+        Ok(())
+    }
+
+    /// The tail of every queue script: an empty lease set deletes both keys, otherwise
+    /// both expire at the latest lease (`PEXPIREAT` with the score's text).
+    fn expire_with_last_lease(&mut self, queue: &[u8], leases: &[u8], now: u64) -> Res<()> {
+        match self.zlast(leases, now)? {
+            None => {
+                self.keys.remove(queue);
+                self.keys.remove(leases);
+            }
+            Some(last) => {
+                let at = score_as_integer(last)?;
+                self.pexpireat(queue, at, now)?;
+                self.pexpireat(leases, at, now)?;
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn release_one(
+        &mut self,
+        now: u64,
+        key: &[u8],
+        queue: &[u8],
+        leases: &[u8],
+        token: &[u8],
+        channel: &[u8],
+        waiter: &[u8],
+    ) -> Res<Reply> {
+        if self.get(key, now)? != Some(token) {
+            return Ok(pair(0, 0));
+        }
+        self.keys.remove(key);
+        if channel.is_empty() {
+            return Ok(pair(1, 0));
+        }
+        if !waiter.is_empty() {
+            self.zrem(queue, waiter, now)?;
+            self.zrem(leases, waiter, now)?;
+        }
+        let mut payload = prefix8(token).to_vec();
+        let mut named = 0;
+        if self.exists(leases, now) {
+            self.purge_lapsed(queue, leases, now)?;
+            if let Some(head) = self.zpopmin(queue, now)? {
+                self.zrem(leases, &head, now)?;
+                payload.push(b':');
+                payload.extend_from_slice(&head);
+                named = 1;
+            }
+            self.expire_with_last_lease(queue, leases, now)?;
+        }
+        self.publish(channel, payload);
+        let left = self.zcard(queue, now)?;
+        Ok(pair(1, named + left))
+    }
+
+    // ---- the commands the scripts use ----
+
+    /// The entry of a live key; removes it when expired (lazy expiry).
+    fn live(&mut self, key: &[u8], now: u64) -> Option<&mut Entry> {
+        if self.keys.get(key).is_some_and(|e| expired(e, now)) {
+            self.keys.remove(key);
+            return None;
+        }
+        self.keys.get_mut(key)
+    }
+
+    fn exists(&mut self, key: &[u8], now: u64) -> bool {
+        self.live(key, now).is_some()
+    }
+
+    /// `GET`: the string value, `WRONGTYPE` for another type.
+    fn get(&mut self, key: &[u8], now: u64) -> Res<Option<&[u8]>> {
+        match self.live(key, now) {
+            None => Ok(None),
+            Some(Entry {
+                value: Value::String(s),
+                ..
+            }) => Ok(Some(s.as_slice())),
+            Some(_) => Err(WRONGTYPE.to_owned()),
+        }
+    }
+
+    /// Replaces a key whatever its type (`SET` without `KEEPTTL`).
+    fn put(&mut self, key: &[u8], value: Value, expires_at: Option<u64>) {
+        let entry = Entry { value, expires_at };
+        if let Some(e) = self.keys.get_mut(key) {
+            *e = entry;
+        } else {
+            self.keys.insert(key.to_vec(), entry);
+        }
+    }
+
+    /// `SET key value PX ttl` as a script sends it (the TTL as decimal text).
+    fn set_px(&mut self, key: &[u8], value: &[u8], ttl_ms: u64, now: u64) -> Res<()> {
+        let at = expire_at(now, ttl_ms, "set")?;
+        self.put(key, Value::String(value.to_vec()), Some(at));
+        Ok(())
+    }
+
+    /// `INCR`, keeping the key's expiry.
+    fn incr(&mut self, key: &[u8], now: u64) -> Res<i64> {
+        match self.live(key, now) {
+            None => {
+                self.put(key, Value::String(b"1".to_vec()), None);
+                Ok(1)
+            }
+            Some(Entry {
+                value: Value::String(s),
+                ..
+            }) => {
+                let v = lua::string2ll(s).ok_or_else(|| NOT_INTEGER.to_owned())?;
+                let v = v.checked_add(1).ok_or_else(|| OVERFLOW.to_owned())?;
+                *s = v.to_string().into_bytes();
+                Ok(v)
+            }
+            Some(_) => Err(WRONGTYPE.to_owned()),
+        }
+    }
+
+    /// `PEXPIRE key ttl [GT]`: 1 when set, 0 when the key is missing or GT refused.
+    fn pexpire(&mut self, key: &[u8], ttl_ms: u64, gt: bool, now: u64) -> Res<i64> {
+        let ttl = i64::try_from(ttl_ms).map_err(|_| NOT_INTEGER.to_owned())?;
+        let base = i64::try_from(now).unwrap_or(i64::MAX);
+        if ttl > i64::MAX - base {
+            return Err("ERR invalid expire time in 'pexpire' command".to_owned());
+        }
+        let when = (base + ttl) as u64;
+        let Some(e) = self.live(key, now) else {
+            return Ok(0);
+        };
+        if gt {
+            match e.expires_at {
+                Some(cur) if when > cur => {}
+                _ => return Ok(0),
+            }
+        }
+        if when <= now {
+            self.keys.remove(key);
+        } else {
+            e.expires_at = Some(when);
+        }
+        Ok(1)
+    }
+
+    fn publish(&mut self, channel: &[u8], payload: Vec<u8>) -> i64 {
+        self.published.push(Published {
+            channel: channel.to_vec(),
+            payload,
+        });
+        self.subscribers.get(channel).copied().unwrap_or(0)
+    }
+
+    /// The sorted set at `key` (`None` when missing), `WRONGTYPE` for another type.
+    fn zset(&mut self, key: &[u8], now: u64) -> Res<Option<&mut ZSet>> {
+        match self.live(key, now) {
+            None => Ok(None),
+            Some(Entry {
+                value: Value::SortedSet(z),
+                ..
+            }) => Ok(Some(z)),
+            Some(_) => Err(WRONGTYPE.to_owned()),
+        }
+    }
+
+    /// `ZADD key [NX] score member`: 1 when added, 0 when it was there (its score then
+    /// updated unless `NX`).
+    fn zadd(&mut self, key: &[u8], score: f64, member: &[u8], nx: bool, now: u64) -> Res<i64> {
+        let Some(z) = self.zset(key, now)? else {
+            self.put(key, Value::SortedSet(vec![(score, member.to_vec())]), None);
+            return Ok(1);
+        };
+        let added = match z.iter().position(|(_, m)| m.as_slice() == member) {
+            Some(_) if nx => return Ok(0),
+            Some(i) => {
+                z.remove(i);
+                0
+            }
+            None => 1,
+        };
+        let at = z.partition_point(|(s, m)| *s < score || (*s == score && m.as_slice() < member));
+        z.insert(at, (score, member.to_vec()));
+        Ok(added)
+    }
+
+    /// `ZRANK key member`.
+    fn zrank(&mut self, key: &[u8], member: &[u8], now: u64) -> Res<Option<i64>> {
+        Ok(self
+            .zset(key, now)?
+            .and_then(|z| z.iter().position(|(_, m)| m.as_slice() == member))
+            .map(|i| i64::try_from(i).unwrap_or(i64::MAX)))
+    }
+
+    /// `ZSCORE key member`.
+    fn zscore(&mut self, key: &[u8], member: &[u8], now: u64) -> Res<Option<f64>> {
+        Ok(self
+            .zset(key, now)?
+            .and_then(|z| z.iter().find(|(_, m)| m.as_slice() == member))
+            .map(|(s, _)| *s))
+    }
+
+    /// The highest score (`ZRANGE key -1 -1 WITHSCORES`).
+    fn zlast(&mut self, key: &[u8], now: u64) -> Res<Option<f64>> {
+        Ok(self.zset(key, now)?.and_then(|z| z.last()).map(|(s, _)| *s))
+    }
+
+    /// `PEXPIREAT key at`: the key is deleted when `at` is not after now.
+    fn pexpireat(&mut self, key: &[u8], at: i64, now: u64) -> Res<i64> {
+        let Some(e) = self.live(key, now) else {
+            return Ok(0);
+        };
+        match u64::try_from(at) {
+            Ok(at) if at > now => e.expires_at = Some(at),
+            _ => {
+                self.keys.remove(key);
+            }
+        }
+        Ok(1)
+    }
+
+    /// `ZREM key member`; an emptied set is deleted.
+    fn zrem(&mut self, key: &[u8], member: &[u8], now: u64) -> Res<i64> {
+        let Some(z) = self.zset(key, now)? else {
+            return Ok(0);
+        };
+        let Some(i) = z.iter().position(|(_, m)| m.as_slice() == member) else {
+            return Ok(0);
+        };
+        z.remove(i);
+        if z.is_empty() {
+            self.keys.remove(key);
+        }
+        Ok(1)
+    }
+
+    fn zcard(&mut self, key: &[u8], now: u64) -> Res<i64> {
+        Ok(self
+            .zset(key, now)?
+            .map_or(0, |z| i64::try_from(z.len()).unwrap_or(i64::MAX)))
+    }
+
+    /// `ZPOPMIN key`: the lowest member; an emptied set is deleted.
+    fn zpopmin(&mut self, key: &[u8], now: u64) -> Res<Option<Vec<u8>>> {
+        let Some(z) = self.zset(key, now)? else {
+            return Ok(None);
+        };
+        if z.is_empty() {
+            return Ok(None);
+        }
+        let (_, member) = z.remove(0);
+        if z.is_empty() {
+            self.keys.remove(key);
+        }
+        Ok(Some(member))
+    }
+}
+
+fn expired(e: &Entry, now: u64) -> bool {
+    e.expires_at.is_some_and(|at| now > at)
+}
+
+/// The absolute expiry of `SET … PX ttl_ms` at `now`, or Redis's error.
+fn expire_at(now: u64, ttl_ms: u64, command: &str) -> Res<u64> {
+    let ttl = i64::try_from(ttl_ms).map_err(|_| NOT_INTEGER.to_owned())?;
+    let base = i64::try_from(now).unwrap_or(i64::MAX);
+    if ttl <= 0 || ttl > i64::MAX - base {
+        return Err(format!("ERR invalid expire time in '{command}' command"));
+    }
+    Ok((base + ttl) as u64)
+}
+
+/// A score as the text `ZRANGE … WITHSCORES` answers (`%.17g`), read back as an integer
+/// by `PEXPIREAT`: only an integral score below 10^17 prints without a point or exponent.
+fn score_as_integer(score: f64) -> Res<i64> {
+    if score == score.trunc() && score.abs() < 1e17 {
+        Ok(score as i64)
+    } else {
+        Err(NOT_INTEGER.to_owned())
+    }
+}
+
+fn not_a_counter(fence: &[u8]) -> String {
+    format!(
+        "fence counter {} is not an integer",
+        String::from_utf8_lossy(fence)
+    )
+}
+
+fn prefix8(token: &[u8]) -> &[u8] {
+    token.get(..8).unwrap_or(token)
+}
+
+fn pair(a: i64, b: i64) -> Reply {
+    Reply::Array(vec![Reply::Int(a), Reply::Int(b)])
+}

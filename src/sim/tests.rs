@@ -1,0 +1,623 @@
+//! Unit tests of the simulated node: no I/O, no clock.
+
+use proptest::prelude::*;
+
+use super::*;
+
+const T0: u64 = 1_764_543_600_000_000; // µs
+const MS: u64 = 1000;
+
+fn b(s: &str) -> Vec<u8> {
+    s.as_bytes().to_vec()
+}
+
+fn run(node: &mut SimNode, now: u64, req: Request) -> Reply {
+    node.execute(now, &req).expect("node is up")
+}
+
+fn set(key: &str, token: &str, ttl_ms: u64) -> Request {
+    Request::SetNxPxGet {
+        key: b(key),
+        token: b(token),
+        ttl_ms,
+    }
+}
+
+fn extend(keys: &[&str], token: &str, ttl_ms: u64) -> Request {
+    Request::Extend {
+        keys: keys.iter().map(|k| b(k)).collect(),
+        token: b(token),
+        ttl_ms,
+    }
+}
+
+fn fenced(res: &[&str], token: &str) -> Request {
+    Request::AcquireFenced {
+        locks: res.iter().map(|r| b(&format!("L{r}"))).collect(),
+        fences: res.iter().map(|r| b(&format!("F{r}"))).collect(),
+        token: b(token),
+        ttl_ms: 10_000,
+    }
+}
+
+fn get(node: &mut SimNode, now: u64, key: &str) -> Reply {
+    run(node, now, Request::Get(b(key)))
+}
+
+fn pttl(node: &mut SimNode, now: u64, key: &str) -> Reply {
+    run(node, now, Request::Pttl(b(key)))
+}
+
+fn ints(v: &[i64]) -> Reply {
+    Reply::Array(v.iter().map(|&i| Reply::Int(i)).collect())
+}
+
+fn enqueue(waiter: &str, score: u64, wait_ms: u64) -> Request {
+    Request::Enqueue {
+        queue: b("Q"),
+        leases: b("H"),
+        waiter: b(waiter),
+        arrival: score.to_string().into_bytes(),
+        wait_ms,
+    }
+}
+
+/// An enqueue reply: added, ahead, the arrival score as text.
+fn joined(added: i64, ahead: i64, score: u64) -> Reply {
+    Reply::Array(vec![
+        Reply::Int(added),
+        Reply::Int(ahead),
+        Reply::Bulk(score.to_string().into_bytes()),
+    ])
+}
+
+fn release_one(token: &str, waiter: &str) -> Request {
+    Request::ReleaseOne {
+        key: b("L"),
+        queue: b("Q"),
+        leases: b("H"),
+        token: b(token),
+        channel: b("C"),
+        waiter: b(waiter),
+    }
+}
+
+#[test]
+fn set_nx_px_get_sets_once_and_reports_the_holder() {
+    let mut n = SimNode::default();
+    assert_eq!(run(&mut n, T0, set("k", "A", 100)), Reply::Nil);
+    assert_eq!(run(&mut n, T0, set("k", "B", 100)), Reply::Bulk(b("A")));
+    assert_eq!(get(&mut n, T0, "k"), Reply::Bulk(b("A")));
+    assert_eq!(
+        run(&mut n, T0, set("x", "A", 0)).error_code(),
+        Some("ERR"),
+        "a zero TTL is refused"
+    );
+    run(&mut n, T0, enqueue("w", 1, 1000));
+    assert_eq!(
+        run(&mut n, T0, set("Q", "A", 100)).error_code(),
+        Some("WRONGTYPE")
+    );
+}
+
+#[test]
+fn a_key_is_visible_through_its_expiry_millisecond_and_gone_after() {
+    let mut n = SimNode::default();
+    run(&mut n, T0, set("k", "A", 100));
+    assert_eq!(pttl(&mut n, T0 + 100 * MS, "k"), Reply::Int(0));
+    assert_eq!(get(&mut n, T0 + 100 * MS + 999, "k"), Reply::Bulk(b("A")));
+    assert_eq!(get(&mut n, T0 + 101 * MS, "k"), Reply::Nil);
+    assert_eq!(pttl(&mut n, T0 + 101 * MS, "k"), Reply::Int(-2));
+}
+
+#[test]
+fn extend_only_moves_expiry_later_and_only_for_the_holder() {
+    let mut n = SimNode::default();
+    run(&mut n, T0, set("k", "A", 1000));
+    assert_eq!(run(&mut n, T0, extend(&["k"], "A", 10)), Reply::Int(1));
+    assert_eq!(
+        pttl(&mut n, T0, "k"),
+        Reply::Int(1000),
+        "GT: never shortened"
+    );
+    assert_eq!(run(&mut n, T0, extend(&["k"], "A", 5000)), Reply::Int(1));
+    assert_eq!(pttl(&mut n, T0, "k"), Reply::Int(5000));
+    assert_eq!(run(&mut n, T0, extend(&["k"], "B", 9000)), Reply::Int(0));
+    assert_eq!(
+        run(&mut n, T0, extend(&["k", "m"], "A", 9000)),
+        Reply::Int(0)
+    );
+    assert_eq!(
+        pttl(&mut n, T0, "k"),
+        Reply::Int(5000),
+        "no partial extension"
+    );
+    // A key without expiry is never given one (GT treats it as infinite).
+    run(
+        &mut n,
+        T0,
+        Request::Set {
+            key: b("p"),
+            value: b("A"),
+        },
+    );
+    assert_eq!(run(&mut n, T0, extend(&["p"], "A", 10)), Reply::Int(1));
+    assert_eq!(pttl(&mut n, T0, "p"), Reply::Int(-1));
+}
+
+#[test]
+fn acquire_takes_every_key_or_none() {
+    let mut n = SimNode::default();
+    run(&mut n, T0, set("b", "X", 1000));
+    let acquire = Request::Acquire {
+        keys: vec![b("a"), b("b")],
+        token: b("A"),
+        ttl_ms: 100,
+    };
+    assert_eq!(run(&mut n, T0, acquire.clone()), Reply::Int(0));
+    assert_eq!(get(&mut n, T0, "a"), Reply::Nil);
+    assert_eq!(run(&mut n, T0 + 1001 * MS, acquire), Reply::Int(1));
+    assert_eq!(get(&mut n, T0 + 1001 * MS, "a"), Reply::Bulk(b("A")));
+}
+
+#[test]
+fn fenced_acquire_raises_counters_to_the_clock_or_by_one() {
+    let mut n = SimNode::default();
+    assert_eq!(run(&mut n, T0, fenced(&["1"], "A")), ints(&[1, T0 as i64]));
+    assert_eq!(
+        get(&mut n, T0, "F1"),
+        Reply::Bulk(T0.to_string().into_bytes())
+    );
+    assert_eq!(run(&mut n, T0, fenced(&["1"], "B")), ints(&[0]));
+    // A counter ahead of the clock rises by one.
+    let ahead = T0 + 10_000_000;
+    run(
+        &mut n,
+        T0,
+        Request::Set {
+            key: b("F2"),
+            value: ahead.to_string().into_bytes(),
+        },
+    );
+    assert_eq!(
+        run(&mut n, T0, fenced(&["2", "3"], "C")),
+        ints(&[1, ahead as i64 + 1])
+    );
+    assert_eq!(
+        get(&mut n, T0, "F3"),
+        Reply::Bulk(T0.to_string().into_bytes())
+    );
+}
+
+#[test]
+fn fenced_acquire_refuses_a_counter_that_is_not_a_plain_integer_without_writing() {
+    let mut n = SimNode::default();
+    for bad in [
+        "abc", "1.5", "-3", "nan", "1e16", " 7", "007", "", "+1", "0x1f",
+    ] {
+        run(
+            &mut n,
+            T0,
+            Request::Set {
+                key: b("F1"),
+                value: b(bad),
+            },
+        );
+        let r = run(&mut n, T0, fenced(&["1"], "A"));
+        assert_eq!(
+            r,
+            Reply::Error("fence counter F1 is not an integer".into()),
+            "{bad:?}"
+        );
+        assert_eq!(get(&mut n, T0, "L1"), Reply::Nil, "{bad:?}: no write");
+    }
+    for big in ["9007199254740992", "9999999999999999"] {
+        run(
+            &mut n,
+            T0,
+            Request::Set {
+                key: b("F1"),
+                value: b(big),
+            },
+        );
+        let r = run(&mut n, T0, fenced(&["1"], "A"));
+        assert_eq!(
+            r,
+            Reply::Error("fence counter F1 is not below 2^53".into()),
+            "{big}"
+        );
+        assert_eq!(get(&mut n, T0, "L1"), Reply::Nil, "{big}: no write");
+    }
+    // The largest accepted counter rises by one.
+    run(
+        &mut n,
+        T0,
+        Request::Set {
+            key: b("F1"),
+            value: b("9007199254740991"),
+        },
+    );
+    assert_eq!(
+        run(&mut n, T0, fenced(&["1"], "A")),
+        ints(&[1, 9_007_199_254_740_992])
+    );
+}
+
+#[test]
+fn commit_fence_only_raises_and_only_for_the_holder() {
+    let mut n = SimNode::default();
+    run(&mut n, T0, fenced(&["1"], "A"));
+    let commit = |token: &str, t: u64| Request::CommitFence {
+        locks: vec![b("L1")],
+        fences: vec![b("F1")],
+        token: b(token),
+        t,
+    };
+    assert_eq!(run(&mut n, T0, commit("B", T0 + 5)), Reply::Int(0));
+    assert_eq!(run(&mut n, T0, commit("A", 7)), Reply::Int(1));
+    assert_eq!(
+        get(&mut n, T0, "F1"),
+        Reply::Bulk(T0.to_string().into_bytes())
+    );
+    assert_eq!(run(&mut n, T0, commit("A", T0 + 5)), Reply::Int(1));
+    assert_eq!(
+        get(&mut n, T0, "F1"),
+        Reply::Bulk((T0 + 5).to_string().into_bytes())
+    );
+}
+
+#[test]
+fn release_deletes_only_our_keys_and_announces() {
+    let mut n = SimNode::default();
+    n.set_subscribers(b"C", 3);
+    run(&mut n, T0, set("a", "token-AAAA", 1000));
+    run(&mut n, T0, set("b", "other", 1000));
+    let release = Request::Release {
+        keys: vec![b("a"), b("b")],
+        token: b("token-AAAA"),
+        channels: vec![b("C"), b("D")],
+    };
+    assert_eq!(run(&mut n, T0, release.clone()), ints(&[1, 3]));
+    assert_eq!(get(&mut n, T0, "b"), Reply::Bulk(b("other")));
+    let sent = n.drain_published();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[0].payload, b("token-AA"));
+    assert_eq!(run(&mut n, T0, release), ints(&[0, 0]), "nothing announced");
+    assert!(n.drain_published().is_empty());
+}
+
+#[test]
+fn enqueue_keeps_arrival_order_and_renews_leases() {
+    let mut n = SimNode::default();
+    assert_eq!(run(&mut n, T0, enqueue("w2", 3, 1000)), joined(1, 0, 3));
+    assert_eq!(run(&mut n, T0, enqueue("w1", 2, 1000)), joined(1, 0, 2));
+    // A renewal keeps the place and moves the lease (and both keys' expiry) later.
+    assert_eq!(
+        run(&mut n, T0 + 500 * MS, enqueue("w2", 9, 1000)),
+        joined(0, 1, 3)
+    );
+    assert_eq!(pttl(&mut n, T0 + 500 * MS, "Q"), Reply::Int(1000));
+    assert_eq!(pttl(&mut n, T0 + 500 * MS, "H"), Reply::Int(1000));
+    // w1's lease lapsed (T0 + 1000 ms): it is purged, and joins again as new.
+    let t = T0 + 1001 * MS;
+    assert_eq!(run(&mut n, t, enqueue("w3", 1, 1000)), joined(1, 0, 1));
+    assert_eq!(run(&mut n, t, enqueue("w1", 2, 1000)), joined(1, 1, 2));
+}
+
+#[test]
+fn a_first_join_arrives_at_the_nodes_clock() {
+    let mut n = SimNode::default();
+    let first = |w: &str| Request::Enqueue {
+        queue: b("Q"),
+        leases: b("H"),
+        waiter: b(w),
+        arrival: Vec::new(),
+        wait_ms: 1000,
+    };
+    assert_eq!(run(&mut n, T0 + 7, first("a")), joined(1, 0, T0 + 7));
+    assert_eq!(run(&mut n, T0 + 9, first("b")), joined(1, 1, T0 + 9));
+    // A re-join with the score the node gave keeps the place.
+    assert_eq!(
+        run(&mut n, T0 + 20, enqueue("a", T0 + 7, 1000)),
+        joined(0, 0, T0 + 7)
+    );
+    let bad = Request::Enqueue {
+        queue: b("Q"),
+        leases: b("H"),
+        waiter: b("c"),
+        arrival: b("abc"),
+        wait_ms: 1000,
+    };
+    assert_eq!(run(&mut n, T0, bad).error_code(), Some("ERR"));
+}
+
+#[test]
+fn release_one_names_the_first_live_waiter() {
+    let mut n = SimNode::default();
+    run(&mut n, T0, enqueue("late", 1, 10)); // lapses at T0 + 10 ms
+    run(&mut n, T0, enqueue("w2", 3, 60_000));
+    run(&mut n, T0, enqueue("w1", 2, 60_000));
+    run(&mut n, T0, enqueue("me", 0, 60_000));
+    let t = T0 + 20 * MS;
+    run(&mut n, t, set("L", "tok", 1000));
+    assert_eq!(run(&mut n, t, release_one("tok", "me")), ints(&[1, 2]));
+    let sent = n.drain_published();
+    assert_eq!(sent[0].payload, b("tok:w1"));
+    run(&mut n, t, set("L", "tok", 1000));
+    assert_eq!(run(&mut n, t, release_one("tok", "")), ints(&[1, 1]));
+    assert_eq!(n.drain_published()[0].payload, b("tok:w2"));
+    assert!(n.is_empty(), "an emptied queue is deleted with its leases");
+    run(&mut n, t, set("L", "tok", 1000));
+    assert_eq!(run(&mut n, t, release_one("tok", "")), ints(&[1, 0]));
+    assert_eq!(n.drain_published()[0].payload, b("tok"));
+    assert_eq!(run(&mut n, t, release_one("tok", "")), ints(&[0, 0]));
+}
+
+#[test]
+fn a_zero_lease_deletes_the_queue_at_once() {
+    let mut n = SimNode::default();
+    // The lease lapses at `now`: PEXPIREAT to a time not after now deletes both keys,
+    // so the waiter's rank is nil.
+    assert_eq!(
+        run(&mut n, T0, enqueue("w", 1, 0)),
+        Reply::Array(vec![Reply::Int(1), Reply::Nil, Reply::Nil])
+    );
+    assert!(n.is_empty());
+}
+
+#[test]
+fn dequeue_leaves_the_queue_and_purges_lapsed_entries() {
+    let dequeue = |w: &str| Request::Dequeue {
+        queue: b("Q"),
+        leases: b("H"),
+        waiter: b(w),
+    };
+    let mut n = SimNode::default();
+    run(&mut n, T0, enqueue("a", 1, 1000));
+    run(&mut n, T0, enqueue("b", 2, 2000));
+    assert_eq!(run(&mut n, T0, dequeue("b")), Reply::Int(1));
+    assert_eq!(
+        pttl(&mut n, T0, "Q"),
+        Reply::Int(1000),
+        "expires with the last lease left"
+    );
+    run(&mut n, T0, enqueue("x", 3, 10));
+    assert_eq!(run(&mut n, T0 + 20 * MS, dequeue("a")), Reply::Int(1));
+    assert!(n.is_empty(), "x lapsed: both keys deleted");
+}
+
+#[test]
+fn a_crash_loses_everything_without_persistence_and_nothing_with_aof_always() {
+    for (persistence, kept) in [(Persistence::None, false), (Persistence::AofAlways, true)] {
+        let mut n = SimNode::new(persistence);
+        run(&mut n, T0, set("k", "A", 1000));
+        n.crash();
+        assert_eq!(n.execute(T0, &Request::Ping), Err(NodeDown));
+        n.restart();
+        let want = if kept {
+            Reply::Bulk(b("A"))
+        } else {
+            Reply::Nil
+        };
+        assert_eq!(get(&mut n, T0, "k"), want, "{persistence:?}");
+        // The expiry is absolute: it survives as it was.
+        if kept {
+            assert_eq!(get(&mut n, T0 + 1001 * MS, "k"), Reply::Nil);
+        }
+    }
+}
+
+#[test]
+fn evalsha_needs_the_script_loaded_since_the_start() {
+    let mut n = SimNode::default();
+    let r = extend(&["k"], "A", 10);
+    assert_eq!(
+        n.execute_sha(T0, &r)
+            .map(|r| r.error_code().map(str::to_owned)),
+        Ok(Some("NOSCRIPT".into()))
+    );
+    run(&mut n, T0, Request::ScriptLoad(Script::Extend));
+    assert_eq!(n.execute_sha(T0, &r), Ok(Reply::Int(0)));
+    n.crash();
+    n.restart();
+    assert_eq!(
+        n.execute_sha(T0, &r)
+            .map(|r| r.error_code().map(str::to_owned)),
+        Ok(Some("NOSCRIPT".into()))
+    );
+}
+
+#[test]
+fn plain_commands_answer_like_a_contract_node() {
+    let mut n = SimNode::new(Persistence::AofAlways);
+    assert_eq!(run(&mut n, T0, Request::Ping), Reply::Status("PONG"));
+    assert_eq!(
+        run(&mut n, T0, Request::ConfigGet(b("appendfsync"))),
+        Reply::Array(vec![
+            Reply::Bulk(b("appendfsync")),
+            Reply::Bulk(b("always"))
+        ])
+    );
+    let Reply::Bulk(info) = run(&mut n, T0, Request::InfoReplication) else {
+        panic!("INFO is a bulk string");
+    };
+    assert!(
+        String::from_utf8_lossy(&info)
+            .lines()
+            .any(|l| l == "role:master")
+    );
+}
+
+// ---- properties over random sequences ----
+
+fn arb_request() -> impl Strategy<Value = Request> {
+    let key = prop::sample::select(vec!["a", "b", "Q", "H"]).prop_map(b);
+    let token = prop::sample::select(vec!["A", "B", "12", "x"]).prop_map(b);
+    let ttl = prop_oneof![1u64..50, 1000u64..2000];
+    prop_oneof![
+        (key.clone(), token.clone(), ttl.clone())
+            .prop_map(|(key, token, ttl_ms)| { Request::SetNxPxGet { key, token, ttl_ms } }),
+        (
+            prop::collection::vec(key.clone(), 1..3),
+            token.clone(),
+            ttl.clone()
+        )
+            .prop_map(|(keys, token, ttl_ms)| Request::Extend {
+                keys,
+                token,
+                ttl_ms
+            }),
+        (prop::collection::vec(key.clone(), 1..3), token.clone()).prop_map(|(keys, token)| {
+            Request::Release {
+                keys,
+                token,
+                channels: vec![b("C")],
+            }
+        }),
+        (key.clone(), token.clone()).prop_map(|(f, token)| Request::AcquireFenced {
+            locks: vec![b("a")],
+            fences: vec![f],
+            token,
+            ttl_ms: 100,
+        }),
+        (prop::sample::select(vec!["w0", "w1"]), 0u64..5, ttl.clone()).prop_map(
+            |(w, score, wait_ms)| Request::Enqueue {
+                queue: b("Q"),
+                leases: b("H"),
+                waiter: b(w),
+                arrival: score.to_string().into_bytes(),
+                wait_ms,
+            }
+        ),
+        token.prop_map(|token| Request::ReleaseOne {
+            key: b("a"),
+            queue: b("Q"),
+            leases: b("H"),
+            token,
+            channel: b("C"),
+            waiter: Vec::new(),
+        }),
+    ]
+}
+
+proptest! {
+    /// Active expiry (`advance`) never changes a reply: expired keys are invisible anyway.
+    #[test]
+    fn active_expiry_is_invisible(steps in prop::collection::vec((arb_request(), 0u64..30_000), 1..60)) {
+        let mut lazy = SimNode::default();
+        let mut active = SimNode::default();
+        let mut now = T0;
+        for (req, dt) in steps {
+            now += dt;
+            active.advance(now);
+            prop_assert_eq!(lazy.execute(now, &req), active.execute(now, &req));
+        }
+    }
+
+    /// Another token's extend or release never changes a held key, and an extension never
+    /// shortens one.
+    #[test]
+    fn a_holders_key_is_never_shortened_or_taken(steps in prop::collection::vec(arb_request(), 1..40)) {
+        let mut n = SimNode::default();
+        run(&mut n, T0, set("a", "holder", 5_000));
+        for req in steps {
+            let before = pttl(&mut n, T0, "a");
+            let _ = n.execute(T0, &req);
+            prop_assert_eq!(get(&mut n, T0, "a"), Reply::Bulk(b("holder")));
+            if let (Reply::Int(x), Reply::Int(y)) = (before, pttl(&mut n, T0, "a")) {
+                prop_assert!(y >= x);
+            }
+        }
+    }
+
+    /// Same requests, same clock: same replies and keyspace (the node is deterministic).
+    #[test]
+    fn replays_are_identical(steps in prop::collection::vec((arb_request(), 0u64..3_000), 1..60)) {
+        let mut a = SimNode::default();
+        let mut b2 = SimNode::default();
+        let mut now = T0;
+        for (req, dt) in steps {
+            now += dt;
+            prop_assert_eq!(a.execute(now, &req), b2.execute(now, &req));
+        }
+        prop_assert!(a.entries(now).eq(b2.entries(now)));
+    }
+}
+
+/// Cost of a simulated schedule: 5 nodes, 300 requests (fenced and plain acquires,
+/// extensions, releases, queue joins and hand-offs) over 3 resources, clocks drifting
+/// apart. Prints schedules per second; run with
+/// `cargo test --release --features sim --lib schedule_cost -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn schedule_cost() {
+    let keys = ["a", "b", "c"].map(|r| (b(&format!("L{r}")), b(&format!("F{r}"))));
+    let tokens = ["tok-1111", "tok-2222", "tok-3333"].map(b);
+    let start = std::time::Instant::now();
+    let mut schedules = 0u64;
+    let mut replies = 0u64;
+    while start.elapsed() < std::time::Duration::from_secs(3) {
+        let mut nodes: Vec<SimNode> = (0..5).map(|_| SimNode::default()).collect();
+        for step in 0..300u64 {
+            let (lock, fence) = &keys[(step % 3) as usize];
+            let token = &tokens[(step % 7 % 3) as usize];
+            let req = match step % 6 {
+                0 => Request::SetNxPxGet {
+                    key: lock.clone(),
+                    token: token.clone(),
+                    ttl_ms: 1000,
+                },
+                1 => Request::AcquireFenced {
+                    locks: vec![lock.clone()],
+                    fences: vec![fence.clone()],
+                    token: token.clone(),
+                    ttl_ms: 1000,
+                },
+                2 => Request::Extend {
+                    keys: vec![lock.clone()],
+                    token: token.clone(),
+                    ttl_ms: 2000,
+                },
+                3 => Request::Enqueue {
+                    queue: b("Q"),
+                    leases: b("H"),
+                    waiter: token.clone(),
+                    arrival: Vec::new(),
+                    wait_ms: 500,
+                },
+                4 => release_one_of(lock, token),
+                _ => Request::Release {
+                    keys: vec![lock.clone()],
+                    token: token.clone(),
+                    channels: vec![b("C")],
+                },
+            };
+            for (i, node) in nodes.iter_mut().enumerate() {
+                // Each node's clock runs at its own rate.
+                let now = T0 + step * 7_000 * (1000 + i as u64) / 1000;
+                if node.execute(now, &req).is_ok() {
+                    replies += 1;
+                }
+                node.drain_published();
+            }
+        }
+        schedules += 1;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "schedule_cost: {schedules} schedules of 5 nodes x 300 requests in {secs:.2} s: {:.0} schedules/min, {:.2} M requests/s",
+        schedules as f64 / secs * 60.0,
+        replies as f64 / secs / 1e6
+    );
+}
+
+fn release_one_of(lock: &[u8], token: &[u8]) -> Request {
+    Request::ReleaseOne {
+        key: lock.to_vec(),
+        queue: b("Q"),
+        leases: b("H"),
+        token: token.to_vec(),
+        channel: b("C"),
+        waiter: Vec::new(),
+    }
+}
