@@ -676,7 +676,9 @@ mod imp {
                     Label::from_static_parts("op", op),
                     Label::from_static_parts("outcome", outcome),
                 ];
-                keys.push(Key::from_parts(NODE_REQUEST_SECONDS, labels));
+                // Retained (shared) once here: a recorder that retains the key it is handed
+                // (the Prometheus one does, on every call) then clones it without allocating.
+                keys.push(Key::from_parts(NODE_REQUEST_SECONDS, labels).to_retained());
             }
         }
         keys.into()
