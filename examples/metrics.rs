@@ -154,17 +154,17 @@ async fn worker(locks: Redlock, resource: String, w: usize, end: Instant) -> u64
             (rng.random_range(2..10), rng.random_range(5..40))
         };
         let hold = Duration::from_millis(hold_ms);
-        let got = if n % 5 == 0 {
+        let got = if n.is_multiple_of(5) {
             locks.try_lock(&resource, ttl).await
         } else {
             locks.lock_with(&resource, ttl, retry).await
         };
         if let Ok(mut lock) = got {
             taken += 1;
-            if n % 7 == 0 {
+            if n.is_multiple_of(7) {
                 let _ = lock.extend(ttl).await;
             }
-            if w == 0 && n % 50 == 0 {
+            if w == 0 && n.is_multiple_of(50) {
                 // A kept lock, held longer than its TTL by the watchdog, capped.
                 let kept = lock.keep_alive(Watchdog::new().max_hold(Duration::from_millis(2500)));
                 let _ = tokio::time::timeout(Duration::from_secs(3), kept.lost()).await;

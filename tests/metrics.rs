@@ -719,7 +719,7 @@ async fn prometheus_scrape_moves_between_scrapes() -> TestResult {
             .any(|h| h == "quorumlock_acquire_seconds")
     );
     let documented = documented_names();
-    for ((name, labels), _) in &second.samples {
+    for (name, labels) in second.samples.keys() {
         let base = ["_bucket", "_count", "_sum"]
             .iter()
             .find_map(|s| name.strip_suffix(s))
