@@ -18,9 +18,14 @@
 //! * `held_10k`: 10,000 held locks, memory and CPU.
 //! * `contended_16`: 16 tasks, each with its own client, on one resource: throughput,
 //!   acquire latency, fairness, split votes.
+//! * `metrics`: the one-task cycle with the `metrics` feature's cost: built with
+//!   `--features testkit,metrics`, rounds alternate between recording into a Prometheus
+//!   recorder and the facade's no-op; built without it, the plain cycle.
+//!   `scripts/bench-metrics.py` runs the two builds alternately and compares them.
 //!
-//! Machine-readable results go to `bench-out/summary.jsonl` (one JSON object per line);
-//! `scripts/plot-benchmarks.py` turns them into `docs/img/*.svg`.
+//! Machine-readable results go to `bench-out/summary.jsonl` (one JSON object per line;
+//! `QL_SUMMARY` names another file); `scripts/plot-benchmarks.py` turns them into
+//! `docs/img/*.svg`.
 
 mod support;
 
@@ -67,7 +72,9 @@ fn main() {
     };
     let rt = Runtime::new().expect("tokio runtime");
     let mut c = criterion();
-    let summary = Summary::create("bench-out/summary.jsonl");
+    let summary_path =
+        std::env::var("QL_SUMMARY").unwrap_or_else(|_| "bench-out/summary.jsonl".to_owned());
+    let summary = Summary::create(&summary_path);
     summary.meta();
 
     // The shared 5-node cluster of sections 1, 2 and 5.
@@ -91,6 +98,10 @@ fn main() {
     if wants("held_10k") {
         bench_held(&rt, &summary, &urls, &cluster);
     }
+    if wants("metrics") {
+        // After the sections above: it installs a global recorder (with the feature).
+        bench_metrics(&rt, &mut c, &summary, &urls);
+    }
     drop(rt);
     if wants("contended_16") {
         // Last: it runs on its own runtime with a tracing layer that counts split votes.
@@ -98,7 +109,7 @@ fn main() {
     }
     c.final_summary();
     drop(cluster);
-    eprintln!("summary written to bench-out/summary.jsonl");
+    eprintln!("summary written to {summary_path}");
 }
 
 /// The three implementations on `urls`, connected and warmed up.
@@ -645,5 +656,188 @@ fn bench_contended(summary: &Summary, urls: &[String]) {
             r#"{{"section":"contended_samples","impl":"{name}","lat_us":{}}}"#,
             support::json_f64s(&lat)
         ));
+    }
+}
+
+/// The `metrics` section's variants in this build: with the feature, recording into a
+/// Prometheus recorder and not recording (the facade's no-op); without it, the plain cycle.
+fn metrics_variants() -> Vec<(&'static str, bool)> {
+    if cfg!(feature = "metrics") {
+        vec![("metrics-recording", true), ("metrics-noop", false)]
+    } else {
+        vec![("metrics-off", false)]
+    }
+}
+
+/// The uncontended one-task cycle (quorumlock only), in each variant of this build: a
+/// Criterion group `metrics`, then `ROUNDS` timed rounds of `CYCLES` cycles per variant,
+/// the variants interleaved round by round.
+fn bench_metrics(rt: &Runtime, c: &mut Criterion, summary: &Summary, urls: &[String]) {
+    #[cfg(feature = "metrics")]
+    let handle = switch::install(std::env::var_os("QL_NO_RECORDER").is_none());
+    let ql = rt.block_on(async {
+        let ql = Redlock::builder(urls.to_vec())
+            .build()
+            .await
+            .expect("quorumlock build");
+        let imp = support::Impl::Quorumlock(ql);
+        for i in 0..200 {
+            imp.cycle(&format!("warm:metrics:{i}"), TTL).await;
+        }
+        imp
+    });
+    let variants = metrics_variants();
+    let set = |on: bool| {
+        #[cfg(feature = "metrics")]
+        switch::set(on);
+        #[cfg(not(feature = "metrics"))]
+        let _ = on;
+    };
+    let mut g = c.benchmark_group("metrics");
+    for &(name, on) in &variants {
+        set(on);
+        g.bench_function(name, |b| {
+            b.to_async(rt).iter(|| ql.cycle("crit:metrics", TTL));
+        });
+    }
+    g.finish();
+    let mut rounds: Vec<Vec<Vec<Duration>>> = vec![Vec::new(); variants.len()];
+    // This process's CPU time per cycle, per round (the client's work, whatever the
+    // machine's other load does to the wall clock).
+    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
+    for round in 0..ROUNDS {
+        for (k, &(name, on)) in variants.iter().enumerate() {
+            set(on);
+            let cpu0 = cpu_time();
+            let samples = rt.block_on(async {
+                let key = format!("metrics:{name}:{round}");
+                let mut v = Vec::with_capacity(CYCLES);
+                for _ in 0..CYCLES {
+                    let t = Instant::now();
+                    ql.cycle(&key, TTL).await;
+                    v.push(t.elapsed());
+                }
+                v
+            });
+            cpu[k].push((cpu_time() - cpu0) * 1e6 / CYCLES as f64);
+            rounds[k].push(samples);
+        }
+    }
+    set(false);
+    for ((&(name, _), r), cpu) in variants.iter().zip(&rounds).zip(&cpu) {
+        let p50 = median_of(r, |v| us(percentile(v, 0.50)));
+        let p99 = median_of(r, |v| us(percentile(v, 0.99)));
+        let mean = median_of(r, |v| us(v.iter().sum::<Duration>()) / v.len() as f64);
+        let p50s: Vec<f64> = r
+            .iter()
+            .map(|v| us(percentile(&mut v.clone(), 0.5)))
+            .collect();
+        let means: Vec<f64> = r
+            .iter()
+            .map(|v| us(v.iter().sum::<Duration>()) / v.len() as f64)
+            .collect();
+        println!(
+            "[metrics] {name:<22} p50 {p50:>8.1} µs  p99 {p99:>8.1} µs  mean {mean:>8.1} µs  (p50 per round {p50s:.1?}, mean per round {means:.1?}, CPU µs per cycle {cpu:.1?})"
+        );
+        summary.line(&format!(
+            r#"{{"section":"metrics","impl":"{name}","p50_us":{p50:.1},"p99_us":{p99:.1},"mean_us":{mean:.1},"rounds_p50_us":{},"rounds_mean_us":{},"rounds_cpu_us":{}}}"#,
+            support::json_f64s(&p50s),
+            support::json_f64s(&means),
+            support::json_f64s(cpu)
+        ));
+    }
+    #[cfg(feature = "metrics")]
+    {
+        // Proof that the recording rounds recorded: every acquisition of those rounds (and
+        // of Criterion's recording iterations) is counted.
+        let text = handle.render();
+        let acquired = text
+            .lines()
+            .find(|l| l.starts_with("quorumlock_acquire_total{outcome=\"acquired\"}"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        let timed = (ROUNDS * CYCLES) as f64;
+        println!("[metrics] recorded acquisitions: {acquired} (timed recording cycles: {timed})");
+        let installed = std::env::var_os("QL_NO_RECORDER").is_none();
+        assert!(
+            acquired >= timed || !installed,
+            "the recording rounds did not record"
+        );
+    }
+}
+
+/// A global recorder that records into a Prometheus recorder (with the buckets the
+/// operations guide recommends) only while switched on, so that rounds with and without
+/// recording can alternate in one process. Off, it hands out the facade's no-op handles.
+#[cfg(feature = "metrics")]
+mod switch {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use metrics::{
+        Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+    };
+    use metrics_exporter_prometheus::{
+        Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
+    };
+
+    static ON: AtomicBool = AtomicBool::new(false);
+
+    struct Switch(PrometheusRecorder);
+
+    impl Recorder for Switch {
+        fn describe_counter(&self, k: KeyName, u: Option<Unit>, d: SharedString) {
+            self.0.describe_counter(k, u, d);
+        }
+        fn describe_gauge(&self, k: KeyName, u: Option<Unit>, d: SharedString) {
+            self.0.describe_gauge(k, u, d);
+        }
+        fn describe_histogram(&self, k: KeyName, u: Option<Unit>, d: SharedString) {
+            self.0.describe_histogram(k, u, d);
+        }
+        fn register_counter(&self, key: &Key, m: &Metadata<'_>) -> Counter {
+            if ON.load(Ordering::Relaxed) {
+                self.0.register_counter(key, m)
+            } else {
+                Counter::noop()
+            }
+        }
+        fn register_gauge(&self, key: &Key, m: &Metadata<'_>) -> Gauge {
+            if ON.load(Ordering::Relaxed) {
+                self.0.register_gauge(key, m)
+            } else {
+                Gauge::noop()
+            }
+        }
+        fn register_histogram(&self, key: &Key, m: &Metadata<'_>) -> Histogram {
+            if ON.load(Ordering::Relaxed) {
+                self.0.register_histogram(key, m)
+            } else {
+                Histogram::noop()
+            }
+        }
+    }
+
+    const BUCKETS: &[f64] = &[
+        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+        5.0, 10.0,
+    ];
+
+    /// Installs the switchable recorder (`QL_NO_RECORDER` set: none at all, every call goes
+    /// to the facade's no-op recorder).
+    pub fn install(install: bool) -> PrometheusHandle {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), BUCKETS)
+            .expect("buckets")
+            .build_recorder();
+        let handle = recorder.handle();
+        if install {
+            metrics::set_global_recorder(Switch(recorder)).expect("install the recorder");
+        }
+        handle
+    }
+
+    pub fn set(on: bool) {
+        ON.store(on, Ordering::Relaxed);
     }
 }

@@ -127,6 +127,7 @@ impl Attempt {
         let tally = self.round.tally();
         let verdict = verdict::acquire(decision, tally, validity, config.min_validity);
         tracing::Span::current().record("outcome", verdict.label("acquired"));
+        crate::metrics::acquire(verdict, elapsed);
         if let Verdict::Held { validity } = verdict {
             self.armed = false;
             let deadline = crate::time::earlier_of_overflow(self.round.started(), validity);
@@ -155,6 +156,7 @@ impl Attempt {
     /// Gives the attempt up with `err` (the fencing commit missed its quorum).
     async fn abandon(self, err: Error) -> Result<Lock, Error> {
         tracing::Span::current().record("outcome", "abandoned");
+        crate::metrics::acquire_ended(crate::metrics::Ended::Abandoned, self.round.started());
         self.fail(err).await
     }
 
@@ -197,6 +199,7 @@ impl Attempt {
 impl Drop for Attempt {
     fn drop(&mut self) {
         if self.armed {
+            crate::metrics::acquire_ended(crate::metrics::Ended::Cancelled, self.round.started());
             tracing::debug!(resource = %self.res.label(), token = %self.token,
                 "quorumlock: attempt cancelled; releasing in the background");
             drop(self.clean_up(false));

@@ -64,15 +64,16 @@ where
 /// Returns whether it all finished.
 pub(crate) async fn flush(within: Duration) -> bool {
     let deadline = crate::time::later(tokio::time::Instant::now(), within);
+    crate::metrics::flush_pending(&BACKGROUND);
     loop {
         let idle = IDLE.notified();
         tokio::pin!(idle);
         idle.as_mut().enable();
         if BACKGROUND.load(Ordering::Acquire) == 0 {
-            return true;
+            return crate::metrics::flushed(true);
         }
         if tokio::time::timeout_at(deadline, idle).await.is_err() {
-            return BACKGROUND.load(Ordering::Acquire) == 0;
+            return crate::metrics::flushed(BACKGROUND.load(Ordering::Acquire) == 0);
         }
     }
 }

@@ -348,6 +348,7 @@ impl RedlockBuilder {
     /// ```
     pub async fn build(self) -> Result<Redlock, Error> {
         Error::ensure_runtime()?;
+        crate::metrics::built();
         let (specs, config) = self.into_parts()?;
         let inner = Inner::connect(&specs, config).await?;
         Ok(Redlock {

@@ -83,6 +83,7 @@ impl Entry {
 
     /// Reports a loss that just happened: a warning, and a wake-up for the signals.
     fn report(&self, lost: Lost) {
+        crate::metrics::lost(reason(lost));
         let e = Error::lost(reason(lost), None);
         tracing::warn!(ttl_ms = log_ms(self.ttl), error = %e, "quorumlock: watchdog: lock lost");
         self.notify();
@@ -298,6 +299,7 @@ impl Task {
                 .map(|e| (e.keys.as_slice(), e.token.as_slice(), e.ttl)),
         ));
         let start = Instant::now();
+        crate::metrics::watchdog_round(due.len());
         let span = tracing::debug_span!(
             "quorumlock.watchdog",
             locks = due.len(),
@@ -403,7 +405,8 @@ fn collect(entries: &Mutex<Vec<Arc<Entry>>>, now: Instant) -> (Vec<Arc<Entry>>, 
 /// Applies a decided round to one lock ([`Kept::apply`]) and reports what changed.
 fn apply(e: &Entry, decision: Decision, tally: &Tally, start: Instant, decided: Instant) {
     let Ok(mut st) = e.state.lock() else { return };
-    match st.apply(decision, tally, start, decided, Instant::now()) {
+    let applied = st.apply(decision, tally, start, decided, Instant::now());
+    match crate::metrics::watchdog_applied(applied) {
         Applied::Ignored => {}
         Applied::Extended(validity) => {
             e.notify();

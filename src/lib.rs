@@ -106,7 +106,7 @@
 //! | layer | step | module |
 //! | --- | --- | --- |
 //! | protocol (pure: no I/O, no clock) | vote counting, validity = TTL − elapsed − drift, typed replies, acquire/extend/release verdicts, the clean-up plan, fencing rules, contention and waiting rules, the kept lock's state | `protocol` |
-//! | base | resource names → keys; lock tokens; errors; saturating time; redacted node addresses | `resource`, `token`, [`error`], `time`, `addr` |
+//! | base | resource names → keys; lock tokens; errors; saturating time; redacted node addresses; metric names and recording (feature `metrics`) | `resource`, `token`, [`error`], `time`, `addr`, `metrics` |
 //! | I/O | one node: connection, timeout, scripts, request builders (the one place a TTL becomes a `PX`/script argument), decoding replies | `node` |
 //! | I/O | parallel requests, early decision, stragglers, the clean-up run | `fanout` |
 //! | I/O | background work and `flush`; release subscriptions; the watchdog's batched rounds | `background`, `notifier`, `extender` |
@@ -154,6 +154,13 @@
 //! * `cli`: the `quorumlock` binary (`run`, `inspect`).
 //! * `demo`: `cli` plus its `demo` subcommand, which starts local `redis-server` nodes
 //!   with the test kit (so it turns `testkit` on).
+//! * `metrics`: metrics through the [`metrics`](https://docs.rs/metrics) facade, for any
+//!   exporter (Prometheus, StatsD, OpenTelemetry, …): latency and outcome of acquire,
+//!   extend and release rounds and of each node's requests, validity left at grant, lost
+//!   locks by reason, split votes, hand-offs, wait time, watchdog rounds, background work
+//!   at `flush`. No label holds a resource name, a token or a password. Without the
+//!   feature no metric code is built. See `describe_metrics` and `docs/operations.md`
+//!   ("Monitoring") for the metric table and how to install an exporter.
 //! * `tls-rustls`: `rediss://` URLs through redis-rs and rustls. Servers are verified
 //!   against the system's trust store, or against your own CA with
 //!   `RedlockBuilder::tls_root_ca`. `build` installs rustls's `ring` crypto provider as
@@ -178,9 +185,10 @@
 // The layers, lowest first; each module uses only its own layer and those below
 // (`tests/layering.rs` checks it). The pure protocol core:
 mod protocol;
-// Plain data and arithmetic:
+// Plain data and arithmetic, and the metrics (empty without the feature):
 mod addr;
 pub mod error;
+mod metrics;
 mod resource;
 mod time;
 mod token;
@@ -224,6 +232,9 @@ pub use error::{
 };
 pub use inspect::Inspection;
 pub use lock::Lock;
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub use metrics::describe as describe_metrics;
 pub use resource::{MAX_RESOURCE_LEN, MAX_RESOURCES};
 pub use wait::QUEUE_LEASE;
 pub use watchdog::{KeptLock, LockContext, LostSignal, Watchdog};

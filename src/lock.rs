@@ -332,6 +332,7 @@ impl Lock {
         let min = inner.config.min_validity;
         let verdict = verdict::extend(decision, &tally, validity, min, self.is_valid());
         span.record("outcome", verdict.label("extended"));
+        crate::metrics::extend(verdict, elapsed);
         if let Verdict::Held { validity } = verdict {
             self.deadline = verdict::extended_deadline(self.deadline, started, validity);
             self.ttl = ttl;
@@ -414,10 +415,12 @@ impl Lock {
         let votes = round.votes(&inner.nodes);
         let tally = *round.tally();
         span.record("granted", tally.granted());
-        span.record("elapsed_us", crate::time::log_us(round.elapsed()));
+        let elapsed = round.elapsed();
+        span.record("elapsed_us", crate::time::log_us(elapsed));
         round.detach();
         let verdict = verdict::release(decision, &tally, expired);
         span.record("outcome", verdict.label("released"));
+        crate::metrics::release(verdict, elapsed);
         match verdict {
             Verdict::Lost(Loss::Expired) => Err(Error::lost(LostReason::Expired, Some(votes))),
             Verdict::Released => Ok(()),
@@ -459,6 +462,7 @@ impl Drop for Lock {
             return;
         }
         self.released = true;
+        crate::metrics::dropped();
         if !self.is_valid() {
             // Expired: nothing of ours is guaranteed to be left, but clean up anyway.
             tracing::debug!(resource = %self.res.label(), "quorumlock: expired lock dropped");

@@ -36,6 +36,7 @@ use redis::{Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError,
 
 pub(crate) use crate::addr::NodeAddr;
 use crate::error::Error;
+use crate::metrics::{NodeKeys, Op, Timer};
 use crate::protocol::fencing;
 use crate::protocol::reply::{Holder, QueuePlace, Reply as Typed};
 use crate::resource::Resources;
@@ -357,6 +358,8 @@ impl Reply {
 pub(crate) struct Node {
     pub(crate) addr: NodeAddr,
     conn: ConnectionManager,
+    /// This node's metric keys (empty without the `metrics` feature).
+    metrics: NodeKeys,
 }
 
 impl fmt::Debug for Node {
@@ -386,6 +389,7 @@ impl Node {
         Ok(Node {
             addr: spec.addr.clone(),
             conn,
+            metrics: NodeKeys::new(&spec.addr),
         })
     }
 
@@ -613,6 +617,25 @@ impl Request {
     fn decode(&self, raw: Reply) -> Typed {
         decode(self.answer, raw)
     }
+
+    /// What this request does, for the metrics' `op` label (from its script: no field).
+    fn op(&self) -> Op {
+        let Wire::Script(s) = &self.wire else {
+            return Op::Acquire;
+        };
+        let is = |lua: &Lua| std::ptr::eq(s.code, lua.code);
+        if is(&EXTEND) {
+            Op::Extend
+        } else if is(&RELEASE) || is(&RELEASE_ONE) {
+            Op::Release
+        } else if is(&COMMIT_FENCE) {
+            Op::FenceCommit
+        } else if is(&DEQUEUE) {
+            Op::QueueLeave
+        } else {
+            Op::Acquire
+        }
+    }
 }
 
 /// A wait-queue join (or renewal) on one herald: the waiter's id, the arrival score that
@@ -760,7 +783,10 @@ impl Node {
 
     /// Sends a prepared request, bounded by `timeout`, and decodes the answer.
     pub(crate) async fn send(&self, req: &Request, timeout: Duration) -> Typed {
-        req.decode(self.send_raw(req, timeout).await)
+        let timer = Timer::start();
+        let reply = req.decode(self.send_raw(req, timeout).await);
+        self.metrics.request(timer, req.op(), &reply);
+        reply
     }
 
     async fn send_raw(&self, req: &Request, timeout: Duration) -> Reply {
@@ -785,16 +811,26 @@ impl Node {
     {
         let late = matches!(&req.wire, Wire::Script(s) if s.idempotent);
         let (node, sent) = (self.clone(), req.clone());
+        let timer = Timer::start();
         let run = async move {
             ready.await;
             node.send_raw(&sent, timeout).await
         };
-        req.decode(wait_or_finish_late(run, timeout, late).await)
+        let reply = req.decode(wait_or_finish_late(run, timeout, late).await);
+        self.metrics.request(timer, req.op(), &reply);
+        reply
     }
 
     /// Runs a batch of extensions in one pipeline (see [`ExtendBatch`]); one reply per
     /// lock, in order.
     pub(crate) async fn extend_batch(&self, batch: &ExtendBatch, timeout: Duration) -> Vec<Typed> {
+        let timer = Timer::start();
+        let replies = self.extend_replies(batch, timeout).await;
+        self.metrics.batch(timer, &replies);
+        replies
+    }
+
+    async fn extend_replies(&self, batch: &ExtendBatch, timeout: Duration) -> Vec<Typed> {
         match self.pipeline(&batch.pipe, batch.count + 1, timeout).await {
             Ok(values) => (0..batch.count)
                 .map(|k| match values.get(k + 1) {

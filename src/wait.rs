@@ -155,6 +155,7 @@ impl Waiter<'_> {
         self.attempts = self.attempts.saturating_add(1);
         let split = match acquire_once(self.inner, self.res, self.ttl, self.attempts).await {
             Ok(mut lock) => {
+                crate::metrics::handoff(self.turn.is_some());
                 if let Some(i) = interest {
                     i.adapt(false);
                 }
@@ -169,6 +170,7 @@ impl Waiter<'_> {
                 self.last.as_ref().is_some_and(is_split)
             }
         };
+        crate::metrics::split_vote(split);
         let ids = self
             .last
             .as_ref()
@@ -260,7 +262,7 @@ pub(crate) async fn acquire_waiting(
         let mut split = false;
         if try_now {
             match w.try_once(interest.as_ref(), ticket.as_ref()).await {
-                Tried::Done(r) => return r,
+                Tried::Done(r) => return crate::metrics::waited(start, r),
                 Tried::Refused { split: s } => split = s,
                 Tried::Skipped => {}
             }
@@ -308,7 +310,7 @@ pub(crate) async fn acquire_waiting(
             if let Some(at) = w.give_up_at {
                 let left = at.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    return Err(w.gave_up());
+                    return crate::metrics::waited(start, Err(w.gave_up()));
                 }
                 delay = delay.min(left);
             }
@@ -356,7 +358,7 @@ pub(crate) async fn acquire_waiting(
         }
         if w.give_up_at.is_some_and(|at| Instant::now() >= at) {
             // One last look is not taken: the budget is spent.
-            return Err(w.gave_up());
+            return crate::metrics::waited(start, Err(w.gave_up()));
         }
     }
 }

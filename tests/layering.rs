@@ -5,7 +5,7 @@
 //!   top       watchdog                                       (kept locks, scoped use)
 //!   client    client, config, shared, lock, acquire, fencing, wait
 //!   io        node, fanout, background, notifier, extender   (sockets, tasks, timers)
-//!   base      addr, error, resource, token, time             (plain data and arithmetic)
+//!   base      addr, error, metrics, resource, token, time    (plain data and arithmetic; metrics)
 //!   protocol  protocol::*                                    (the pure core)
 //! ```
 //!
@@ -39,7 +39,10 @@ const LONG_FN_ALLOWED: &[(&str, &str, &str)] = &[];
 /// Layers, lowest first. A module is in the layer of its longest listed prefix.
 const LAYERS: &[(&str, &[&str])] = &[
     ("protocol", &["protocol"]),
-    ("base", &["addr", "error", "resource", "token", "time"]),
+    (
+        "base",
+        &["addr", "error", "metrics", "resource", "token", "time"],
+    ),
     (
         "io",
         &[
