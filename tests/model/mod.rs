@@ -1283,36 +1283,160 @@ impl Client {
     }
 }
 
-/// A canonical member of `s`'s class under renaming nodes and clients: the clients in the
-/// order of their own parts (both orders tried when those are equal), then the nodes in
-/// the order of their columns.
+/// The state with every token renamed by `map` (`map[old] = new`; 0 stays 0). Index
+/// loops: this runs for every state, and a debug build calls a function for every
+/// iterator step.
+fn rename_tokens(mut s: State, map: &[u8; 32]) -> State {
+    let r = |t: &mut u8| *t = map[usize::from(*t)];
+    r(&mut s.clients[0].tok);
+    r(&mut s.clients[1].tok);
+    let mut n = 0;
+    while n < N {
+        if let Some(k) = &mut s.nodes[n].key {
+            r(&mut k.tok);
+        }
+        let mut c = 0;
+        while c < C {
+            let q = &mut s.queues[c][n].0;
+            let mut i = 0;
+            while i < QCAP {
+                match &mut q[i] {
+                    None => break,
+                    Some(
+                        Req::Set { tok }
+                        | Req::Commit { tok, .. }
+                        | Req::Extend { tok, .. }
+                        | Req::Release { tok, .. },
+                    ) => r(tok),
+                }
+                i += 1;
+            }
+            c += 1;
+        }
+        n += 1;
+    }
+    s
+}
+
+/// The tokens no client holds any more (left in keys and on connections), in order of
+/// value, and how many there are.
+fn orphans(s: &State) -> ([u8; 8], usize) {
+    let mut seen = 0u32;
+    let mut n = 0;
+    while n < N {
+        if let Some(k) = s.nodes[n].key {
+            seen |= 1 << k.tok;
+        }
+        let mut c = 0;
+        while c < C {
+            let q = &s.queues[c][n].0;
+            let mut i = 0;
+            while i < QCAP {
+                let Some(r) = q[i] else { break };
+                seen |= 1 << r.tok();
+                i += 1;
+            }
+            c += 1;
+        }
+        n += 1;
+    }
+    seen &= !(1 << s.clients[0].tok);
+    seen &= !(1 << s.clients[1].tok);
+    let mut out = [0u8; 8];
+    let mut k = 0;
+    while seen != 0 {
+        out[k] = seen.trailing_zeros() as u8;
+        seen &= seen - 1;
+        k += 1;
+    }
+    (out, k)
+}
+
+/// Calls `visit` with every order of `items` (Heap's algorithm; few items: at most 4
+/// tokens exist at once in the sizes checked).
+fn each_order(items: &mut [u8], visit: &mut impl FnMut(&[u8])) {
+    let k = items.len();
+    visit(items);
+    let mut c = [0usize; 8];
+    let mut i = 1;
+    while i < k {
+        if c[i] < i {
+            let j = if i % 2 == 0 { 0 } else { c[i] };
+            items.swap(j, i);
+            visit(items);
+            c[i] += 1;
+            i = 1;
+        } else {
+            c[i] = 0;
+            i += 1;
+        }
+    }
+}
+
+/// A canonical member of `s`'s class under renaming nodes, clients and tokens (only
+/// equality of tokens matters, and a new one is any value not in use): the clients in
+/// the order of their own parts regardless of token values (both orders tried when
+/// those are equal); the clients' tokens renamed 1 and 2, the other tokens after them
+/// (every order tried); then the nodes in the order of their columns; the least of the
+/// candidates.
 pub fn canonical(mut s: State) -> State {
     s.fp = 0;
-    let swapped = swap_clients(s);
-    let (first, second) = (s.clients[0].own(), s.clients[1].own());
-    let (mut s, cols, own) = match first.as_slice().cmp(second.as_slice()) {
+    let key = |cl: &Client| {
+        let mut anonymous = *cl;
+        anonymous.tok = u8::from(cl.tok != 0);
+        anonymous.own()
+    };
+    let (first, second) = (key(&s.clients[0]), key(&s.clients[1]));
+    let (both, one);
+    let starts: &[State] = match first.as_slice().cmp(second.as_slice()) {
         std::cmp::Ordering::Less => {
-            let (s, cols) = sort_nodes(s);
-            (s, cols, [first, second])
+            one = [s];
+            &one
         }
         std::cmp::Ordering::Greater => {
-            let (s, cols) = sort_nodes(swapped);
-            (s, cols, [second, first])
+            one = [swap_clients(s)];
+            &one
         }
         std::cmp::Ordering::Equal => {
-            let (a, a_cols) = sort_nodes(s);
-            let (b, b_cols) = sort_nodes(swapped);
-            if a <= b {
-                (a, a_cols, [first, second])
-            } else {
-                (b, b_cols, [second, first])
-            }
+            both = [s, swap_clients(s)];
+            &both
         }
+    };
+    let (mut orphaned, k) = orphans(&s);
+    let mut best: Option<(State, [Bytes<COL>; N])> = None;
+    for start in starts {
+        each_order(&mut orphaned[..k], &mut |order| {
+            let mut map = [0u8; 32];
+            let mut next = 1;
+            for t in [start.clients[0].tok, start.clients[1].tok] {
+                if t != 0 {
+                    map[usize::from(t)] = next;
+                    next += 1;
+                }
+            }
+            for &t in order {
+                map[usize::from(t)] = next;
+                next += 1;
+            }
+            let identity = (1..next).all(|t| map[usize::from(t)] == t);
+            let renamed = if identity {
+                *start
+            } else {
+                rename_tokens(*start, &map)
+            };
+            let candidate = sort_nodes(renamed);
+            if best.as_ref().is_none_or(|(b, _)| candidate.0 < *b) {
+                best = Some(candidate);
+            }
+        });
+    }
+    let Some((mut s, cols)) = best else {
+        unreachable!("at least one candidate");
     };
     // The state's encoding (own parts, columns in node order, globals) is injective;
     // hash it as it stands.
-    let mut h = own[0].fold(0x51_7cc1_b727_220a);
-    h = own[1].fold(h);
+    let mut h = s.clients[0].own().fold(0x51_7cc1_b727_220a);
+    h = s.clients[1].own().fold(h);
     for col in &cols {
         h = col.fold(h);
     }
