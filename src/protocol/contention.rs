@@ -24,38 +24,14 @@ use super::time::{Moment, later};
 /// off after a split vote) pauses a random time in `0..window` before trying. The window
 /// adapts per resource: it doubles on every split vote (up to [`STAGGER_MAX`]) and shrinks
 /// by a quarter on every acquisition (down to [`STAGGER_MIN`]).
-///
-/// # Example
-///
-/// ```
-/// assert!(quorumlock::STAGGER_MIN <= quorumlock::NOTIFY_STAGGER);
-/// ```
 pub const NOTIFY_STAGGER: Duration = Duration::from_micros(1000);
 /// The smallest contention window.
-///
-/// # Example
-///
-/// ```
-/// assert!(quorumlock::STAGGER_MIN > std::time::Duration::ZERO);
-/// ```
 pub const STAGGER_MIN: Duration = Duration::from_micros(250);
 /// The largest contention window.
-///
-/// # Example
-///
-/// ```
-/// assert!(quorumlock::NOTIFY_STAGGER <= quorumlock::STAGGER_MAX);
-/// ```
 pub const STAGGER_MAX: Duration = Duration::from_millis(16);
 /// How long a caller that released several resources moments ago (while others listened
 /// for the release) waits before trying to take them again, so that a waiter gets them
 /// first. (A single resource has a queue: such a caller joins its end instead.)
-///
-/// # Example
-///
-/// ```
-/// assert!(quorumlock::POLITE_DELAY < std::time::Duration::from_millis(10));
-/// ```
 pub const POLITE_DELAY: Duration = Duration::from_micros(1500);
 /// How long after such a release the caller is considered "just released": its next
 /// `lock()` of a single resource joins the wait queue first and tries at once only if no
@@ -400,6 +376,13 @@ pub(crate) fn wakes_everyone(named_none: bool, interest: usize, queued: usize) -
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn window_bounds_are_ordered() {
+        assert!(Duration::ZERO < STAGGER_MIN);
+        assert!(STAGGER_MIN <= NOTIFY_STAGGER && NOTIFY_STAGGER <= STAGGER_MAX);
+        assert!(POLITE_DELAY < Duration::from_millis(10));
+    }
 
     const MS: Duration = Duration::from_millis(1);
 
