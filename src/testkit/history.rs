@@ -14,7 +14,9 @@
 //! | when | record | notes |
 //! | --- | --- | --- |
 //! | before calling `try_lock`/`lock` | [`acquire_invoked`](ClientRecorder::acquire_invoked) | optional, for reading |
-//! | it returned a lock | [`acquired`](ClientRecorder::acquired) with `Instant::now() + lock.remaining()` and the fencing token | opens a hold |
+//! | it returned a lock | [`acquired`](ClientRecorder::acquired) with `Instant::now() + lock.remaining()` and the fencing token | opens an exclusive hold (a mutex, a write lock) |
+//! | it returned a read lock | [`acquired_shared`](ClientRecorder::acquired_shared) | opens a shared hold: other shared holds may overlap it, exclusive ones may not |
+//! | it returned a semaphore permit | [`acquired_permit`](ClientRecorder::acquired_permit) with the semaphore's permits P | opens a permit hold: at most P overlap |
 //! | it returned an error | [`acquire_failed`](ClientRecorder::acquire_failed) | not a hold |
 //! | it timed out or was cancelled | [`acquire_unknown`](ClientRecorder::acquire_unknown) | not a hold: the client does not believe it holds the lock |
 //! | before calling `extend` | [`extend_invoked`](ClientRecorder::extend_invoked) | optional, for reading |
@@ -25,6 +27,11 @@
 //! | before calling `release` | [`release_invoked`](ClientRecorder::release_invoked) | ends the hold there |
 //! | the protected work starts / ends | [`work_started`](ClientRecorder::work_started) / [`work_ended`](ClientRecorder::work_ended) | must lie inside the hold |
 //! | the storage accepted / rejected a fenced write | [`write_accepted`](ClientRecorder::write_accepted) / [`write_rejected`](ClientRecorder::write_rejected) | accepted tokens must not go down |
+//!
+//! Each hold has a [`HoldMode`]; [`acquired`](ClientRecorder::acquired) records the
+//! exclusive mode, so code written before modes existed records what it always did. A
+//! resource's holds are either exclusive and shared (a mutex or a read-write lock) or permits
+//! of one semaphore with one P; the checker flags a resource that mixes the two.
 //!
 //! # Example
 //!
@@ -50,6 +57,60 @@ use std::time::{Duration, Instant};
 /// Identifies one sequential client (task) in a [`History`].
 pub type ClientId = u64;
 
+/// How a hold shares its resource with the other holds of the same resource, for the
+/// [`checker`](super::checker).
+///
+/// # Example
+///
+/// ```
+/// use quorumlock::testkit::HoldMode;
+///
+/// assert!(HoldMode::Exclusive.is_exclusive());
+/// assert_eq!(HoldMode::Permit { permits: 3 }.permits(), Some(3));
+/// assert_eq!(HoldMode::default(), HoldMode::Exclusive);
+/// assert_eq!(HoldMode::Shared.to_string(), "shared");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum HoldMode {
+    /// Alone: no other hold of the resource may overlap it (a mutex, a write lock).
+    #[default]
+    Exclusive,
+    /// Shared with other shared holds, never with an exclusive one (a read lock).
+    Shared,
+    /// One permit of a semaphore with `permits` permits: at most `permits` permit holds of
+    /// the resource overlap at any instant.
+    Permit {
+        /// The semaphore's number of permits (P).
+        permits: u32,
+    },
+}
+
+impl HoldMode {
+    /// Whether no other hold may overlap this one.
+    pub fn is_exclusive(&self) -> bool {
+        matches!(self, HoldMode::Exclusive)
+    }
+
+    /// The semaphore's permits, for a permit hold.
+    pub fn permits(&self) -> Option<u32> {
+        match self {
+            HoldMode::Permit { permits } => Some(*permits),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for HoldMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HoldMode::Exclusive => f.write_str("exclusive"),
+            HoldMode::Shared => f.write_str("shared"),
+            HoldMode::Permit { permits } => write!(f, "permit of {permits}"),
+        }
+    }
+}
+
 /// What happened, in an [`Event`]. Deadlines are offsets from the history's start, like
 /// [`Event::at`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -63,6 +124,17 @@ pub enum EventKind {
         deadline: Duration,
         /// The lock's fencing token, when fencing is on.
         fencing_token: Option<u64>,
+    },
+    /// The client got a hold of the resource in `mode` and believes it holds it until
+    /// `deadline`: like [`Acquired`](EventKind::Acquired), which is this with
+    /// [`HoldMode::Exclusive`].
+    AcquiredAs {
+        /// The end of the validity the client believes in (`now + lock.remaining()`).
+        deadline: Duration,
+        /// The lock's fencing token, when fencing is on (write locks only).
+        fencing_token: Option<u64>,
+        /// How the hold shares the resource.
+        mode: HoldMode,
     },
     /// The acquire returned an error: the client does not hold the lock.
     AcquireFailed,
@@ -107,6 +179,41 @@ pub enum EventKind {
     },
 }
 
+impl EventKind {
+    /// For an acquisition ([`Acquired`](EventKind::Acquired) or
+    /// [`AcquiredAs`](EventKind::AcquiredAs)): its deadline, fencing token and mode.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use quorumlock::testkit::{EventKind, HoldMode};
+    ///
+    /// let kind = EventKind::Acquired { deadline: Duration::from_millis(5), fencing_token: None };
+    /// assert_eq!(kind.acquisition(), Some((Duration::from_millis(5), None, HoldMode::Exclusive)));
+    /// assert_eq!(EventKind::Lost.acquisition(), None);
+    /// ```
+    pub fn acquisition(&self) -> Option<(Duration, Option<u64>, HoldMode)> {
+        match *self {
+            EventKind::Acquired {
+                deadline,
+                fencing_token,
+            } => Some((deadline, fencing_token, HoldMode::Exclusive)),
+            EventKind::AcquiredAs {
+                deadline,
+                fencing_token,
+                mode,
+            } => Some((deadline, fencing_token, mode)),
+            _ => None,
+        }
+    }
+
+    /// Whether this is an acquisition, in any mode.
+    pub fn is_acquired(&self) -> bool {
+        self.acquisition().is_some()
+    }
+}
+
 /// One recorded event.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Event {
@@ -138,6 +245,16 @@ impl fmt::Display for EventKind {
             } => write!(
                 f,
                 "acquired (deadline {}, token {})",
+                offset(*deadline),
+                token(fencing_token)
+            ),
+            EventKind::AcquiredAs {
+                deadline,
+                fencing_token,
+                mode,
+            } => write!(
+                f,
+                "acquired {mode} (deadline {}, token {})",
                 offset(*deadline),
                 token(fencing_token)
             ),
@@ -370,6 +487,37 @@ impl ClientRecorder {
         self.acquired(resource, Instant::now() + remaining, fencing_token)
     }
 
+    /// [`EventKind::AcquiredAs`]: the client holds `resource` in `mode` until `deadline`.
+    pub fn acquired_as(
+        &self,
+        resource: &str,
+        deadline: Instant,
+        fencing_token: Option<u64>,
+        mode: HoldMode,
+    ) -> Event {
+        let deadline = self.history.offset(deadline);
+        self.rec(
+            resource,
+            EventKind::AcquiredAs {
+                deadline,
+                fencing_token,
+                mode,
+            },
+        )
+    }
+
+    /// [`EventKind::AcquiredAs`] in [`HoldMode::Shared`]: a read lock of `resource` until
+    /// `deadline` (readers carry no fencing token).
+    pub fn acquired_shared(&self, resource: &str, deadline: Instant) -> Event {
+        self.acquired_as(resource, deadline, None, HoldMode::Shared)
+    }
+
+    /// [`EventKind::AcquiredAs`] in [`HoldMode::Permit`]: one permit of the semaphore
+    /// `resource`, which has `permits` permits, until `deadline`.
+    pub fn acquired_permit(&self, resource: &str, deadline: Instant, permits: u32) -> Event {
+        self.acquired_as(resource, deadline, None, HoldMode::Permit { permits })
+    }
+
     /// [`EventKind::AcquireFailed`].
     pub fn acquire_failed(&self, resource: &str) -> Event {
         self.rec(resource, EventKind::AcquireFailed)
@@ -470,6 +618,41 @@ mod tests {
         clone.client(4).work_started("r");
         assert_eq!(h.len(), 3);
         assert!(h.to_string().contains("client 4 \"r\" work started"));
+    }
+
+    #[test]
+    fn modes_are_recorded_and_displayed() {
+        let h = History::new();
+        let c = h.client(1);
+        let now = Instant::now();
+        let ms10 = Duration::from_millis(10);
+        let events = [
+            c.acquired("r", now + ms10, Some(3)),
+            c.acquired_shared("r", now + ms10),
+            c.acquired_permit("s", now + ms10, 2),
+            c.acquired_as("r", now + ms10, Some(4), HoldMode::Exclusive),
+        ];
+        let modes: Vec<_> = events
+            .iter()
+            .map(|e| e.kind.acquisition().map(|(_, t, m)| (t, m)))
+            .collect();
+        assert_eq!(
+            modes,
+            [
+                Some((Some(3), HoldMode::Exclusive)),
+                Some((None, HoldMode::Shared)),
+                Some((None, HoldMode::Permit { permits: 2 })),
+                Some((Some(4), HoldMode::Exclusive)),
+            ]
+        );
+        assert!(events.iter().all(|e| e.kind.is_acquired()));
+        assert!(!c.released("r").kind.is_acquired());
+        let text = h.to_string();
+        assert!(text.contains("\"r\" acquired shared (deadline"), "{text}");
+        assert!(
+            text.contains("\"s\" acquired permit of 2 (deadline"),
+            "{text}"
+        );
     }
 
     #[test]

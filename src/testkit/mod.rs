@@ -18,7 +18,7 @@
 //! | the same faults on the Docker Compose harness (`compose/`) | [`compose::ComposeCluster`], through the [`Faults`] trait |
 //! | scripted or seeded random fault schedules (a minority faulty at a time, or more with `allow_majority`) | [`nemesis::Schedule`], [`nemesis::RandomNemesis`] ([`allow_majority`](nemesis::RandomNemesis::allow_majority)) |
 //! | what clients did and believed, on one clock | [`History`], [`ClientRecorder`] |
-//! | did two holders overlap? work outside a hold? fencing tokens going down? | [`checker::check`] → [`checker::Report`] |
+//! | did two holders overlap? a reader with a writer? more semaphore holders than permits? work outside a hold? fencing tokens going down? | [`checker::check`] → [`checker::Report`] ([`HoldMode`] says how each hold shares its resource) |
 //!
 //! # Requirements
 //!
@@ -77,9 +77,9 @@ use std::future::Future;
 use std::io;
 use std::time::Duration;
 
-pub use checker::{Report, Violation, ViolationKind};
+pub use checker::{PermitPeak, Report, Violation, ViolationKind};
 pub use cluster::{LocalCluster, LocalClusterBuilder, Persistence, REDIS_SERVER_ENV};
-pub use history::{ClientId, ClientRecorder, Event, EventKind, History};
+pub use history::{ClientId, ClientRecorder, Event, EventKind, History, HoldMode};
 pub use nemesis::{Fault, RandomNemesis, Schedule};
 pub use proxy::{FaultProxy, ProxyMode};
 

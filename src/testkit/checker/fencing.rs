@@ -1,7 +1,8 @@
 //! Invariant (c): fencing tokens strictly increase in acquisition order, per resource; and
 //! the storage never accepts a write with a token lower than one it already accepted.
 //!
-//! Acquisitions without a token (fencing off) are ignored. Each offending acquisition is
+//! Acquisitions without a token (fencing off, readers, permits) are ignored; a write lock's
+//! token counts like a mutex's (a resource name is one or the other). Each offending acquisition is
 //! reported against the acquisition that holds the highest token so far.
 
 use std::collections::HashMap;
@@ -14,12 +15,11 @@ pub(super) fn check(events: &[Event], out: &mut Vec<Violation>) {
     let mut acquired_max: HashMap<Arc<str>, (u64, Event)> = HashMap::new();
     let mut accepted_max: HashMap<Arc<str>, (u64, Event)> = HashMap::new();
     for e in events {
-        let (token, max, kind) = match e.kind {
-            EventKind::Acquired {
-                fencing_token: Some(t),
-                ..
-            } => (t, &mut acquired_max, ViolationKind::FencingNotIncreasing),
-            EventKind::WriteAccepted { token: Some(t) } => {
+        let (token, max, kind) = match (e.kind.acquisition(), e.kind) {
+            (Some((_, Some(t), _)), _) => {
+                (t, &mut acquired_max, ViolationKind::FencingNotIncreasing)
+            }
+            (_, EventKind::WriteAccepted { token: Some(t) }) => {
                 (t, &mut accepted_max, ViolationKind::StaleWriteAccepted)
             }
             _ => continue,
@@ -82,6 +82,26 @@ mod tests {
         let report = check(&h);
         assert_eq!(report.count(ViolationKind::FencingNotIncreasing), 1);
         assert_eq!(report.violations()[0].first.client, 2);
+    }
+
+    #[test]
+    fn write_lock_tokens_recorded_with_a_mode_are_checked() {
+        let h = History::new();
+        let write = |deadline, token| EventKind::AcquiredAs {
+            deadline: ms(deadline),
+            fencing_token: Some(token),
+            mode: crate::testkit::HoldMode::Exclusive,
+        };
+        at(&h, 0, 1, "rw", write(10, 4));
+        at(
+            &h,
+            10,
+            2,
+            "rw",
+            acquired_as(20, crate::testkit::HoldMode::Shared),
+        );
+        at(&h, 20, 3, "rw", write(30, 4));
+        assert_eq!(check(&h).count(ViolationKind::FencingNotIncreasing), 1);
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //!
 //! | invariant | file | [`ViolationKind`] |
 //! | --- | --- | --- |
-//! | two holders' believed holds of one resource never overlap | `overlap.rs` | [`Overlap`](ViolationKind::Overlap) |
+//! | two holders' believed holds of one resource never overlap (when one is exclusive) | `overlap.rs` | [`Overlap`](ViolationKind::Overlap) (both exclusive), [`SharedWithExclusive`](ViolationKind::SharedWithExclusive) (a shared hold and an exclusive one) |
+//! | at most P permit holds of a semaphore overlap at any instant | `permits.rs` | [`TooManyPermits`](ViolationKind::TooManyPermits), with the peak in [`Report::permit_peaks`] |
+//! | a resource is a lock (exclusive and shared holds) or a semaphore with one P, not both | `modes.rs` | [`MixedModes`](ViolationKind::MixedModes) |
 //! | work happens inside its holder's hold | `work.rs` | [`WorkOutsideHold`](ViolationKind::WorkOutsideHold) |
 //! | fencing tokens strictly increase in acquisition order; accepted writes' tokens never go down | `fencing.rs` | [`FencingNotIncreasing`](ViolationKind::FencingNotIncreasing), [`StaleWriteAccepted`](ViolationKind::StaleWriteAccepted) |
 //!
@@ -20,6 +22,22 @@
 //! the nodes, the next holder's hold overlaps this one and is flagged. Touching holds `[a, b)` and
 //! `[b, c)` do not overlap. Events pair up per `(client, resource)`: an extension or a release
 //! applies to that client's latest open hold of the resource.
+//!
+//! # Modes
+//!
+//! Each hold has the [`HoldMode`] its acquisition recorded ([`Acquired`](EventKind::Acquired)
+//! is exclusive; [`AcquiredAs`](EventKind::AcquiredAs) says which):
+//!
+//! | mode | may overlap | recorded by |
+//! | --- | --- | --- |
+//! | [`Exclusive`](HoldMode::Exclusive) (mutex, write lock) | nothing | [`acquired`](super::ClientRecorder::acquired) |
+//! | [`Shared`](HoldMode::Shared) (read lock) | other shared holds | [`acquired_shared`](super::ClientRecorder::acquired_shared) |
+//! | [`Permit`](HoldMode::Permit) of P | other permit holds, at most P at any instant | [`acquired_permit`](super::ClientRecorder::acquired_permit) |
+//!
+//! For every semaphore resource the report keeps the most permit holds that overlapped
+//! ([`Report::permit_peaks`]), whether or not that broke the bound: a test of a semaphore
+//! can then say how close the run came, and a negative control can assert the peak went
+//! above P.
 //!
 //! # Example
 //!
@@ -38,9 +56,28 @@
 //! assert_eq!(report.violations()[0].kind, ViolationKind::Overlap);
 //! println!("{report}");
 //! ```
+//!
+//! A semaphore with 2 permits and three holders at once:
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use quorumlock::testkit::History;
+//! use quorumlock::testkit::checker::ViolationKind;
+//!
+//! let h = History::new();
+//! let until = Instant::now() + Duration::from_secs(10);
+//! for client in 1..=3 {
+//!     h.client(client).acquired_permit("pool", until, 2);
+//! }
+//! let report = h.check();
+//! assert_eq!(report.count(ViolationKind::TooManyPermits), 1);
+//! assert_eq!(report.permit_peak("pool"), Some(3));
+//! ```
 
 mod fencing;
+mod modes;
 mod overlap;
+mod permits;
 mod work;
 
 use std::collections::HashMap;
@@ -48,14 +85,22 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::history::{ClientId, Event, EventKind, History, offset};
+use super::history::{ClientId, Event, EventKind, History, HoldMode, offset};
 
 /// Which invariant a [`Violation`] breaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ViolationKind {
-    /// Two holds of one resource overlap: mutual exclusion was broken.
+    /// Two exclusive holds of one resource overlap: mutual exclusion was broken.
     Overlap,
+    /// A shared hold (a reader) overlaps an exclusive one (a writer) of the same resource.
+    SharedWithExclusive,
+    /// More permit holds of a semaphore overlapped than it has permits: one violation per
+    /// maximal interval during which the count stayed above P.
+    TooManyPermits,
+    /// A resource has permit holds and exclusive or shared ones, or permit holds that
+    /// disagree on P: the history does not say what the bound is.
+    MixedModes,
     /// Work ran (partly) outside its client's hold of the resource.
     WorkOutsideHold,
     /// A later acquisition of a resource got a fencing token not greater than an earlier one.
@@ -68,6 +113,9 @@ impl fmt::Display for ViolationKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             ViolationKind::Overlap => "overlapping holds",
+            ViolationKind::SharedWithExclusive => "shared hold overlapping an exclusive hold",
+            ViolationKind::TooManyPermits => "more permit holds than permits",
+            ViolationKind::MixedModes => "mixed hold modes",
             ViolationKind::WorkOutsideHold => "work outside its hold",
             ViolationKind::FencingNotIncreasing => "fencing token not increasing",
             ViolationKind::StaleWriteAccepted => "stale write accepted",
@@ -129,6 +177,8 @@ pub struct Hold {
     pub ended_by: Event,
     /// The fencing token of the acquisition.
     pub fencing_token: Option<u64>,
+    /// How the hold shares the resource.
+    pub mode: HoldMode,
 }
 
 impl Hold {
@@ -145,9 +195,13 @@ impl Hold {
 
 impl fmt::Display for Hold {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mode = match self.mode {
+            HoldMode::Exclusive => String::new(),
+            mode => format!(" ({mode})"),
+        };
         write!(
             f,
-            "client {} held {:?} [{}, {})",
+            "client {} held {:?}{mode} [{}, {})",
             self.client,
             &*self.resource,
             offset(self.start),
@@ -169,22 +223,21 @@ pub fn holds(events: &[Event]) -> Vec<Hold> {
     let mut open: HashMap<(ClientId, Arc<str>), usize> = HashMap::new();
     for e in sorted(events) {
         let key = (e.client, e.resource.clone());
-        match e.kind {
-            EventKind::Acquired {
-                deadline,
+        if let Some((deadline, fencing_token, mode)) = e.kind.acquisition() {
+            open.insert(key, holds.len());
+            holds.push(Hold {
+                client: e.client,
+                resource: e.resource.clone(),
+                start: e.at,
+                end: deadline.max(e.at),
+                acquired: e.clone(),
+                ended_by: e,
                 fencing_token,
-            } => {
-                open.insert(key, holds.len());
-                holds.push(Hold {
-                    client: e.client,
-                    resource: e.resource.clone(),
-                    start: e.at,
-                    end: deadline.max(e.at),
-                    acquired: e.clone(),
-                    ended_by: e,
-                    fencing_token,
-                });
-            }
+                mode,
+            });
+            continue;
+        }
+        match e.kind {
             EventKind::Extended { deadline } => {
                 if let Some(&i) = open.get(&key) {
                     let hold = &mut holds[i];
@@ -209,12 +262,63 @@ pub fn holds(events: &[Event]) -> Vec<Hold> {
     holds
 }
 
+/// The most permit holds of one semaphore resource that overlapped at one instant; from
+/// [`Report::permit_peaks`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PermitPeak {
+    /// The semaphore (resource name).
+    pub resource: Arc<str>,
+    /// Its permits (P), as its holds recorded them.
+    pub permits: u32,
+    /// The most permit holds that overlapped at one instant (0 when every hold was empty).
+    pub peak: usize,
+    /// When that count was first reached (offset from the history's start).
+    pub at: Duration,
+    /// The maximal intervals `[start, end)` during which more than `permits` holds
+    /// overlapped; empty when the bound held.
+    pub over: Vec<(Duration, Duration)>,
+    /// How many permit holds were counted.
+    pub holds: usize,
+}
+
+impl PermitPeak {
+    /// Whether the peak stayed within the permits.
+    pub fn within_bound(&self) -> bool {
+        self.peak <= self.permits as usize
+    }
+}
+
+impl fmt::Display for PermitPeak {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:?}: peak {} of {} permits at {} ({} holds)",
+            &*self.resource,
+            self.peak,
+            self.permits,
+            offset(self.at),
+            self.holds
+        )?;
+        if !self.over.is_empty() {
+            let spans: Vec<String> = self
+                .over
+                .iter()
+                .map(|(a, b)| format!("[{}, {})", offset(*a), offset(*b)))
+                .collect();
+            write!(f, ", over the bound during {}", spans.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
 /// The outcome of [`check`]: every violation found, plus what was looked at.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Report {
     violations: Vec<Violation>,
     events: usize,
     holds: usize,
+    permits: Vec<PermitPeak>,
 }
 
 impl Report {
@@ -253,6 +357,21 @@ impl Report {
         self.holds
     }
 
+    /// For every semaphore resource (one whose holds are permits), the most permit holds
+    /// that overlapped, in resource order, whether or not that broke the bound.
+    pub fn permit_peaks(&self) -> &[PermitPeak] {
+        &self.permits
+    }
+
+    /// The most permit holds of semaphore `resource` that overlapped at one instant; `None`
+    /// when the history has no permit hold of it.
+    pub fn permit_peak(&self, resource: &str) -> Option<usize> {
+        self.permits
+            .iter()
+            .find(|p| &*p.resource == resource)
+            .map(|p| p.peak)
+    }
+
     /// Panics with the whole report unless it is clean: for tests.
     ///
     /// # Panics
@@ -266,12 +385,22 @@ impl Report {
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let peaks = if self.permits.is_empty() {
+            String::new()
+        } else {
+            let peaks: Vec<String> = self.permits.iter().map(|p| p.to_string()).collect();
+            format!("; permits: {}", peaks.join("; "))
+        };
         if self.is_clean() {
-            return write!(f, "clean ({} events, {} holds)", self.events, self.holds);
+            return write!(
+                f,
+                "clean ({} events, {} holds{peaks})",
+                self.events, self.holds
+            );
         }
         writeln!(
             f,
-            "{} violation(s) in {} events, {} holds:",
+            "{} violation(s) in {} events, {} holds{peaks}:",
             self.violations.len(),
             self.events,
             self.holds
@@ -301,7 +430,9 @@ pub fn check_events(events: &[Event]) -> Report {
     let events = sorted(events);
     let holds = holds(&events);
     let mut violations = Vec::new();
+    let semaphores = modes::check(&holds, &mut violations);
     overlap::check(&holds, &mut violations);
+    let permits = permits::check(&holds, &semaphores, &mut violations);
     work::check(&events, &holds, &mut violations);
     fencing::check(&events, &mut violations);
     violations.sort_by_key(|v| (v.second.at, v.second.seq, v.first.seq));
@@ -309,6 +440,7 @@ pub fn check_events(events: &[Event]) -> Report {
         violations,
         events: events.len(),
         holds: holds.len(),
+        permits,
     }
 }
 
@@ -331,6 +463,28 @@ pub(crate) mod test_support {
     /// Records `kind` at `at` ms.
     pub(crate) fn at(h: &History, at: u64, client: ClientId, resource: &str, kind: EventKind) {
         h.record_at(ms(at), client, resource, kind);
+    }
+
+    /// An acquisition in `mode` with its deadline at `deadline` ms.
+    pub(crate) fn acquired_as(deadline: u64, mode: HoldMode) -> EventKind {
+        EventKind::AcquiredAs {
+            deadline: ms(deadline),
+            fencing_token: None,
+            mode,
+        }
+    }
+
+    /// A complete hold `[start, end)` in `mode`, released at `end` (deadline `end + slack`).
+    pub(crate) fn hold_as(
+        h: &History,
+        client: ClientId,
+        resource: &str,
+        (start, end): (u64, u64),
+        mode: HoldMode,
+    ) {
+        at(h, start, client, resource, acquired_as(end + 1_000, mode));
+        at(h, end, client, resource, EventKind::ReleaseInvoked);
+        at(h, end, client, resource, EventKind::Released);
     }
 
     /// A complete hold `[start, end)` released at `end` (deadline `end + slack`).

@@ -1,13 +1,29 @@
-//! Invariant (a): two believed holds of one resource never overlap.
+//! Invariant (a): an exclusive hold of a resource overlaps no other hold of it.
 //!
-//! Holds are half-open, so `[a, b)` followed by `[b, c)` is fine. Every overlapping pair is
-//! reported once, the earlier acquisition first. Holds of the same client count too: a
-//! second successful acquisition while the client still believes it holds the lock means
-//! the lock was granted twice.
+//! Holds are half-open, so `[a, b)` followed by `[b, c)` is fine. Every overlapping pair
+//! with an exclusive hold in it is reported once, the earlier acquisition first: two
+//! exclusive holds as [`Overlap`](ViolationKind::Overlap), an exclusive and a shared one (a
+//! writer and a reader) as [`SharedWithExclusive`](ViolationKind::SharedWithExclusive).
+//! Shared holds may overlap each other. Permit holds are counted by `permits.rs`; one that
+//! meets an exclusive hold is a resource with mixed modes, reported by `modes.rs`. Holds of
+//! the same client count too: a second successful acquisition while the client still
+//! believes it holds the lock means the lock was granted twice.
 
 use std::collections::BTreeMap;
 
 use super::{Hold, Violation, ViolationKind};
+use crate::testkit::history::HoldMode;
+
+/// The violation two overlapping holds of one resource make, if any.
+fn conflict(a: HoldMode, b: HoldMode) -> Option<ViolationKind> {
+    match (a, b) {
+        (HoldMode::Exclusive, HoldMode::Exclusive) => Some(ViolationKind::Overlap),
+        (HoldMode::Exclusive, HoldMode::Shared) | (HoldMode::Shared, HoldMode::Exclusive) => {
+            Some(ViolationKind::SharedWithExclusive)
+        }
+        _ => None,
+    }
+}
 
 pub(super) fn check(holds: &[Hold], out: &mut Vec<Violation>) {
     let mut by_resource: BTreeMap<&str, Vec<&Hold>> = BTreeMap::new();
@@ -22,8 +38,11 @@ pub(super) fn check(holds: &[Hold], out: &mut Vec<Violation>) {
             active.retain(|a| a.end > h.start);
             for a in &active {
                 debug_assert!(a.overlaps(h));
+                let Some(kind) = conflict(a.mode, h.mode) else {
+                    continue;
+                };
                 out.push(Violation {
-                    kind: ViolationKind::Overlap,
+                    kind,
                     first: a.acquired.clone(),
                     second: h.acquired.clone(),
                     detail: format!("{a} overlaps {h}"),
@@ -137,6 +156,61 @@ mod tests {
         assert_eq!(check(&h).count(ViolationKind::Overlap), 3);
     }
 
+    #[test]
+    fn readers_share_writers_do_not() {
+        let h = History::new();
+        hold_as(&h, 1, "rw", (0, 100), HoldMode::Shared);
+        hold_as(&h, 2, "rw", (50, 150), HoldMode::Shared);
+        hold_as(&h, 3, "rw", (150, 200), HoldMode::Exclusive); // after both readers
+        hold_as(&h, 4, "rw", (200, 300), HoldMode::Shared);
+        check(&h).assert_clean();
+    }
+
+    #[test]
+    fn a_reader_overlapping_a_writer_is_flagged_either_way_round() {
+        let h = History::new();
+        hold_as(&h, 1, "rw", (0, 100), HoldMode::Exclusive);
+        hold_as(&h, 2, "rw", (99, 150), HoldMode::Shared); // reader inside the writer
+        hold_as(&h, 3, "rw", (200, 300), HoldMode::Shared);
+        hold_as(&h, 4, "rw", (250, 350), HoldMode::Exclusive); // writer inside a reader
+        hold_as(&h, 5, "rw", (260, 270), HoldMode::Exclusive); // and inside that writer
+        let report = check(&h);
+        assert_eq!(
+            report.count(ViolationKind::SharedWithExclusive),
+            3,
+            "{report}"
+        );
+        assert_eq!(report.count(ViolationKind::Overlap), 1, "{report}");
+        let pairs: Vec<_> = report
+            .violations()
+            .iter()
+            .map(|v| (v.kind, v.first.client, v.second.client))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                (ViolationKind::SharedWithExclusive, 1, 2),
+                (ViolationKind::SharedWithExclusive, 3, 4),
+                (ViolationKind::SharedWithExclusive, 3, 5),
+                (ViolationKind::Overlap, 4, 5),
+            ]
+        );
+        let text = report.to_string();
+        assert!(
+            text.contains("shared hold overlapping an exclusive hold"),
+            "{text}"
+        );
+        assert!(text.contains("held \"rw\" (shared) [+99.000ms"), "{text}");
+    }
+
+    #[test]
+    fn write_lock_recorded_with_the_old_api_excludes_readers() {
+        let h = History::new();
+        at(&h, 0, 1, "rw", acquired(100, Some(1))); // exclusive, as before modes existed
+        at(&h, 10, 2, "rw", acquired_as(50, HoldMode::Shared));
+        assert_eq!(check(&h).count(ViolationKind::SharedWithExclusive), 1);
+    }
+
     /// (client, start, length, released early at, deadline-or-release)
     fn arb_holds() -> impl Strategy<Value = Vec<(u64, u64, u64, Option<u64>)>> {
         prop::collection::vec(
@@ -168,6 +242,37 @@ mod tests {
             }
             let report = check_events(&events);
             prop_assert_eq!(report.count(ViolationKind::Overlap), naive);
+        }
+
+        /// With readers and writers mixed: a pair is flagged iff it overlaps and has a writer.
+        #[test]
+        fn modes_match_naive_oracle(spec in arb_holds(), shared in prop::collection::vec(any::<bool>(), 12)) {
+            let h = History::new();
+            for (i, (client, start, len, release)) in spec.iter().enumerate() {
+                let mode = if shared[i] { HoldMode::Shared } else { HoldMode::Exclusive };
+                at(&h, *start, *client, "r", acquired_as(start + len, mode));
+                if let Some(r) = release {
+                    at(&h, start + r, *client, "r", EventKind::ReleaseInvoked);
+                }
+            }
+            let events = h.events();
+            let holds = holds(&events);
+            let (mut writers, mut mixed) = (0, 0);
+            for (i, a) in holds.iter().enumerate() {
+                for b in &holds[i + 1..] {
+                    if !a.overlaps(b) {
+                        continue;
+                    }
+                    match (a.mode, b.mode) {
+                        (HoldMode::Exclusive, HoldMode::Exclusive) => writers += 1,
+                        (HoldMode::Shared, HoldMode::Shared) => {}
+                        _ => mixed += 1,
+                    }
+                }
+            }
+            let report = check_events(&events);
+            prop_assert_eq!(report.count(ViolationKind::Overlap), writers);
+            prop_assert_eq!(report.count(ViolationKind::SharedWithExclusive), mixed);
         }
 
         /// Back-to-back holds (each starting at or after the previous end) are always clean.
