@@ -38,6 +38,8 @@ pub(crate) struct Round {
     started: Instant,
     pending: FuturesUnordered<NodeFuture>,
     replies: Vec<Option<Reply>>,
+    /// The nodes that answered, in arrival order.
+    order: Vec<usize>,
     tally: Tally,
 }
 
@@ -59,6 +61,7 @@ impl Round {
             started,
             pending,
             replies: (0..nodes.len()).map(|_| None).collect(),
+            order: Vec::with_capacity(nodes.len()),
             tally: Tally::new(nodes.len(), quorum),
         }
     }
@@ -75,6 +78,7 @@ impl Round {
                     self.tally.record(reply.ballot());
                     if let Some(slot) = self.replies.get_mut(i) {
                         *slot = Some(reply);
+                        self.order.push(i);
                     }
                 }
                 None => return self.tally.final_decision(),
@@ -120,6 +124,13 @@ impl Round {
             .iter()
             .enumerate()
             .filter_map(|(i, r)| r.as_ref().map(|r| (i, r)))
+    }
+
+    /// The answers received so far, in the order they arrived.
+    pub(crate) fn arrivals(&self) -> impl Iterator<Item = (usize, &Reply)> {
+        self.order
+            .iter()
+            .filter_map(|&i| self.reply(i).map(|r| (i, r)))
     }
 
     /// Every node's outcome (pending ones as [`NodeOutcome::NotAwaited`]).

@@ -9,7 +9,9 @@
 //!
 //! ```text
 //!   Granted, Fenced(t), Released{deleted > 0} ──▶ Ballot::Granted
-//!   HeldBy(_), Released{deleted = 0}          ──▶ Ballot::Refused   (another owner, or not ours)
+//!   HeldBy(_), Released{deleted = 0},
+//!   Mismatch(_)                               ──▶ Ballot::Refused   (another owner, not ours, or a
+//!                                                                    semaphore's other configuration)
 //!   Failed(text), TimedOut                    ──▶ Ballot::Failed    (unknown: against the quorum)
 //! ```
 
@@ -58,6 +60,9 @@ pub(crate) enum Reply {
         /// Subscribers the announcement reached.
         listeners: u64,
     },
+    /// A semaphore's node refused because the semaphore is in use with another
+    /// configuration (`"P:c:Q:N"`, the stored one): nothing was written.
+    Mismatch(String),
     /// The node answered with an error, an unexpected value, or the connection failed.
     /// The text never holds credentials or tokens.
     Failed(String),
@@ -72,7 +77,7 @@ impl Reply {
         match self {
             Reply::Granted | Reply::Fenced(_) => Ballot::Granted,
             Reply::Released { deleted, .. } if *deleted > 0 => Ballot::Granted,
-            Reply::HeldBy(_) | Reply::Released { .. } => Ballot::Refused,
+            Reply::HeldBy(_) | Reply::Released { .. } | Reply::Mismatch(_) => Ballot::Refused,
             Reply::Failed(_) | Reply::TimedOut => Ballot::Failed,
         }
     }
@@ -152,6 +157,7 @@ pub(super) mod tests {
                 .prop_map(|(deleted, listeners)| Reply::Released { deleted, listeners }),
             Just(Reply::Failed("ERR".into())),
             Just(Reply::TimedOut),
+            Just(Reply::Mismatch("1:1:2:3".into())),
         ]
     }
 
@@ -170,6 +176,7 @@ pub(super) mod tests {
         assert_eq!(released(0).listeners(), 2);
         assert_eq!(Reply::Failed("x".into()).ballot(), Ballot::Failed);
         assert_eq!(Reply::TimedOut.ballot(), Ballot::Failed);
+        assert_eq!(Reply::Mismatch("1:1:2:3".into()).ballot(), Ballot::Refused);
     }
 
     #[test]
