@@ -25,7 +25,6 @@ use crate::fanout::{Cleanup, InFlight, Round};
 use crate::fencing::FenceKeys;
 use crate::lock::Lock;
 use crate::node::Request;
-use crate::protocol::cleanup::Plan;
 use crate::protocol::contention::QUEUE_LEASE;
 use crate::protocol::reply::{holder_ids, largest_holder};
 use crate::protocol::{Decision, Reply, Verdict, cleanup, semaphore, verdict};
@@ -194,10 +193,7 @@ impl Attempt {
             self.armed = false;
             let deadline = crate::time::earlier_of_overflow(self.round.started(), validity);
             let inflight = match self.ask.kind {
-                Kind::Permit(_) => {
-                    self.give_back();
-                    None
-                }
+                Kind::Permit(_) => self.give_back(),
                 _ => InFlight::track(&mut self.round),
             };
             let lock = Lock::new(
@@ -227,20 +223,25 @@ impl Attempt {
         self.fail(err).await
     }
 
-    /// A semaphore permit held at quorum gives back every other node's entry: the grants
-    /// beyond the first `Q`, the unknown answers at once, the requests still running once
-    /// they land (unless refused), in the background.
-    fn give_back(&mut self) {
-        let now = semaphore::give_back(self.round.arrivals(), self.ask.quorum);
-        let cleanup = Cleanup {
-            plan: Plan {
-                first: Vec::new(),
-                now,
-            },
-            later: self.round.take_pending(),
-        };
-        let call = Arc::new(self.release_request());
-        drop(cleanup.spawn(self.release_on(call)));
+    /// A semaphore permit held at quorum keeps its entries on `Q` nodes only: once every
+    /// request of the round has finished (each bounded by the node timeout), it gives back
+    /// the other grants and the unknown answers ([`semaphore::give_back`]: it keeps the
+    /// least loaded nodes), in the background. Meanwhile the lock's own requests wait for
+    /// each node's acquire, as the mutex's do ([`InFlight`]).
+    fn give_back(&mut self) -> Option<InFlight> {
+        let mut answers: Vec<(usize, Reply)> =
+            self.round.arrivals().map(|(i, r)| (i, r.clone())).collect();
+        let q = self.ask.quorum;
+        let release = self.release_on(Arc::new(self.release_request()));
+        InFlight::track_then(&mut self.round, move |late| {
+            answers.extend(late);
+            let back = semaphore::give_back(answers.iter().map(|(i, r)| (*i, r)), q);
+            let all: futures::stream::FuturesUnordered<_> = back.into_iter().map(release).collect();
+            async move {
+                use futures::StreamExt;
+                all.collect::<Vec<_>>().await;
+            }
+        })
     }
 
     /// The kind's release of this attempt's token (never announced).

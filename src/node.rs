@@ -523,7 +523,7 @@ pub(crate) enum Answer {
     Compare,
     /// A release script: `{deleted, listeners}`.
     Release,
-    /// A semaphore's acquire: 1/0, or the error `PERMITS <stored configuration>`.
+    /// A semaphore's acquire: `{1, load}`/0, or the error `PERMITS <stored configuration>`.
     Permit,
 }
 
@@ -822,8 +822,13 @@ pub(crate) fn decode(answer: Answer, raw: Reply) -> Typed {
     };
     let typed = match (answer, &v) {
         (Answer::Acquire, Value::Nil | Value::Okay | Value::Int(1)) => Some(Typed::Granted),
-        (Answer::Permit, Value::Int(1)) => Some(Typed::Granted),
         (Answer::Permit, Value::Int(0)) => Some(Typed::HeldBy(None)),
+        (Answer::Permit, Value::Array(a)) => match (a.first(), a.get(1)) {
+            (Some(Value::Int(1)), Some(Value::Int(n))) => {
+                u64::try_from(*n).ok().map(|load| Typed::Admitted { load })
+            }
+            _ => None,
+        },
         (Answer::Compare, Value::Int(1)) => Some(Typed::Granted),
         (Answer::Acquire | Answer::Compare, Value::Int(0)) => Some(Typed::HeldBy(None)),
         (Answer::Acquire, Value::BulkString(owner)) => {
@@ -1209,8 +1214,19 @@ mod tests {
     #[test]
     fn decoding_permits() {
         let int = |i| Reply::Value(Value::Int(i));
-        assert_eq!(decode(Answer::Permit, int(1)), Typed::Granted);
+        let arr = |a: Vec<Value>| Reply::Value(Value::Array(a));
+        assert_eq!(
+            decode(Answer::Permit, arr(vec![Value::Int(1), Value::Int(2)])),
+            Typed::Admitted { load: 2 }
+        );
         assert_eq!(decode(Answer::Permit, int(0)), Typed::HeldBy(None));
+        for bad in [
+            int(1),
+            arr(vec![Value::Int(1), Value::Int(-1)]),
+            arr(vec![]),
+        ] {
+            assert!(matches!(decode(Answer::Permit, bad), Typed::Failed(_)));
+        }
         // The error a semaphore node refuses a mismatched configuration with.
         let server = |raw: &[u8]| Reply::from_result(redis::parse_redis_value(raw));
         assert_eq!(

@@ -26,7 +26,9 @@ async fn smoke() {
     assert_eq!(s.capacity(), 3);
     let p1 = s.try_acquire(TTL).await.expect("p1");
     assert_eq!(p1.mode(), LockMode::Permit);
+    assert!(a.flush(Duration::from_secs(2)).await);
     let p2 = s.try_acquire(TTL).await.expect("p2");
+    assert!(a.flush(Duration::from_secs(2)).await);
     let p3 = s.try_acquire(TTL).await.expect("p3");
     let r = s.try_acquire(TTL).await;
     assert!(matches!(&r, Err(e) if e.is_held()), "{r:?}");

@@ -2,13 +2,14 @@
 //! answer for the request it sent.
 //!
 //! Redis answers each of our requests in its own shape: `SET … NX GET` with nil or the
-//! holder's token, the scripts with `1`/`0`, `{1, counter}`/`{0}` or
+//! holder's token, the scripts with `1`/`0`, `{1, counter}`/`{0}`, `{1, load}` or
 //! `{deleted, listeners}`. The node layer (`node.rs`) knows those shapes and turns each
 //! answer into one [`Reply`]; from here on nothing looks at a Redis value again. A reply
 //! then counts in exactly one way ([`Reply::ballot`]):
 //!
 //! ```text
-//!   Granted, Fenced(t), Released{deleted > 0} ──▶ Ballot::Granted
+//!   Granted, Fenced(t), Admitted{load},
+//!   Released{deleted > 0}                     ──▶ Ballot::Granted
 //!   HeldBy(_), Released{deleted = 0},
 //!   Mismatch(_)                               ──▶ Ballot::Refused   (another owner, not ours, or a
 //!                                                                    semaphore's other configuration)
@@ -49,6 +50,12 @@ pub(crate) enum Reply {
     Granted,
     /// A fenced acquire granted, with the node's new fence counter.
     Fenced(u64),
+    /// A semaphore's node admitted our permit; `load` is how many live permits it holds
+    /// now, ours included.
+    Admitted {
+        /// Live permits on the node after the grant.
+        load: u64,
+    },
     /// The node refused: another owner's key is there (named when the node said whose),
     /// or, for a compare-and-X script, the key no longer holds our token.
     HeldBy(Option<Holder>),
@@ -75,7 +82,7 @@ impl Reply {
     /// vote.
     pub(crate) fn ballot(&self) -> Ballot {
         match self {
-            Reply::Granted | Reply::Fenced(_) => Ballot::Granted,
+            Reply::Granted | Reply::Fenced(_) | Reply::Admitted { .. } => Ballot::Granted,
             Reply::Released { deleted, .. } if *deleted > 0 => Ballot::Granted,
             Reply::HeldBy(_) | Reply::Released { .. } | Reply::Mismatch(_) => Ballot::Refused,
             Reply::Failed(_) | Reply::TimedOut => Ballot::Failed,
@@ -151,6 +158,7 @@ pub(super) mod tests {
         prop_oneof![
             Just(Reply::Granted),
             any::<u64>().prop_map(Reply::Fenced),
+            (0u64..5).prop_map(|load| Reply::Admitted { load }),
             (0u8..3).prop_map(holder),
             Just(Reply::HeldBy(None)),
             (0u64..3, 0u64..3)
@@ -165,6 +173,7 @@ pub(super) mod tests {
     fn ballots() {
         assert_eq!(Reply::Granted.ballot(), Ballot::Granted);
         assert_eq!(Reply::Fenced(7).ballot(), Ballot::Granted);
+        assert_eq!(Reply::Admitted { load: 2 }.ballot(), Ballot::Granted);
         assert_eq!(holder(1).ballot(), Ballot::Refused);
         assert_eq!(Reply::HeldBy(None).ballot(), Ballot::Refused);
         let released = |deleted| Reply::Released {

@@ -27,9 +27,10 @@
 //! (a client with a larger `c` admits more entries per node). Each node stores them as the
 //! text [`config`] and refuses an acquire that names different ones ([`mismatch`]).
 //!
-//! After a grant at quorum, the grants beyond the first `Q` (and the answers still on
-//! their way) are given back ([`give_back`]): they would only hold slots other holders
-//! could use.
+//! A holder keeps its entries on `Q` nodes only: once every answer of its round is in, it
+//! gives back the others ([`give_back`]), keeping the `Q` least loaded nodes; surplus
+//! entries would only hold slots other holders could use, and unbalanced loads would keep
+//! the semaphore below its capacity.
 
 use super::reply::Reply;
 use super::tally::{Ballot, quorum};
@@ -85,24 +86,33 @@ pub(crate) fn mismatch<'a>(replies: impl IntoIterator<Item = &'a Reply>) -> Opti
     })
 }
 
-/// The nodes a granted holder gives back at once, from the answers in arrival order
-/// (`(node, reply)`): every grant after the first `q`, and every node whose answer is
-/// unknown (failed, timed out: the request may still have added the entry). The nodes
-/// still running are given back once their answer lands, unless it is a refusal (the
-/// clean-up rule, `cleanup::after_landing`).
+/// The nodes a granted holder gives back, once every answer of its round is in
+/// (`(node, reply)` in arrival order): it keeps its `q` grants on the least loaded nodes
+/// (the lowest load a node reported with its grant; ties go to the earlier answer) and
+/// gives back every other grant and every unknown answer (failed or timed out: the
+/// request may have added the entry). Refusals hold nothing of ours.
+///
+/// Keeping the least loaded nodes keeps the load balanced (no two nodes' loads differ by
+/// more than one, when holders come one at a time), and only balanced loads reach the
+/// capacity: `⌊c·N / Q⌋` holders need their entries spread over every node.
 pub(crate) fn give_back<'a>(
-    arrivals: impl IntoIterator<Item = (usize, &'a Reply)>,
+    answers: impl IntoIterator<Item = (usize, &'a Reply)>,
     q: usize,
 ) -> Vec<usize> {
-    let mut kept = 0;
+    let mut grants: Vec<(u64, usize, usize)> = Vec::new();
     let mut out = Vec::new();
-    for (i, r) in arrivals {
-        match r.ballot() {
-            Ballot::Granted if kept < q => kept += 1,
-            Ballot::Granted | Ballot::Failed => out.push(i),
-            Ballot::Refused => {}
+    for (k, (i, r)) in answers.into_iter().enumerate() {
+        match (r, r.ballot()) {
+            (Reply::Admitted { load }, _) => grants.push((*load, k, i)),
+            // A grant that did not say its load counts as the fullest.
+            (_, Ballot::Granted) => grants.push((u64::MAX, k, i)),
+            (_, Ballot::Failed) => out.push(i),
+            (_, Ballot::Refused) => {}
         }
     }
+    grants.sort_unstable();
+    out.extend(grants.iter().skip(q).map(|&(_, _, i)| i));
+    out.sort_unstable();
     out
 }
 
@@ -143,16 +153,22 @@ mod tests {
     }
 
     #[test]
-    fn give_back_keeps_the_first_q_grants() {
-        let g = Reply::Granted;
+    fn give_back_keeps_the_least_loaded_grants() {
+        let a = |load| Reply::Admitted { load };
+        let (g1, g2, g3) = (a(1), a(2), a(3));
         let r = Reply::HeldBy(None);
         let t = Reply::TimedOut;
-        let arrivals = [(3, &g), (0, &r), (4, &g), (1, &t), (2, &g)];
-        assert_eq!(give_back(arrivals, 2), vec![1, 2]);
-        assert_eq!(give_back([(0, &g)], 1), Vec::<usize>::new());
+        let g = Reply::Granted;
+        // Kept: node 5 (load 1) and node 4 (load 2, answered before node 2). Given back:
+        // node 3 (load 3), node 2 (load 2, later), the timed-out node 1.
+        let arrivals = [(3, &g3), (0, &r), (4, &g2), (1, &t), (2, &g2), (5, &g1)];
+        assert_eq!(give_back(arrivals, 2), vec![1, 2, 3]);
+        // A grant without a load is the first to go.
+        assert_eq!(give_back([(0, &g), (1, &g3)], 1), vec![0]);
+        assert_eq!(give_back([(0, &g1)], 1), Vec::<usize>::new());
         let m = Reply::Mismatch("1:1:2:3".into());
-        assert_eq!(mismatch([&g, &m, &r]), Some("1:1:2:3"));
-        assert_eq!(mismatch([&g, &r]), None);
+        assert_eq!(mismatch([&g1, &m, &r]), Some("1:1:2:3"));
+        assert_eq!(mismatch([&g1, &r]), None);
     }
 
     fn sizes() -> impl Strategy<Value = (usize, usize, u32)> {
@@ -227,12 +243,12 @@ mod tests {
             prop_assert!(load.iter().all(|&l| l <= c));
         }
 
-        /// give_back returns every grant beyond the first q and every unknown answer,
-        /// never a refusal, never a kept grant.
+        /// give_back keeps min(q, grants) grants, the least loaded ones, and returns every
+        /// other grant and every unknown answer, never a refusal.
         #[test]
-        fn give_back_rule(kinds in prop::collection::vec(0u8..3, 0..10), q in 1usize..6) {
-            let replies: Vec<Reply> = kinds.iter().map(|k| match k {
-                0 => Reply::Granted,
+        fn give_back_rule(kinds in prop::collection::vec((0u8..3, 0u64..4), 0..10), q in 1usize..6) {
+            let replies: Vec<Reply> = kinds.iter().map(|(k, load)| match k {
+                0 => Reply::Admitted { load: *load },
                 1 => Reply::HeldBy(None),
                 _ => Reply::TimedOut,
             }).collect();
@@ -240,9 +256,48 @@ mod tests {
             let granted = replies.iter().filter(|r| r.ballot() == Ballot::Granted).count();
             let failed = replies.iter().filter(|r| r.ballot() == Ballot::Failed).count();
             prop_assert_eq!(back.len(), granted.saturating_sub(q) + failed);
-            for i in back {
+            let load = |i: usize| match replies[i] { Reply::Admitted { load } => load, _ => 0 };
+            let kept: Vec<usize> = (0..replies.len())
+                .filter(|i| replies[*i].ballot() == Ballot::Granted && !back.contains(i))
+                .collect();
+            for &i in &back {
                 prop_assert!(replies[i].ballot() != Ballot::Refused);
+                if replies[i].ballot() == Ballot::Granted {
+                    prop_assert!(kept.iter().all(|&k| load(k) <= load(i)));
+                }
             }
+        }
+
+        /// Holders that come one at a time, each keeping its q least loaded grants, keep
+        /// the loads within one of each other, and fill the semaphore to its capacity:
+        /// the capacity is reachable, not only a bound.
+        #[test]
+        fn balanced_give_back_reaches_capacity((n, q, p) in sizes()) {
+            prop_assume!(p <= 40);
+            let c = per_node_limit(p, n, q) as u64;
+            let mut load = vec![0u64; n];
+            let mut holders = 0u32;
+            for _ in 0..(p + 2) {
+                let replies: Vec<Reply> = load.iter().map(|&l| if l < c {
+                    Reply::Admitted { load: l + 1 }
+                } else {
+                    Reply::HeldBy(None)
+                }).collect();
+                let granted = replies.iter().filter(|r| r.ballot() == Ballot::Granted).count();
+                if granted < q {
+                    break;
+                }
+                let back = give_back(replies.iter().enumerate(), q);
+                for (i, r) in replies.iter().enumerate() {
+                    if r.ballot() == Ballot::Granted && !back.contains(&i) {
+                        load[i] += 1;
+                    }
+                }
+                holders += 1;
+                let (lo, hi) = (load.iter().min().copied(), load.iter().max().copied());
+                prop_assert!(hi.unwrap_or(0) - lo.unwrap_or(0) <= 1);
+            }
+            prop_assert_eq!(holders, capacity(c as u32, n, q));
         }
     }
 }
