@@ -1,11 +1,16 @@
-//! One acquisition attempt ([`acquire_once`]): fan out, decide at the quorum, and either
-//! return the [`Lock`] or clean up every node the attempt may have set its key on
-//! ([`Attempt`]). With fencing on, the two rounds of [`fencing`](crate::fencing) run in
-//! between.
+//! One acquisition attempt ([`acquire_once`], or [`acquire_as`] for any [`Kind`] of lock):
+//! fan out, decide at the quorum, and either return the [`Lock`] or clean up every node
+//! the attempt may have set its key on ([`Attempt`]). With fencing on (the mutex, a
+//! read-write lock's writer), the two rounds of [`fencing`](crate::fencing) run in
+//! between. Every kind goes through the same steps; only the requests differ
+//! ([`Ask`]: the acquire request, its quorum; the clean-up is the kind's release). A
+//! semaphore permit also gives back the grants beyond its quorum
+//! ([`protocol::semaphore::give_back`](crate::protocol::semaphore::give_back)).
 //!
 //! ```text
 //!   token, request ──Round::start──▶ decide ──▶ [fencing::commit] ──▶ Attempt::finish
-//!                                                                  ├▶ verdict Held ──▶ Lock (stragglers drained: InFlight)
+//!                                                                  ├▶ verdict Held ──▶ Lock (stragglers drained: InFlight;
+//!                                                                  │                   a permit gives back its surplus instead)
 //!                                                                  └▶ otherwise ──▶ clean-up plan (protocol::cleanup) ──▶ error
 //!   dropped before finish ──▶ Attempt::drop ──▶ the same clean-up, in the background
 //! ```
@@ -17,19 +22,83 @@ use tracing::{Instrument, field};
 
 use crate::error::Error;
 use crate::fanout::{Cleanup, InFlight, Round};
+use crate::fencing::FenceKeys;
 use crate::lock::Lock;
 use crate::node::Request;
+use crate::protocol::contention::QUEUE_LEASE;
 use crate::protocol::reply::{holder_ids, largest_holder};
-use crate::protocol::{Decision, Reply, Verdict, cleanup, verdict};
-use crate::resource::Resources;
+use crate::protocol::{Decision, Reply, Verdict, cleanup, semaphore, verdict};
+use crate::resource::{Kind, Resources};
 use crate::shared::Inner;
 use crate::token::Token;
 
-/// One acquisition attempt: fan out, decide at quorum, compute the validity, and either
-/// return the lock or clean up every node.
+/// What an attempt asks each node for: the kind of lock (which selects every request),
+/// the quorum it needs, and the kind's own arguments.
+#[derive(Clone, Debug)]
+pub(crate) struct Ask {
+    pub(crate) kind: Kind,
+    pub(crate) quorum: usize,
+    /// A waiting writer's intent id; empty for every other attempt.
+    pub(crate) intent: Vec<u8>,
+    /// A semaphore's configuration text (`"P:c:Q:N"`) and per-node limit `c`.
+    pub(crate) permit: Option<(String, u32)>,
+}
+
+impl Ask {
+    /// A lock of `kind` needing `quorum` grants.
+    pub(crate) fn new(kind: Kind, quorum: usize) -> Ask {
+        Ask {
+            kind,
+            quorum,
+            intent: Vec::new(),
+            permit: None,
+        }
+    }
+
+    /// The first round's request and, when fenced, the keys of the fencing commit.
+    fn request(
+        &self,
+        res: &Resources,
+        token: &Token,
+        ttl: Duration,
+        fencing: bool,
+    ) -> (Request, Option<FenceKeys>) {
+        match &self.kind {
+            Kind::Exclusive if fencing => {
+                let (request, keys) = crate::fencing::request(res, token, ttl);
+                (request, Some(keys))
+            }
+            Kind::Exclusive => (Request::acquire(res.lock_keys(), token, ttl), None),
+            Kind::Read(k) => (Request::read_acquire(k, token, ttl), None),
+            Kind::Write(k) => (
+                Request::write_acquire(k, token, ttl, &self.intent, QUEUE_LEASE, fencing),
+                fencing.then(|| FenceKeys::writer(k)),
+            ),
+            Kind::Permit(k) => {
+                let (config, limit) = self.permit.clone().unwrap_or_default();
+                (Request::sem_acquire(k, token, ttl, &config, limit), None)
+            }
+        }
+    }
+}
+
+/// One attempt at the mutex on `res`.
 pub(crate) async fn acquire_once(
     inner: &Arc<Inner>,
     res: &Resources,
+    ttl: Duration,
+    attempt: u32,
+) -> Result<Lock, Error> {
+    let ask = Ask::new(Kind::Exclusive, inner.quorum);
+    acquire_as(inner, res, &ask, ttl, attempt).await
+}
+
+/// One acquisition attempt: fan out, decide at quorum, compute the validity, and either
+/// return the lock or clean up every node.
+pub(crate) async fn acquire_as(
+    inner: &Arc<Inner>,
+    res: &Resources,
+    ask: &Ask,
     ttl: Duration,
     attempt: u32,
 ) -> Result<Lock, Error> {
@@ -39,8 +108,9 @@ pub(crate) async fn acquire_once(
     let span = tracing::debug_span!(
         "quorumlock.acquire",
         resource = %res.label(),
+        mode = ask.kind.label(),
         nodes = inner.nodes.len(),
-        quorum = inner.quorum,
+        quorum = ask.quorum,
         ttl_ms = crate::time::log_ms(ttl),
         attempt,
         token = %token,
@@ -48,21 +118,25 @@ pub(crate) async fn acquire_once(
         elapsed_us = field::Empty,
         validity_ms = field::Empty,
         outcome = field::Empty,
+        votes = field::Empty,
     );
     async move {
-        let (round, fence) = if config.fencing {
-            let (round, keys) = crate::fencing::start(inner, res, &token, ttl, node_timeout);
-            (round, Some(keys))
-        } else {
-            let request = Arc::new(Request::acquire(res.lock_keys(), &token, ttl));
-            let round = Round::start(&inner.nodes, inner.quorum, |_, node| {
-                let node = node.clone();
-                let request = request.clone();
-                async move { node.send(&request, node_timeout).await }
-            });
-            (round, None)
+        let (request, fence) = ask.request(res, &token, ttl, config.fencing);
+        let request = Arc::new(request);
+        let round = Round::start(&inner.nodes, ask.quorum, |_, node| {
+            let node = node.clone();
+            let request = request.clone();
+            async move { node.send(&request, node_timeout).await }
+        });
+        let mut attempt = Attempt {
+            inner: inner.clone(),
+            res: res.clone(),
+            ask: ask.clone(),
+            token,
+            node_timeout,
+            round,
+            armed: true,
         };
-        let mut attempt = Attempt::new(inner.clone(), res.clone(), token, node_timeout, round);
         let decision = attempt.round.decide().await;
         let fencing_token = match fence {
             Some(keys) if decision == Decision::Reached => {
@@ -91,6 +165,7 @@ pub(crate) async fn acquire_once(
 pub(crate) struct Attempt {
     inner: Arc<Inner>,
     res: Resources,
+    ask: Ask,
     token: Token,
     node_timeout: Duration,
     round: Round,
@@ -98,23 +173,6 @@ pub(crate) struct Attempt {
 }
 
 impl Attempt {
-    fn new(
-        inner: Arc<Inner>,
-        res: Resources,
-        token: Token,
-        node_timeout: Duration,
-        round: Round,
-    ) -> Attempt {
-        Attempt {
-            inner,
-            res,
-            token,
-            node_timeout,
-            round,
-            armed: true,
-        }
-    }
-
     /// Decides the attempt: a lock, or an error after cleaning up.
     async fn finish(
         mut self,
@@ -126,13 +184,19 @@ impl Attempt {
         let (elapsed, validity) = self.round.measure(ttl, config.drift_factor);
         let tally = self.round.tally();
         let verdict = verdict::acquire(decision, tally, validity, config.min_validity);
-        tracing::Span::current().record("outcome", verdict.label("acquired"));
+        let span = tracing::Span::current();
+        span.record("outcome", verdict.label("acquired"));
         crate::metrics::acquire(verdict, elapsed);
+        let mut votes = self.round.votes(&self.inner.nodes);
+        span.record("votes", tracing::field::display(&votes));
         if let Verdict::Held { validity } = verdict {
             self.armed = false;
             let deadline = crate::time::earlier_of_overflow(self.round.started(), validity);
-            let inflight = InFlight::track(&mut self.round);
-            return Ok(Lock::new(
+            let inflight = match self.ask.kind {
+                Kind::Permit(_) => self.give_back(),
+                _ => InFlight::track(&mut self.round),
+            };
+            let lock = Lock::new(
                 self.inner.clone(),
                 self.res.clone(),
                 self.token.clone(),
@@ -140,17 +204,71 @@ impl Attempt {
                 deadline,
                 inflight,
                 fencing_token,
-            ));
+            );
+            return Ok(lock.with_kind(self.ask.kind.clone(), self.ask.quorum));
         }
-        let mut votes = self.round.votes(&self.inner.nodes);
         votes.largest_holder = largest_holder(self.round.replies().map(|(_, r)| r));
         votes.holder_ids = holder_ids(self.round.replies().map(|(_, r)| r));
-        let err = match verdict {
-            Verdict::Timeout => Error::no_validity(elapsed, votes),
-            Verdict::HeldByOther => Error::Held(votes),
-            _ => Error::NoQuorum(votes),
+        let mismatch = semaphore::mismatch(self.round.replies().map(|(_, r)| r));
+        let err = match (mismatch, verdict) {
+            (Some(stored), _) => Error::PermitsMismatch(crate::error::PermitsMismatch {
+                stored: stored.to_owned(),
+                requested: self.ask.permit.clone().unwrap_or_default().0,
+                votes,
+            }),
+            (None, Verdict::Timeout) => Error::no_validity(elapsed, votes),
+            (None, Verdict::HeldByOther) => Error::Held(votes),
+            (None, _) => Error::NoQuorum(votes),
         };
         self.fail(err).await
+    }
+
+    /// A semaphore permit held at quorum keeps its entries on `Q` nodes only: once every
+    /// request of the round has finished (each bounded by the node timeout), it gives back
+    /// the other grants and the unknown answers ([`semaphore::give_back`]: it keeps the
+    /// least loaded nodes), in the background. Meanwhile the lock's own requests wait for
+    /// each node's acquire, as the mutex's do ([`InFlight`]).
+    fn give_back(&mut self) -> Option<InFlight> {
+        let mut answers: Vec<(usize, Reply)> =
+            self.round.arrivals().map(|(i, r)| (i, r.clone())).collect();
+        let q = self.ask.quorum;
+        let release = self.release_on(Arc::new(self.release_request()));
+        InFlight::track_then(&mut self.round, move |late| {
+            answers.extend(late);
+            let back = semaphore::give_back(answers.iter().map(|(i, r)| (*i, r)), q);
+            let all: futures::stream::FuturesUnordered<_> = back.into_iter().map(release).collect();
+            async move {
+                use futures::StreamExt;
+                all.collect::<Vec<_>>().await;
+            }
+        })
+    }
+
+    /// The kind's release of this attempt's token (never announced).
+    fn release_request(&self) -> Request {
+        Request::release_held(&self.ask.kind, &self.res, &self.token, false, &[])
+    }
+
+    /// Sends `call` to a node by index, bounded by the node timeout.
+    fn release_on(
+        &self,
+        call: Arc<Request>,
+    ) -> impl Fn(usize) -> std::pin::Pin<Box<dyn std::future::Future<Output = Reply> + Send>>
+    + Send
+    + Sync
+    + 'static {
+        let inner = self.inner.clone();
+        let timeout = self.node_timeout;
+        move |i: usize| {
+            let node = inner.nodes.get(i).cloned();
+            let call = call.clone();
+            Box::pin(async move {
+                match node {
+                    Some(node) => node.send(&call, timeout).await,
+                    None => Reply::TimedOut,
+                }
+            })
+        }
     }
 
     /// Gives the attempt up with `err` (the fencing commit missed its quorum).
@@ -180,19 +298,8 @@ impl Attempt {
             plan,
             later: self.round.take_pending(),
         };
-        let inner = self.inner.clone();
-        let call = Arc::new(Request::release(&self.res, &self.token, false, &[]));
-        let timeout = self.node_timeout;
-        cleanup.spawn(move |i: usize| {
-            let node = inner.nodes.get(i).cloned();
-            let call = call.clone();
-            async move {
-                match node {
-                    Some(node) => node.send(&call, timeout).await,
-                    None => Reply::TimedOut,
-                }
-            }
-        })
+        let call = Arc::new(self.release_request());
+        cleanup.spawn(self.release_on(call))
     }
 }
 

@@ -125,7 +125,11 @@ impl Redlock {
 
     /// The checks every acquiring call makes before any I/O: a runtime, valid resource
     /// names, a valid TTL.
-    fn prepare<S: AsRef<str>>(&self, names: &[S], ttl: Duration) -> Result<Resources, Error> {
+    pub(crate) fn prepare<S: AsRef<str>>(
+        &self,
+        names: &[S],
+        ttl: Duration,
+    ) -> Result<Resources, Error> {
         Error::ensure_runtime()?;
         let res = Resources::new(names)?;
         self.inner.config.check_ttl(ttl)?;

@@ -12,6 +12,7 @@
 //! | [`Error::Config`] | the builder was given an invalid configuration | fix the configuration |
 //! | [`Error::InvalidInput`] | a call was given an invalid argument (empty resource, zero TTL, …) | fix the call |
 //! | [`Error::RandomSource`] | the operating system's random number generator failed, so no lock token could be drawn | fix the host; nothing was sent to any node |
+//! | [`Error::PermitsMismatch`] | a semaphore is in use with another number of permits (or quorum, or node count) | use the same settings in every client; nothing was written |
 //!
 //! Errors that come from a vote carry a [`Votes`] value: the answer of every node, in the
 //! order the nodes were configured, printed like
@@ -78,6 +79,12 @@ pub enum Error {
     /// the lock is never taken with a weaker token instead.
     #[error("{0}")]
     RandomSource(RandomSourceError),
+    /// A semaphore is in use by clients with another configuration (permits, per-node
+    /// limit, quorum or number of nodes): the nodes that hold its permits refused, and
+    /// nothing was written on them. Every client of one semaphore must use the same
+    /// settings, or the bound on holders would not hold.
+    #[error("{0}")]
+    PermitsMismatch(PermitsMismatch),
 }
 
 /// The kind of an [`Error`], for matching without the payload.
@@ -107,6 +114,8 @@ pub enum ErrorKind {
     InvalidInput,
     /// See [`Error::RandomSource`].
     RandomSource,
+    /// See [`Error::PermitsMismatch`].
+    PermitsMismatch,
 }
 
 impl Error {
@@ -129,6 +138,7 @@ impl Error {
             Error::Config(_) => ErrorKind::Config,
             Error::InvalidInput(_) => ErrorKind::InvalidInput,
             Error::RandomSource(_) => ErrorKind::RandomSource,
+            Error::PermitsMismatch(_) => ErrorKind::PermitsMismatch,
         }
     }
 
@@ -192,6 +202,7 @@ impl Error {
             Error::Held(v) | Error::NoQuorum(v) => Some(v),
             Error::Timeout(t) => t.votes.as_ref(),
             Error::Lost(l) => l.votes.as_ref(),
+            Error::PermitsMismatch(m) => Some(&m.votes),
             Error::Config(_) | Error::InvalidInput(_) | Error::RandomSource(_) => None,
         }
     }
@@ -643,6 +654,58 @@ impl fmt::Display for RandomSourceError {
             f,
             "the operating system's random number generator failed: {}",
             self.detail
+        )
+    }
+}
+
+/// A semaphore used with another configuration; the payload of
+/// [`Error::PermitsMismatch`]. Both configurations read `"P:c:Q:N"`: permits, per-node
+/// limit, quorum, number of nodes.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), quorumlock::Error> {
+/// # use std::time::Duration;
+/// # let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+/// match locks.semaphore("pool", 4)?.try_acquire(Duration::from_secs(5)).await {
+///     Err(quorumlock::Error::PermitsMismatch(m)) => {
+///         eprintln!("pool is in use as {}, we asked for {}", m.stored(), m.requested());
+///     }
+///     other => drop(other?),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct PermitsMismatch {
+    pub(crate) stored: String,
+    pub(crate) requested: String,
+    pub(crate) votes: Votes,
+}
+
+impl PermitsMismatch {
+    /// The configuration the nodes hold, `"P:c:Q:N"`.
+    pub fn stored(&self) -> &str {
+        &self.stored
+    }
+
+    /// The configuration this client asked with, `"P:c:Q:N"`.
+    pub fn requested(&self) -> &str {
+        &self.requested
+    }
+
+    /// Every node's answer.
+    pub fn votes(&self) -> &Votes {
+        &self.votes
+    }
+}
+
+impl fmt::Display for PermitsMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "semaphore in use with another configuration: stored {} (permits:per-node limit:quorum:nodes), requested {}; nothing was written",
+            self.stored, self.requested
         )
     }
 }

@@ -21,7 +21,7 @@ use futures::stream::FuturesUnordered;
 use tokio::sync::{Notify, watch};
 
 use crate::error::{Error, LostReason};
-use crate::node::{ExtendBatch, Node};
+use crate::node::{ExtendBatch, Node, Request};
 use crate::protocol::keep::{self, Applied, Kept, Lost, Policy, Sweep};
 use crate::protocol::{Decision, Tally};
 use crate::time::log_ms;
@@ -42,18 +42,19 @@ pub(crate) struct Entry {
     state: Mutex<Kept<Instant>>,
     /// Bumped whenever the deadline moves or the lock is lost or stopped.
     changed: watch::Sender<u64>,
-    keys: Vec<Vec<u8>>,
-    token: Vec<u8>,
+    /// The lock's extension by its TTL, prepared once (the kind of lock chose the script).
+    extend: Request,
+    /// The grants an extension needs.
+    quorum: usize,
     ttl: Duration,
 }
 
 impl Entry {
-    /// A kept lock: its keys and token, its policy, valid until `deadline`, kept from
-    /// `now`, capped at `hold_end`.
+    /// A kept lock: its prepared extension and the quorum it needs, its policy, valid
+    /// until `deadline`, kept from `now`, capped at `hold_end`.
     pub(crate) fn new(
         policy: Policy,
-        keys: Vec<Vec<u8>>,
-        token: Vec<u8>,
+        (extend, quorum): (Request, usize),
         deadline: Instant,
         now: Instant,
         hold_end: Option<Instant>,
@@ -61,8 +62,8 @@ impl Entry {
         Arc::new(Entry {
             state: Mutex::new(Kept::new(policy, deadline, now, hold_end)),
             changed: watch::channel(0).0,
-            keys,
-            token,
+            extend,
+            quorum,
             ttl: policy.ttl,
         })
     }
@@ -294,10 +295,7 @@ impl Task {
     async fn round(&self, due: Vec<Arc<Entry>>) {
         let longest = due.iter().map(|e| (self.node_timeout)(e.ttl)).max();
         let timeout = keep::round_timeout(longest.unwrap_or(Duration::from_millis(50)), due.len());
-        let batch = Arc::new(ExtendBatch::new(
-            due.iter()
-                .map(|e| (e.keys.as_slice(), e.token.as_slice(), e.ttl)),
-        ));
+        let batch = Arc::new(ExtendBatch::new(due.iter().map(|e| &e.extend)));
         let start = Instant::now();
         crate::metrics::watchdog_round(due.len());
         let span = tracing::debug_span!(
@@ -317,7 +315,10 @@ impl Task {
             })
             .collect();
         let mut votes = Votes {
-            tallies: vec![Tally::new(self.nodes.len(), self.quorum); due.len()],
+            tallies: due
+                .iter()
+                .map(|e| Tally::new(self.nodes.len(), e.quorum))
+                .collect(),
             done: vec![false; due.len()],
         };
         while let Some(reply) = replies.next().await {

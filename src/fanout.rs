@@ -38,6 +38,8 @@ pub(crate) struct Round {
     started: Instant,
     pending: FuturesUnordered<NodeFuture>,
     replies: Vec<Option<Reply>>,
+    /// The nodes that answered, in arrival order.
+    order: Vec<usize>,
     tally: Tally,
 }
 
@@ -59,6 +61,7 @@ impl Round {
             started,
             pending,
             replies: (0..nodes.len()).map(|_| None).collect(),
+            order: Vec::with_capacity(nodes.len()),
             tally: Tally::new(nodes.len(), quorum),
         }
     }
@@ -75,6 +78,7 @@ impl Round {
                     self.tally.record(reply.ballot());
                     if let Some(slot) = self.replies.get_mut(i) {
                         *slot = Some(reply);
+                        self.order.push(i);
                     }
                 }
                 None => return self.tally.final_decision(),
@@ -120,6 +124,13 @@ impl Round {
             .iter()
             .enumerate()
             .filter_map(|(i, r)| r.as_ref().map(|r| (i, r)))
+    }
+
+    /// The answers received so far, in the order they arrived.
+    pub(crate) fn arrivals(&self) -> impl Iterator<Item = (usize, &Reply)> {
+        self.order
+            .iter()
+            .filter_map(|&i| self.reply(i).map(|r| (i, r)))
     }
 
     /// Every node's outcome (pending ones as [`NodeOutcome::NotAwaited`]).
@@ -181,6 +192,17 @@ impl InFlight {
     /// Drains the round's pending requests in the background and tracks which nodes are
     /// done. Returns `None` when nothing is pending.
     pub(crate) fn track(round: &mut Round) -> Option<InFlight> {
+        InFlight::track_then(round, |_| async {})
+    }
+
+    /// As [`track`](InFlight::track), and once every pending request has finished, runs
+    /// `landed` with their answers (in arrival order) in the same background task; at once
+    /// with none if nothing was pending.
+    pub(crate) fn track_then<F, Fut>(round: &mut Round, landed: F) -> Option<InFlight>
+    where
+        F: FnOnce(Vec<(usize, Reply)>) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
         let mask = round
             .replies
             .iter()
@@ -189,14 +211,18 @@ impl InFlight {
             .fold(0u64, |m, (i, _)| m | bit(i));
         let mut pending = round.take_pending();
         if pending.is_empty() || mask == 0 {
+            spawn(landed(Vec::new()));
             return None;
         }
         let (tx, rx) = watch::channel(mask);
         let spawned = spawn(async move {
-            while let Some((i, _)) = pending.next().await {
+            let mut late = Vec::new();
+            while let Some((i, reply)) = pending.next().await {
                 tx.send_modify(|m| *m &= !bit(i));
+                late.push((i, reply));
             }
             tx.send_replace(0);
+            landed(late).await;
         });
         spawned.then_some(InFlight { rx })
     }

@@ -58,30 +58,29 @@ use crate::error::Error;
 use crate::fanout::Round;
 use crate::node::Request;
 use crate::protocol::{Reply, fencing};
-use crate::resource::Resources;
+use crate::resource::{Resources, RwKeys};
 use crate::shared::Inner;
 use crate::token::Token;
 
 /// The keys both rounds name: the lock keys, then the fence counters, in the same order.
 pub(crate) struct FenceKeys(Vec<Vec<u8>>);
 
-/// Starts round 1: the fenced acquire on every node.
-pub(crate) fn start(
-    inner: &Inner,
-    res: &Resources,
-    token: &Token,
-    ttl: Duration,
-    node_timeout: Duration,
-) -> (Round, FenceKeys) {
+impl FenceKeys {
+    /// A read-write lock's writer key and its fence counter: the writer's round 1 is
+    /// `write_acquire.lua` (fenced), its round 2 the same commit as the mutex's.
+    pub(crate) fn writer(keys: &RwKeys) -> FenceKeys {
+        FenceKeys(vec![keys.writer.clone(), keys.fence.clone()])
+    }
+}
+
+/// Round 1's request for the mutex: the fenced acquire of `res`, and the keys both rounds
+/// name. (A read-write lock's writer sends its own fenced acquire, with
+/// [`FenceKeys::writer`].)
+pub(crate) fn request(res: &Resources, token: &Token, ttl: Duration) -> (Request, FenceKeys) {
     let mut keys = res.lock_keys().to_vec();
     keys.extend(res.fence_keys());
-    let call = Arc::new(Request::acquire_fenced(keys.clone(), token, ttl));
-    let round = Round::start(&inner.nodes, inner.quorum, |_, node| {
-        let node = node.clone();
-        let call = call.clone();
-        async move { node.send(&call, node_timeout).await }
-    });
-    (round, FenceKeys(keys))
+    let call = Request::acquire_fenced(keys.clone(), token, ttl);
+    (call, FenceKeys(keys))
 }
 
 /// Round 2, once round 1 reached the quorum: commits `t` (the largest counter granted so

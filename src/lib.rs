@@ -206,6 +206,8 @@ mod config;
 mod fencing;
 pub mod inspect;
 mod lock;
+mod rwlock;
+mod semaphore;
 mod shared;
 mod wait;
 // Kept locks and scoped use:
@@ -228,13 +230,14 @@ pub use client::Redlock;
 pub use config::{DEFAULTS, Defaults, MAX_NODES, RedlockBuilder, Retry};
 pub use error::{
     ConfigError, Error, ErrorKind, InvalidInput, Lost, LostReason, NodeOutcome, NodeVote,
-    RandomSourceError, Result, Timeout, Votes,
+    PermitsMismatch, RandomSourceError, Result, Timeout, Votes,
 };
 pub use inspect::Inspection;
-pub use lock::Lock;
+pub use lock::{Lock, LockMode};
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use metrics::describe as describe_metrics;
 pub use resource::{MAX_RESOURCE_LEN, MAX_RESOURCES};
+pub use semaphore::Semaphore;
 pub use wait::QUEUE_LEASE;
 pub use watchdog::{KeptLock, LockContext, LostSignal, Watchdog};

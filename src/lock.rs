@@ -6,6 +6,11 @@
 //! *started*, plus the TTL, minus the time that round took, minus the drift allowance.
 //! [`Lock::remaining`] never over-reports: the deadline only moves after a quorum
 //! confirmed an extension.
+//!
+//! One guard serves every kind of lock ([`LockMode`]): the mutex, a read-write lock's
+//! reader or writer, a semaphore's permit. The kind selects the requests (which keys an
+//! extension or a release names, which script runs) and the quorum; the rules (validity,
+//! verdicts, the never-shortening extension, clean-up) are the same.
 
 use std::fmt;
 use std::sync::Arc;
@@ -18,10 +23,38 @@ use crate::fanout::{InFlight, Round};
 use crate::node::Request;
 use crate::protocol::contention::release_queued;
 use crate::protocol::{Loss, Reply, Verdict, verdict};
-use crate::resource::Resources;
+use crate::resource::{Kind, Resources};
 use crate::shared::Inner;
 use crate::time::log_ms;
 use crate::token::Token;
+
+/// What kind of lock a [`Lock`] is ([`Lock::mode`]).
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), quorumlock::Error> {
+/// use std::time::Duration;
+/// use quorumlock::LockMode;
+/// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+/// let reader = locks.try_read_lock("catalog", Duration::from_secs(10)).await?;
+/// assert_eq!(reader.mode(), LockMode::Read);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LockMode {
+    /// The mutex: [`Redlock::try_lock`](crate::Redlock::try_lock) and friends.
+    Exclusive,
+    /// A reader of a read-write lock ([`Redlock::read_lock`](crate::Redlock::read_lock)):
+    /// shared with other readers, never with a writer.
+    Read,
+    /// The writer of a read-write lock ([`Redlock::write_lock`](crate::Redlock::write_lock)):
+    /// excludes readers and other writers.
+    Write,
+    /// A permit of a [`Semaphore`](crate::Semaphore).
+    Permit,
+}
 
 /// A held lock.
 ///
@@ -62,6 +95,10 @@ pub struct Lock {
     released: bool,
     /// The wait-queue id this lock was waited for under, if any (see `wait::Ticket`).
     waiter: Option<Vec<u8>>,
+    /// What kind of lock it is: selects the extend and release requests.
+    kind: Kind,
+    /// The grants an extension or a release needs (a semaphore's may exceed a majority).
+    quorum: usize,
 }
 
 impl fmt::Debug for Lock {
@@ -70,6 +107,7 @@ impl fmt::Debug for Lock {
             .field("resources", &self.res.names())
             .field("token", &self.token)
             .field("remaining", &self.remaining())
+            .field("mode", &self.mode())
             .field("fencing_token", &self.fencing)
             .finish()
     }
@@ -85,6 +123,7 @@ impl Lock {
         inflight: Option<InFlight>,
         fencing: Option<u64>,
     ) -> Lock {
+        let quorum = inner.quorum;
         Lock {
             inner,
             res,
@@ -95,6 +134,48 @@ impl Lock {
             fencing,
             released: false,
             waiter: None,
+            kind: Kind::Exclusive,
+            quorum,
+        }
+    }
+
+    /// The lock as a `kind` needing `quorum` grants (set once, at acquisition).
+    pub(crate) fn with_kind(mut self, kind: Kind, quorum: usize) -> Lock {
+        self.kind = kind;
+        self.quorum = quorum;
+        self
+    }
+
+    /// The grants an extension or a release needs.
+    pub(crate) fn quorum(&self) -> usize {
+        self.quorum
+    }
+
+    /// The prepared extension of this lock by `ttl` (the watchdog sends it every round).
+    pub(crate) fn extend_request(&self, ttl: Duration) -> Request {
+        Request::extend_held(&self.kind, &self.res, &self.token, ttl)
+    }
+
+    /// What kind of lock this is: the mutex, a reader or the writer of a read-write lock,
+    /// or a semaphore's permit.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// use std::time::Duration;
+    /// use quorumlock::LockMode;
+    /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+    /// let lock = locks.try_lock("job", Duration::from_secs(10)).await?;
+    /// assert_eq!(lock.mode(), LockMode::Exclusive);
+    /// # Ok(()) }
+    /// ```
+    pub fn mode(&self) -> LockMode {
+        match self.kind {
+            Kind::Exclusive => LockMode::Exclusive,
+            Kind::Read(_) => LockMode::Read,
+            Kind::Write(_) => LockMode::Write,
+            Kind::Permit(_) => LockMode::Permit,
         }
     }
 
@@ -218,6 +299,10 @@ impl Lock {
     /// larger than every earlier holder's token of each of them, and smaller than every
     /// later holder's.
     ///
+    /// A read-write lock's writer gets a token from the writer's own counter (ordered among
+    /// the writers of that name, independent of the mutex of the same name); readers and
+    /// semaphore permits have none (`None`): they do not exclude one another.
+    ///
     /// Only the order of tokens means something. (They read like microseconds since the
     /// Unix epoch by the nodes' clocks, because each grant takes the node's clock as a
     /// floor; do not rely on that.)
@@ -295,14 +380,16 @@ impl Lock {
         let span = tracing::debug_span!(
             "quorumlock.extend",
             resource = %self.res.label(),
+            mode = self.kind.label(),
             nodes = self.inner.nodes.len(),
-            quorum = self.inner.quorum,
+            quorum = self.quorum,
             ttl_ms = log_ms(ttl),
             token = %self.token,
             granted = field::Empty,
             elapsed_us = field::Empty,
             validity_ms = field::Empty,
             outcome = field::Empty,
+            votes = field::Empty,
         );
         self.extend_inner(ttl).instrument(span).await
     }
@@ -310,13 +397,9 @@ impl Lock {
     async fn extend_inner(&mut self, ttl: Duration) -> Result<(), Error> {
         let inner = self.inner.clone();
         let node_timeout = inner.config.node_timeout_for(ttl);
-        let call = Arc::new(Request::extend(
-            self.res.lock_keys().to_vec(),
-            &self.token,
-            ttl,
-        ));
+        let call = Arc::new(self.extend_request(ttl));
         let inflight = self.inflight.clone();
-        let mut round = Round::start(&inner.nodes, inner.quorum, |i, node| {
+        let mut round = Round::start(&inner.nodes, self.quorum, |i, node| {
             let node = node.clone();
             let call = call.clone();
             let inflight = inflight.clone();
@@ -326,6 +409,7 @@ impl Lock {
         let (elapsed, validity) = round.measure(ttl, inner.config.drift_factor);
         let span = tracing::Span::current();
         let votes = round.votes(&inner.nodes);
+        span.record("votes", field::display(&votes));
         let tally = *round.tally();
         let started = round.started();
         round.detach();
@@ -384,19 +468,21 @@ impl Lock {
         let span = tracing::debug_span!(
             "quorumlock.release",
             resource = %self.res.label(),
+            mode = self.kind.label(),
             nodes = self.inner.nodes.len(),
-            quorum = self.inner.quorum,
+            quorum = self.quorum,
             token = %self.token,
             granted = field::Empty,
             elapsed_us = field::Empty,
             outcome = field::Empty,
+            votes = field::Empty,
         );
         let expired = !self.is_valid();
         let mut round = self.release_round();
         let decision = round.decide().instrument(span.clone()).await;
         self.released = true;
         let inner = self.inner.clone();
-        if let Some(n) = &inner.notifier {
+        if let (Some(n), Kind::Exclusive) = (&inner.notifier, &self.kind) {
             let listeners = round
                 .replies()
                 .map(|(_, r)| r.listeners())
@@ -413,6 +499,7 @@ impl Lock {
             n.released(&self.res, listeners, queued);
         }
         let votes = round.votes(&inner.nodes);
+        span.record("votes", field::display(&votes));
         let tally = *round.tally();
         span.record("granted", tally.granted());
         let elapsed = round.elapsed();
@@ -432,13 +519,26 @@ impl Lock {
     fn release_round(&self) -> Round {
         let announce = self.inner.config.notify;
         let waiter = self.waiter.as_deref().unwrap_or_default();
-        let loud = Arc::new(Request::release(&self.res, &self.token, announce, waiter));
-        let quiet = Arc::new(Request::release(&self.res, &self.token, false, waiter));
+        let kind = &self.kind;
+        let loud = Arc::new(Request::release_held(
+            kind,
+            &self.res,
+            &self.token,
+            announce,
+            waiter,
+        ));
+        let quiet = Arc::new(Request::release_held(
+            kind,
+            &self.res,
+            &self.token,
+            false,
+            waiter,
+        ));
         let timeout = self.inner.config.node_timeout_for(self.ttl);
         let inflight = self.inflight.clone();
         let n = self.inner.nodes.len();
         let res = &self.res;
-        Round::start(&self.inner.nodes, self.inner.quorum, |i, node| {
+        Round::start(&self.inner.nodes, self.quorum, |i, node| {
             let node = node.clone();
             // Only the resource's two heralds announce (and hand over to the queue).
             let call = if res.len() > 1 || res.is_herald(i, n) {
@@ -449,10 +549,6 @@ impl Lock {
             let inflight = inflight.clone();
             ordered(i, inflight, timeout, node, call)
         })
-    }
-
-    pub(crate) fn resources_ref(&self) -> &Resources {
-        &self.res
     }
 }
 

@@ -22,7 +22,8 @@
 //! [`QueuePlace`]), so nothing above this module looks at a raw Redis value.
 //!
 //! ```text
-//!   Duration ──Request::acquire / extend / acquire_fenced, QueueJoin::new, ExtendBatch::new──▶ millis_ceil ──▶ "PX", ARGV
+//!   Duration ──Request::acquire / extend / acquire_fenced / read_acquire / write_acquire /
+//!              sem_acquire / extend_held, QueueJoin::new──▶ millis_ceil ──▶ "PX", ARGV
 //!   raw Value ──decode(Answer, raw)──▶ protocol::Reply        decode_join(raw) ──▶ QueuePlace
 //! ```
 
@@ -39,7 +40,7 @@ use crate::error::Error;
 use crate::metrics::{NodeKeys, Op, Timer};
 use crate::protocol::fencing;
 use crate::protocol::reply::{Holder, QueuePlace, Reply as Typed};
-use crate::resource::Resources;
+use crate::resource::{Kind, Resources, RwKeys, SemKeys};
 use crate::token::Token;
 
 /// A Lua script: its source (the one copy, from `src/scripts/`) and its SHA1, computed
@@ -89,6 +90,17 @@ pub(crate) static EXTEND: Lua = lua!("scripts/extend.lua", idempotent: true);
 pub(crate) static ACQUIRE_FENCED: Lua = lua!("scripts/acquire_fenced.lua", idempotent: false);
 /// The fence commit (round 2): raise the counters where our token still holds the keys.
 pub(crate) static COMMIT_FENCE: Lua = lua!("scripts/commit_fence.lua", idempotent: true);
+/// A reader's acquire (read-write locks).
+pub(crate) static READ_ACQUIRE: Lua = lua!("scripts/read_acquire.lua", idempotent: false);
+/// The writer's acquire (read-write locks), optionally fenced; registers a waiting
+/// writer's intent when refused.
+pub(crate) static WRITE_ACQUIRE: Lua = lua!("scripts/write_acquire.lua", idempotent: false);
+/// A semaphore permit's acquire.
+pub(crate) static SEM_ACQUIRE: Lua = lua!("scripts/sem_acquire.lua", idempotent: false);
+/// Compare-and-extend of a sorted-set entry (reader, permit).
+pub(crate) static SHARED_EXTEND: Lua = lua!("scripts/shared_extend.lua", idempotent: true);
+/// Compare-and-delete of a sorted-set entry (reader, permit, writer intent).
+pub(crate) static SHARED_RELEASE: Lua = lua!("scripts/shared_release.lua", idempotent: true);
 
 /// A parsed, validated node URL, not yet connected.
 #[derive(Clone)]
@@ -496,6 +508,11 @@ fn millis_ceil(d: Duration) -> u64 {
     u64::try_from(ms).unwrap_or(u64::MAX)
 }
 
+/// A duration as a script argument: whole milliseconds, rounded up ([`millis_ceil`]).
+fn millis_arg(d: Duration) -> Vec<u8> {
+    millis_ceil(d).to_string().into_bytes()
+}
+
 /// The shape of a request's answer, which says how to decode it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Answer {
@@ -506,6 +523,8 @@ pub(crate) enum Answer {
     Compare,
     /// A release script: `{deleted, listeners}`.
     Release,
+    /// A semaphore's acquire: `{1, load}`/0, or the error `PERMITS <stored configuration>`.
+    Permit,
 }
 
 /// What goes on the wire.
@@ -613,6 +632,118 @@ impl Request {
         Request::script(&DEQUEUE, keys.to_vec(), args, Answer::Compare)
     }
 
+    /// A reader's acquire on a read-write lock's keys.
+    pub(crate) fn read_acquire(keys: &RwKeys, token: &Token, ttl: Duration) -> Request {
+        let ks = vec![
+            keys.writer.clone(),
+            keys.readers.clone(),
+            keys.intent.clone(),
+        ];
+        let args = vec![token.as_bytes().to_vec(), millis_arg(ttl)];
+        Request::script(&READ_ACQUIRE, ks, args, Answer::Acquire)
+    }
+
+    /// The writer's acquire on a read-write lock's keys; `intent` is the waiting writer's
+    /// id (empty for an attempt that does not wait), registered for `lease` when refused.
+    pub(crate) fn write_acquire(
+        keys: &RwKeys,
+        token: &Token,
+        ttl: Duration,
+        intent: &[u8],
+        lease: Duration,
+        fenced: bool,
+    ) -> Request {
+        let ks = vec![
+            keys.writer.clone(),
+            keys.readers.clone(),
+            keys.intent.clone(),
+            keys.fence.clone(),
+        ];
+        let fenced = if fenced { b"1" } else { b"0" };
+        let args = vec![
+            token.as_bytes().to_vec(),
+            millis_arg(ttl),
+            intent.to_vec(),
+            millis_arg(lease),
+            fenced.to_vec(),
+        ];
+        Request::script(&WRITE_ACQUIRE, ks, args, Answer::Acquire)
+    }
+
+    /// A semaphore permit's acquire, with the clients' configuration text and the
+    /// per-node limit `c`.
+    pub(crate) fn sem_acquire(
+        keys: &SemKeys,
+        token: &Token,
+        ttl: Duration,
+        config: &str,
+        limit: u32,
+    ) -> Request {
+        let ks = vec![keys.holders.clone(), keys.config.clone()];
+        let args = vec![
+            token.as_bytes().to_vec(),
+            millis_arg(ttl),
+            config.as_bytes().to_vec(),
+            limit.to_string().into_bytes(),
+        ];
+        Request::script(&SEM_ACQUIRE, ks, args, Answer::Permit)
+    }
+
+    /// The extension of a held lock of any kind: the mutex's and the writer's
+    /// compare-and-extend of their keys, a reader's or a permit's extension of its entry.
+    pub(crate) fn extend_held(
+        kind: &Kind,
+        res: &Resources,
+        token: &Token,
+        ttl: Duration,
+    ) -> Request {
+        let shared = |keys: Vec<Vec<u8>>| {
+            let args = vec![token.as_bytes().to_vec(), millis_arg(ttl)];
+            Request::script(&SHARED_EXTEND, keys, args, Answer::Compare)
+        };
+        match kind {
+            Kind::Exclusive => Request::extend(res.lock_keys().to_vec(), token, ttl),
+            Kind::Write(k) => Request::extend(vec![k.writer.clone()], token, ttl),
+            Kind::Read(k) => shared(vec![k.readers.clone()]),
+            Kind::Permit(k) => shared(vec![k.holders.clone(), k.config.clone()]),
+        }
+    }
+
+    /// The release of a held lock of any kind (also the clean-up of a failed attempt and a
+    /// permit's give-back). Only the mutex announces and hands over ([`Request::release`]).
+    pub(crate) fn release_held(
+        kind: &Kind,
+        res: &Resources,
+        token: &Token,
+        announce: bool,
+        waiter: &[u8],
+    ) -> Request {
+        let shared = |keys: Vec<Vec<u8>>| {
+            let args = vec![token.as_bytes().to_vec()];
+            Request::script(&SHARED_RELEASE, keys, args, Answer::Release)
+        };
+        match kind {
+            Kind::Exclusive => Request::release(res, token, announce, waiter),
+            Kind::Write(k) => {
+                let args = vec![token.as_bytes().to_vec()];
+                Request::script(&RELEASE, vec![k.writer.clone()], args, Answer::Release)
+            }
+            Kind::Read(k) => shared(vec![k.readers.clone()]),
+            Kind::Permit(k) => shared(vec![k.holders.clone(), k.config.clone()]),
+        }
+    }
+
+    /// A waiting writer leaves: its intent `id` is removed from the intents' set.
+    pub(crate) fn leave_intent(keys: &RwKeys, id: &[u8]) -> Request {
+        let args = vec![id.to_vec()];
+        Request::script(
+            &SHARED_RELEASE,
+            vec![keys.intent.clone()],
+            args,
+            Answer::Release,
+        )
+    }
+
     /// Decodes a raw answer to this request.
     fn decode(&self, raw: Reply) -> Typed {
         decode(self.answer, raw)
@@ -624,9 +755,9 @@ impl Request {
             return Op::Acquire;
         };
         let is = |lua: &Lua| std::ptr::eq(s.code, lua.code);
-        if is(&EXTEND) {
+        if is(&EXTEND) || is(&SHARED_EXTEND) {
             Op::Extend
-        } else if is(&RELEASE) || is(&RELEASE_ONE) {
+        } else if is(&RELEASE) || is(&RELEASE_ONE) || is(&SHARED_RELEASE) {
             Op::Release
         } else if is(&COMMIT_FENCE) {
             Op::FenceCommit
@@ -676,15 +807,28 @@ pub(crate) fn decode_join(raw: Reply) -> Option<QueuePlace> {
     })
 }
 
+/// The error code `sem_acquire.lua` refuses a mismatched configuration with.
+const PERMITS_MISMATCH: &str = "PERMITS";
+
 /// Turns a raw answer into a typed reply; anything of the wrong shape is a failure.
 pub(crate) fn decode(answer: Answer, raw: Reply) -> Typed {
     let v = match raw {
         Reply::TimedOut => return Typed::TimedOut,
+        Reply::Error(e) if answer == Answer::Permit && e.code() == Some(PERMITS_MISMATCH) => {
+            return Typed::Mismatch(e.detail().unwrap_or_default().trim().to_owned());
+        }
         Reply::Error(e) => return Typed::Failed(Reply::error_text(&e)),
         Reply::Value(v) => v,
     };
     let typed = match (answer, &v) {
         (Answer::Acquire, Value::Nil | Value::Okay | Value::Int(1)) => Some(Typed::Granted),
+        (Answer::Permit, Value::Int(0)) => Some(Typed::HeldBy(None)),
+        (Answer::Permit, Value::Array(a)) => match (a.first(), a.get(1)) {
+            (Some(Value::Int(1)), Some(Value::Int(n))) => {
+                u64::try_from(*n).ok().map(|load| Typed::Admitted { load })
+            }
+            _ => None,
+        },
         (Answer::Compare, Value::Int(1)) => Some(Typed::Granted),
         (Answer::Acquire | Answer::Compare, Value::Int(0)) => Some(Typed::HeldBy(None)),
         (Answer::Acquire, Value::BulkString(owner)) => {
@@ -831,44 +975,62 @@ impl Node {
     }
 
     async fn extend_replies(&self, batch: &ExtendBatch, timeout: Duration) -> Vec<Typed> {
-        match self.pipeline(&batch.pipe, batch.count + 1, timeout).await {
-            Ok(values) => (0..batch.count)
-                .map(|k| match values.get(k + 1) {
-                    Some(v) => decode(Answer::Compare, Reply::from_result(Ok(v.clone()))),
+        let count = batch.answers.len();
+        match self
+            .pipeline(&batch.pipe, batch.loads + count, timeout)
+            .await
+        {
+            Ok(values) => batch
+                .answers
+                .iter()
+                .enumerate()
+                .map(|(k, a)| match values.get(batch.loads + k) {
+                    Some(v) => decode(*a, Reply::from_result(Ok(v.clone()))),
                     None => Typed::Failed("missing pipeline reply".to_owned()),
                 })
                 .collect(),
-            Err(raw) => vec![decode(Answer::Compare, raw); batch.count],
+            // Every extension of the pipeline met the same failure (or time-out).
+            Err(raw) => vec![decode(Answer::Compare, raw); count],
         }
     }
 }
 
-/// Several locks' extensions for one node: `SCRIPT LOAD` of the extend script (so the
-/// `EVALSHA`s that follow find it even on a node that restarted), then one `EVALSHA` per
-/// lock.
+/// Several locks' extensions for one node: `SCRIPT LOAD` of each extend script they use
+/// (so the `EVALSHA`s that follow find it even on a node that restarted), then one
+/// `EVALSHA` per lock, each lock's own prepared extension ([`Request::extend_held`]).
 pub(crate) struct ExtendBatch {
     pipe: redis::Pipeline,
-    count: usize,
+    /// The `SCRIPT LOAD`s ahead of the extensions.
+    loads: usize,
+    /// How each extension's answer is read, in order.
+    answers: Vec<Answer>,
 }
 
 impl ExtendBatch {
-    /// A batch of `(keys, token, ttl)` extensions.
-    pub(crate) fn new<'a>(
-        locks: impl IntoIterator<Item = (&'a [Vec<u8>], &'a [u8], Duration)>,
-    ) -> ExtendBatch {
+    /// A batch of prepared extensions.
+    pub(crate) fn new<'a>(requests: impl IntoIterator<Item = &'a Request>) -> ExtendBatch {
+        let requests: Vec<&Request> = requests.into_iter().collect();
         let mut pipe = redis::pipe();
-        pipe.cmd("SCRIPT").arg("LOAD").arg(EXTEND.code);
-        let mut count = 0;
-        for (keys, token, ttl) in locks {
-            pipe.cmd("EVALSHA")
-                .arg(EXTEND.hash())
-                .arg(keys.len())
-                .arg(keys)
-                .arg(token)
-                .arg(millis_ceil(ttl));
-            count += 1;
+        let mut loaded: Vec<&'static str> = Vec::new();
+        for r in &requests {
+            if let Wire::Script(s) = &r.wire
+                && !loaded.iter().any(|c| std::ptr::eq(*c, s.code))
+            {
+                pipe.cmd("SCRIPT").arg("LOAD").arg(s.code);
+                loaded.push(s.code);
+            }
         }
-        ExtendBatch { pipe, count }
+        for r in &requests {
+            match &r.wire {
+                Wire::Script(s) => pipe.add_command(s.evalsha.clone()),
+                Wire::Cmd(c) => pipe.add_command(c.clone()),
+            };
+        }
+        ExtendBatch {
+            pipe,
+            loads: loaded.len(),
+            answers: requests.iter().map(|r| r.answer).collect(),
+        }
     }
 }
 
@@ -1037,6 +1199,7 @@ mod tests {
         );
         assert!(matches!(decode(Answer::Release, int(1)), Typed::Failed(_)));
         assert_eq!(decode(Answer::Compare, Reply::TimedOut), Typed::TimedOut);
+
         // A fenced grant's counter is a token only in 1..2^53.
         for bad in [0, 1 << 53] {
             assert!(matches!(
@@ -1044,6 +1207,41 @@ mod tests {
                 Typed::Failed(_)
             ));
         }
+    }
+
+    /// A semaphore's acquire: 1/0, and the refusal of a mismatched configuration as a
+    /// typed reply naming the stored one.
+    #[test]
+    fn decoding_permits() {
+        let int = |i| Reply::Value(Value::Int(i));
+        let arr = |a: Vec<Value>| Reply::Value(Value::Array(a));
+        assert_eq!(
+            decode(Answer::Permit, arr(vec![Value::Int(1), Value::Int(2)])),
+            Typed::Admitted { load: 2 }
+        );
+        assert_eq!(decode(Answer::Permit, int(0)), Typed::HeldBy(None));
+        for bad in [
+            int(1),
+            arr(vec![Value::Int(1), Value::Int(-1)]),
+            arr(vec![]),
+        ] {
+            assert!(matches!(decode(Answer::Permit, bad), Typed::Failed(_)));
+        }
+        // The error a semaphore node refuses a mismatched configuration with.
+        let server = |raw: &[u8]| Reply::from_result(redis::parse_redis_value(raw));
+        assert_eq!(
+            decode(Answer::Permit, server(b"-PERMITS 3:2:3:5\r\n")),
+            Typed::Mismatch("3:2:3:5".to_owned())
+        );
+        // Only the semaphore's acquire reads it so; any other error is a failure.
+        assert!(matches!(
+            decode(Answer::Acquire, server(b"-PERMITS 3:2:3:5\r\n")),
+            Typed::Failed(_)
+        ));
+        assert!(matches!(
+            decode(Answer::Permit, server(b"-ERR boom\r\n")),
+            Typed::Failed(_)
+        ));
     }
 
     /// A join's `{added, ahead, score}`; anything else reads as no answer.
@@ -1084,6 +1282,11 @@ mod tests {
             &EXTEND,
             &ACQUIRE_FENCED,
             &COMMIT_FENCE,
+            &READ_ACQUIRE,
+            &WRITE_ACQUIRE,
+            &SEM_ACQUIRE,
+            &SHARED_EXTEND,
+            &SHARED_RELEASE,
         ] {
             assert_eq!(lua.hash(), redis::Script::new(lua.code).get_hash());
             assert_eq!(lua.hash().len(), 40);

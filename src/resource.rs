@@ -9,10 +9,21 @@
 //! | `quorumlock:fence:{name}` | the fence counter (fencing only; never expires; the largest fencing token issued or committed on this node, in microseconds since the Unix epoch or above) |
 //! | `quorumlock:queue:{name}`, `quorumlock:qlease:{name}` | waiters in arrival order, and when each one's lease lapses (notify waiting; on the resource's two herald nodes only; vanish with the last lease) |
 //! | `quorumlock:released:{name}` | the pub/sub channel announcing releases |
+//! | `quorumlock:rw:{name}` | a read-write lock's writer token, with the TTL |
+//! | `quorumlock:readers:{name}` | a read-write lock's readers: a sorted set, member = reader token, score = its expiry in ms by this node's clock |
+//! | `quorumlock:wintent:{name}` | waiting writers' intents: member = writer id, score = the intent lease's expiry (node ms) |
+//! | `quorumlock:rwfence:{name}` | the writer fence counter (fencing only; as `fence`) |
+//! | `quorumlock:sem:{name}` | a semaphore's holders: member = permit token, score = its expiry (node ms) |
+//! | `quorumlock:semcfg:{name}` | the semaphore's `"P:c:Q:N"`, expiring with the last holder |
+//!
+//! Every sorted set expires at its largest score (`PEXPIREAT`, set again after every change),
+//! so an idle one vanishes by itself; a member is live while its score is ahead of the
+//! node's clock, and every script purges the others first.
 //!
 //! Names are arbitrary non-empty byte strings (up to 4 KiB); nothing is concatenated, so no
-//! two different names share a key, and the `lock`/`fence`/`released` namespaces never
-//! collide because the prefixes differ before the name starts. A multi-resource lock is a
+//! two different names share a key, and the namespaces never collide because the prefixes
+//! differ before the name starts: a mutex, a read-write lock and a semaphore of the same
+//! name are three independent things. A multi-resource lock is a
 //! *set*: its keys are the keys of its names, sorted; duplicates are refused, so two
 //! different sets never map to the same keys, and `["a", "b"]` and `["b", "a"]` are the
 //! same lock.
@@ -26,6 +37,12 @@ const FENCE_PREFIX: &[u8] = b"quorumlock:fence:";
 const CHANNEL_PREFIX: &[u8] = b"quorumlock:released:";
 const QUEUE_PREFIX: &[u8] = b"quorumlock:queue:";
 const QUEUE_LEASE_PREFIX: &[u8] = b"quorumlock:qlease:";
+const RW_PREFIX: &[u8] = b"quorumlock:rw:";
+const READERS_PREFIX: &[u8] = b"quorumlock:readers:";
+const INTENT_PREFIX: &[u8] = b"quorumlock:wintent:";
+const RW_FENCE_PREFIX: &[u8] = b"quorumlock:rwfence:";
+const SEM_PREFIX: &[u8] = b"quorumlock:sem:";
+const SEM_CONFIG_PREFIX: &[u8] = b"quorumlock:semcfg:";
 
 /// The longest resource name accepted, in bytes.
 pub const MAX_RESOURCE_LEN: usize = 4096;
@@ -130,6 +147,75 @@ impl Resources {
     }
 }
 
+/// The keys of one read-write lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RwKeys {
+    /// The writer's token (a string with a TTL).
+    pub(crate) writer: Vec<u8>,
+    /// The readers (a sorted set by expiry).
+    pub(crate) readers: Vec<u8>,
+    /// The waiting writers' intents (a sorted set by lease expiry).
+    pub(crate) intent: Vec<u8>,
+    /// The writer fence counter.
+    pub(crate) fence: Vec<u8>,
+}
+
+impl RwKeys {
+    /// The keys of the read-write lock `name` (validated by [`Resources::new`]).
+    pub(crate) fn new(name: &str) -> RwKeys {
+        RwKeys {
+            writer: key(RW_PREFIX, name),
+            readers: key(READERS_PREFIX, name),
+            intent: key(INTENT_PREFIX, name),
+            fence: key(RW_FENCE_PREFIX, name),
+        }
+    }
+}
+
+/// The keys of one semaphore.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SemKeys {
+    /// The holders (a sorted set by expiry).
+    pub(crate) holders: Vec<u8>,
+    /// The configuration `"P:c:Q:N"`.
+    pub(crate) config: Vec<u8>,
+}
+
+impl SemKeys {
+    /// The keys of the semaphore `name` (validated by [`Resources::new`]).
+    pub(crate) fn new(name: &str) -> SemKeys {
+        SemKeys {
+            holders: key(SEM_PREFIX, name),
+            config: key(SEM_CONFIG_PREFIX, name),
+        }
+    }
+}
+
+/// What a held lock is, and so which keys its extend, release and clean-up requests name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// The mutex: the lock keys of its [`Resources`].
+    Exclusive,
+    /// A reader of a read-write lock: its entry in the readers' set.
+    Read(Arc<RwKeys>),
+    /// The writer of a read-write lock: the writer key.
+    Write(Arc<RwKeys>),
+    /// A permit of a semaphore: its entry in the holders' set.
+    Permit(Arc<SemKeys>),
+}
+
+impl Kind {
+    /// The word tracing records as a lock's `mode`.
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            Kind::Exclusive => "exclusive",
+            Kind::Read(_) => "read",
+            Kind::Write(_) => "write",
+            Kind::Permit(_) => "permit",
+        }
+    }
+}
+
 /// The lock key of one resource name.
 #[cfg(test)]
 pub(crate) fn lock_key(name: &str) -> Vec<u8> {
@@ -195,6 +281,27 @@ mod tests {
         assert_ne!(lock_key("fence:x"), fence_key("x"));
         assert_ne!(lock_key("x"), channel("x"));
         assert!(lock_key("x").starts_with(b"quorumlock:lock:"));
+        let rw = RwKeys::new("x");
+        let sem = SemKeys::new("x");
+        let all = [
+            lock_key("x"),
+            fence_key("x"),
+            channel("x"),
+            rw.writer.clone(),
+            rw.readers.clone(),
+            rw.intent.clone(),
+            rw.fence.clone(),
+            sem.holders.clone(),
+            sem.config.clone(),
+        ];
+        let distinct: BTreeSet<_> = all.iter().collect();
+        assert_eq!(distinct.len(), all.len());
+        assert_eq!(rw.writer, b"quorumlock:rw:x");
+        assert_eq!(rw.readers, b"quorumlock:readers:x");
+        assert_eq!(rw.intent, b"quorumlock:wintent:x");
+        assert_eq!(rw.fence, b"quorumlock:rwfence:x");
+        assert_eq!(sem.holders, b"quorumlock:sem:x");
+        assert_eq!(sem.config, b"quorumlock:semcfg:x");
     }
 
     proptest! {

@@ -53,6 +53,12 @@
 //! per-resource state they keep are in [`notifier`](crate::notifier). This module is the
 //! loop that runs them, with the clock and the random draws.
 //!
+//! Read-write locks and semaphore permits wait more simply ([`acquire_polling`]): an
+//! attempt, then a random delay from the policy's range, until granted or the policy runs
+//! out. Their releases announce nothing (a reader's release frees no one while other
+//! readers remain; a permit frees one slot of many), so there is nothing to listen for.
+//! A waiting writer's fairness comes from its intent instead (see `rwlock`).
+//!
 //! The queue is only a hint for *who tries first*: an acquisition is always the ordinary
 //! Redlock vote, whatever the queue says.
 //!
@@ -71,7 +77,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use rand::Rng;
 
-use crate::acquire::acquire_once;
+use crate::acquire::{Ask, acquire_as, acquire_once};
 use crate::config::Retry;
 use crate::error::{Error, Timeout, TimeoutBudget, Votes};
 use crate::lock::Lock;
@@ -105,6 +111,53 @@ pub(crate) fn is_split(v: &Votes) -> bool {
         v.largest_holder(),
         v.quorum(),
     )
+}
+
+/// Acquires a lock of any kind by polling, per `retry`: an attempt, then a random delay
+/// from the policy's range, until granted, a failure that is not retryable, or the
+/// policy's attempts or maximum wait running out ([`Error::Timeout`] with the last
+/// attempt's votes). The attempts of a waiting writer carry its intent (in `ask`).
+pub(crate) async fn acquire_polling(
+    inner: &Arc<Inner>,
+    res: &Resources,
+    ask: &Ask,
+    ttl: Duration,
+    retry: &Retry,
+) -> Result<Lock, Error> {
+    let start = Instant::now();
+    let give_up_at = retry.max_wait.map(|d| later(start, d));
+    let mut attempts: u32 = 0;
+    let mut last: Option<Votes>;
+    loop {
+        attempts = attempts.saturating_add(1);
+        match acquire_as(inner, res, ask, ttl, attempts).await {
+            Ok(lock) => return crate::metrics::waited(start, Ok(lock)),
+            Err(e) if !e.is_retryable() => return crate::metrics::waited(start, Err(e)),
+            Err(e) => last = e.votes().cloned(),
+        }
+        if retry.attempts.is_some_and(|n| attempts >= n) {
+            break;
+        }
+        let mut delay = jitter(retry.delay_min, retry.delay_max);
+        if let Some(at) = give_up_at {
+            let left = at.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            delay = delay.min(left);
+        }
+        tokio::time::sleep(delay).await;
+        if give_up_at.is_some_and(|at| Instant::now() >= at) {
+            break;
+        }
+    }
+    let gave_up = Error::Timeout(Timeout {
+        budget: TimeoutBudget::MaxWait,
+        waited: start.elapsed(),
+        attempts,
+        votes: last,
+    });
+    crate::metrics::waited(start, Err(gave_up))
 }
 
 /// What one turn of the loop did.

@@ -40,6 +40,7 @@ use crate::error::Error;
 use crate::extender::{Entry, Registry};
 use crate::lock::Lock;
 use crate::protocol::keep;
+use crate::semaphore::Semaphore;
 
 /// Policy for keeping a lock alive: when to extend it, when to stop, and how early the
 /// lost signal fires.
@@ -392,8 +393,7 @@ impl Lock {
         let now = Instant::now();
         let entry = Entry::new(
             rules,
-            self.resources_ref().lock_keys().to_vec(),
-            self.token().as_bytes().to_vec(),
+            (self.extend_request(ttl), self.quorum()),
             self.deadline(),
             now,
             policy.max_hold.and_then(|h| now.checked_add(h)),
@@ -645,6 +645,135 @@ impl Redlock {
     }
 }
 
+impl Redlock {
+    /// Scoped use of a read lock: as [`with_lock`](Redlock::with_lock), with
+    /// [`read_lock`](Redlock::read_lock) (waiting per the retry policy). The closure runs
+    /// while the read lock is kept alive; it is cancelled if the lock is lost.
+    ///
+    /// # Errors
+    ///
+    /// The acquisition errors of [`read_lock`](Redlock::read_lock), or [`Error::Lost`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`with_lock`](Redlock::with_lock).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// use std::time::Duration;
+    /// use quorumlock::{Redlock, Watchdog};
+    /// let locks = Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+    /// let rows = locks
+    ///     .with_read_lock("catalog", Duration::from_secs(10), Watchdog::new(), |_ctx| async {
+    ///         120 // read the catalog
+    ///     })
+    ///     .await?;
+    /// # let _ = rows;
+    /// # Ok(()) }
+    /// ```
+    pub async fn with_read_lock<F, Fut, T>(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        watchdog: Watchdog,
+        f: F,
+    ) -> Result<T, Error>
+    where
+        F: FnOnce(LockContext) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let lock = self.read_lock(resource, ttl).await?;
+        scoped(lock.keep_alive(watchdog), f).await
+    }
+
+    /// Scoped use of the write lock: as [`with_lock`](Redlock::with_lock), with
+    /// [`write_lock`](Redlock::write_lock) (waiting per the retry policy, with a writer's
+    /// intent). The context's [`fencing_token`](LockContext::fencing_token) is the
+    /// writer's, when fencing is on.
+    ///
+    /// # Errors
+    ///
+    /// The acquisition errors of [`write_lock`](Redlock::write_lock), or [`Error::Lost`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`with_lock`](Redlock::with_lock).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// use std::time::Duration;
+    /// use quorumlock::{Redlock, Watchdog};
+    /// let locks = Redlock::builder(["redis://127.0.0.1:7001"]).fencing(true).build().await?;
+    /// locks
+    ///     .with_write_lock("catalog", Duration::from_secs(10), Watchdog::new(), |ctx| async move {
+    ///         let _token = ctx.fencing_token(); // pass to the storage
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn with_write_lock<F, Fut, T>(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        watchdog: Watchdog,
+        f: F,
+    ) -> Result<T, Error>
+    where
+        F: FnOnce(LockContext) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let lock = self.write_lock(resource, ttl).await?;
+        scoped(lock.keep_alive(watchdog), f).await
+    }
+}
+
+impl Semaphore {
+    /// Scoped use of a permit: takes one ([`acquire`](Semaphore::acquire), waiting per the
+    /// retry policy), keeps it alive with `watchdog`, runs `f`, and releases it, as
+    /// [`Redlock::with_lock`] does for the mutex. The closure is cancelled if the permit
+    /// is lost.
+    ///
+    /// # Errors
+    ///
+    /// The acquisition errors of [`acquire`](Semaphore::acquire), or [`Error::Lost`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Redlock::with_lock`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// use std::time::Duration;
+    /// use quorumlock::{Redlock, Watchdog};
+    /// let locks = Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+    /// let pool = locks.semaphore("api-quota", 8)?;
+    /// let status = pool
+    ///     .with_permit(Duration::from_secs(10), Watchdog::new(), |_ctx| async { 200 })
+    ///     .await?;
+    /// # let _ = status;
+    /// # Ok(()) }
+    /// ```
+    pub async fn with_permit<F, Fut, T>(
+        &self,
+        ttl: Duration,
+        watchdog: Watchdog,
+        f: F,
+    ) -> Result<T, Error>
+    where
+        F: FnOnce(LockContext) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let permit = self.acquire(ttl).await?;
+        scoped(permit.keep_alive(watchdog), f).await
+    }
+}
+
 async fn scoped<F, Fut, T>(kept: KeptLock, f: F) -> Result<T, Error>
 where
     F: FnOnce(LockContext) -> Fut,
@@ -696,14 +825,10 @@ mod tests {
             max_extensions: None,
             drift_factor: 0.01,
         };
-        Entry::new(
-            policy,
-            vec![b"k".to_vec()],
-            b"t".to_vec(),
-            deadline,
-            Instant::now(),
-            None,
-        )
+        let res = crate::resource::Resources::new(&["k"]).unwrap();
+        let token = crate::token::Token::generate().unwrap();
+        let extend = crate::node::Request::extend(res.lock_keys().to_vec(), &token, ttl);
+        Entry::new(policy, (extend, 1), deadline, Instant::now(), None)
     }
 
     /// A panic while the state's mutex is held poisons it. The lock must then read as

@@ -3,7 +3,7 @@
 //! ```text
 //!   tools     testkit, sim                                   (may use everything)
 //!   top       watchdog                                       (kept locks, scoped use)
-//!   client    client, config, shared, lock, acquire, fencing, wait
+//!   client    client, config, shared, lock, acquire, fencing, wait, inspect, rwlock, semaphore
 //!   io        node, fanout, background, notifier, extender   (sockets, tasks, timers)
 //!   base      addr, error, metrics, resource, token, time    (plain data and arithmetic; metrics)
 //!   protocol  protocol::*                                    (the pure core)
@@ -57,7 +57,16 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "client",
         &[
-            "client", "config", "shared", "lock", "acquire", "fencing", "wait", "inspect",
+            "client",
+            "config",
+            "shared",
+            "lock",
+            "acquire",
+            "fencing",
+            "wait",
+            "inspect",
+            "rwlock",
+            "semaphore",
         ],
     ),
     ("top", &["watchdog"]),

@@ -11,6 +11,7 @@
 //!   granted                      yes                now; First when the caller waits for them
 //!   failed, timed out            unknown            now (the request is over, whatever it did)
 //!   refused (another owner)      no: SET NX did nothing   never
+//!   refused (semaphore mismatch) no: nothing written      never
 //!   still running                unknown            once it lands, unless it lands as a refusal
 //! ```
 //!
@@ -89,7 +90,10 @@ mod tests {
 
     /// The oracle: a node may hold our key unless it said that someone else holds it.
     fn may_hold(r: &Reply) -> bool {
-        !matches!(r, Reply::HeldBy(_) | Reply::Released { deleted: 0, .. })
+        !matches!(
+            r,
+            Reply::HeldBy(_) | Reply::Released { deleted: 0, .. } | Reply::Mismatch(_)
+        )
     }
 
     #[test]

@@ -29,6 +29,9 @@
 //!   parse, the token, where the commit goes and when it makes the token usable.
 //! * [`contention`]: split votes, the contention window, turns, what an announcement
 //!   means for a waiter, the releaser-yields rule, the queue's lease.
+//! * [`semaphore`]: counted semaphores: the per-node limit `c`, the capacity (with every
+//!   node up and with some down), the configuration every node checks, which grants a new
+//!   holder gives back.
 //! * [`keep`]: a kept lock's watchdog state: when it is due, what a round did to it, when
 //!   its lost signal fires and why.
 //! * [`time`]: instants as inputs ([`time::Moment`]) and the saturating sums on them.
@@ -44,6 +47,7 @@ pub(crate) mod fencing;
 pub(crate) mod inspect;
 pub(crate) mod keep;
 pub(crate) mod reply;
+pub(crate) mod semaphore;
 pub(crate) mod tally;
 pub(crate) mod time;
 pub(crate) mod verdict;

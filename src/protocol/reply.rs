@@ -2,14 +2,17 @@
 //! answer for the request it sent.
 //!
 //! Redis answers each of our requests in its own shape: `SET … NX GET` with nil or the
-//! holder's token, the scripts with `1`/`0`, `{1, counter}`/`{0}` or
+//! holder's token, the scripts with `1`/`0`, `{1, counter}`/`{0}`, `{1, load}` or
 //! `{deleted, listeners}`. The node layer (`node.rs`) knows those shapes and turns each
 //! answer into one [`Reply`]; from here on nothing looks at a Redis value again. A reply
 //! then counts in exactly one way ([`Reply::ballot`]):
 //!
 //! ```text
-//!   Granted, Fenced(t), Released{deleted > 0} ──▶ Ballot::Granted
-//!   HeldBy(_), Released{deleted = 0}          ──▶ Ballot::Refused   (another owner, or not ours)
+//!   Granted, Fenced(t), Admitted{load},
+//!   Released{deleted > 0}                     ──▶ Ballot::Granted
+//!   HeldBy(_), Released{deleted = 0},
+//!   Mismatch(_)                               ──▶ Ballot::Refused   (another owner, not ours, or a
+//!                                                                    semaphore's other configuration)
 //!   Failed(text), TimedOut                    ──▶ Ballot::Failed    (unknown: against the quorum)
 //! ```
 
@@ -47,6 +50,12 @@ pub(crate) enum Reply {
     Granted,
     /// A fenced acquire granted, with the node's new fence counter.
     Fenced(u64),
+    /// A semaphore's node admitted our permit; `load` is how many live permits it holds
+    /// now, ours included.
+    Admitted {
+        /// Live permits on the node after the grant.
+        load: u64,
+    },
     /// The node refused: another owner's key is there (named when the node said whose),
     /// or, for a compare-and-X script, the key no longer holds our token.
     HeldBy(Option<Holder>),
@@ -58,6 +67,9 @@ pub(crate) enum Reply {
         /// Subscribers the announcement reached.
         listeners: u64,
     },
+    /// A semaphore's node refused because the semaphore is in use with another
+    /// configuration (`"P:c:Q:N"`, the stored one): nothing was written.
+    Mismatch(String),
     /// The node answered with an error, an unexpected value, or the connection failed.
     /// The text never holds credentials or tokens.
     Failed(String),
@@ -70,9 +82,9 @@ impl Reply {
     /// vote.
     pub(crate) fn ballot(&self) -> Ballot {
         match self {
-            Reply::Granted | Reply::Fenced(_) => Ballot::Granted,
+            Reply::Granted | Reply::Fenced(_) | Reply::Admitted { .. } => Ballot::Granted,
             Reply::Released { deleted, .. } if *deleted > 0 => Ballot::Granted,
-            Reply::HeldBy(_) | Reply::Released { .. } => Ballot::Refused,
+            Reply::HeldBy(_) | Reply::Released { .. } | Reply::Mismatch(_) => Ballot::Refused,
             Reply::Failed(_) | Reply::TimedOut => Ballot::Failed,
         }
     }
@@ -146,12 +158,14 @@ pub(super) mod tests {
         prop_oneof![
             Just(Reply::Granted),
             any::<u64>().prop_map(Reply::Fenced),
+            (0u64..5).prop_map(|load| Reply::Admitted { load }),
             (0u8..3).prop_map(holder),
             Just(Reply::HeldBy(None)),
             (0u64..3, 0u64..3)
                 .prop_map(|(deleted, listeners)| Reply::Released { deleted, listeners }),
             Just(Reply::Failed("ERR".into())),
             Just(Reply::TimedOut),
+            Just(Reply::Mismatch("1:1:2:3".into())),
         ]
     }
 
@@ -159,6 +173,7 @@ pub(super) mod tests {
     fn ballots() {
         assert_eq!(Reply::Granted.ballot(), Ballot::Granted);
         assert_eq!(Reply::Fenced(7).ballot(), Ballot::Granted);
+        assert_eq!(Reply::Admitted { load: 2 }.ballot(), Ballot::Granted);
         assert_eq!(holder(1).ballot(), Ballot::Refused);
         assert_eq!(Reply::HeldBy(None).ballot(), Ballot::Refused);
         let released = |deleted| Reply::Released {
@@ -170,6 +185,7 @@ pub(super) mod tests {
         assert_eq!(released(0).listeners(), 2);
         assert_eq!(Reply::Failed("x".into()).ballot(), Ballot::Failed);
         assert_eq!(Reply::TimedOut.ballot(), Ballot::Failed);
+        assert_eq!(Reply::Mismatch("1:1:2:3".into()).ballot(), Ballot::Refused);
     }
 
     #[test]

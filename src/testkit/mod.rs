@@ -83,6 +83,33 @@ pub use history::{ClientId, ClientRecorder, Event, EventKind, History, HoldMode}
 pub use nemesis::{Fault, RandomNemesis, Schedule};
 pub use proxy::{FaultProxy, ProxyMode};
 
+/// The test kit's **unsafe** semaphore, a negative control: per-node limit `c = P` with
+/// the majority quorum, so up to `⌊P·N / Q⌋` holders (more than `P`) can coexist. Use it to
+/// check that a test of your own, or a history checker, catches a semaphore that admits too
+/// many holders. It runs exactly the real semaphore's code (only `c` differs). See
+/// [`Semaphore::naive`](crate::Semaphore::naive).
+///
+/// # Errors
+///
+/// As [`Redlock::semaphore`](crate::Redlock::semaphore).
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), quorumlock::Error> {
+/// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+/// let unsafe_pool = quorumlock::testkit::naive_semaphore(&locks, "negative-control", 2)?;
+/// assert_eq!(unsafe_pool.per_node_limit(), unsafe_pool.permits());
+/// # Ok(()) }
+/// ```
+pub fn naive_semaphore(
+    locks: &crate::Redlock,
+    name: &str,
+    permits: u32,
+) -> Result<crate::Semaphore, crate::Error> {
+    crate::Semaphore::naive(locks, name, permits)
+}
+
 /// The fault interface shared by every backend: [`LocalCluster`] (local processes) and
 /// [`compose::ComposeCluster`] (Docker Compose) implement it, and so can yours. Nodes are
 /// numbered `0..len()`.

@@ -1,0 +1,303 @@
+//! Counted semaphores across the quorum: how many entries each node may hold, how many
+//! holders that lets coexist, and which nodes a new holder gives back.
+//!
+//! A semaphore of `P` permits on `N` nodes with quorum `Q` stores each holder's token in a
+//! sorted set on every node that grants it; a node grants while it has fewer than `c` live
+//! entries (the *per-node limit*). A holder needs `Q` grants. At any instant each node holds
+//! at most `c` live entries and each holder has live entries on at least `Q` nodes, so
+//!
+//! ```text
+//!   holders × Q ≤ c × N   ⇒   holders ≤ ⌊c·N / Q⌋   (the capacity)
+//! ```
+//!
+//! The largest `c` that keeps the capacity at or below `P` is the largest `c` with
+//! `c·N < (P + 1)·Q`:
+//!
+//! ```text
+//!   c = ⌈(P + 1)·Q / N⌉ − 1
+//! ```
+//!
+//! For a majority quorum (`Q > N/2`) that is at least 1 for every `P ≥ 1`, and the capacity
+//! with every node up is `P − 1` or `P` (the pigeonhole bound cannot always be met exactly:
+//! `N = 5, Q = 3, P = 2` gives `c = 1` and a capacity of 1). A larger quorum raises the
+//! capacity towards `P` at the price of fault tolerance ([`capacity_with_down`]): with
+//! `f` nodes down only `⌊c·(N − f) / Q⌋` holders fit, and none once `N − f < Q`.
+//!
+//! Every client of one semaphore must agree on `P`, `c`, `Q` and `N`, or the bound is void
+//! (a client with a larger `c` admits more entries per node). Each node stores them as the
+//! text [`config`] and refuses an acquire that names different ones ([`mismatch`]).
+//!
+//! A holder keeps its entries on `Q` nodes only: once every answer of its round is in, it
+//! gives back the others ([`give_back`]), keeping the `Q` least loaded nodes; surplus
+//! entries would only hold slots other holders could use, and unbalanced loads would keep
+//! the semaphore below its capacity.
+
+use super::reply::Reply;
+use super::tally::{Ballot, quorum};
+
+/// The most permits a semaphore may have.
+pub(crate) const MAX_PERMITS: u32 = 1_000_000;
+
+/// Whether `q` is an acceptable quorum for `n` nodes: a majority at least (two holders'
+/// quorums must not be disjoint for the count to mean anything), at most `n`.
+pub(crate) fn valid_quorum(n: usize, q: usize) -> bool {
+    n >= 1 && q >= quorum(n) && q <= n
+}
+
+/// The per-node limit `c` for `p` permits on `n` nodes with quorum `q`: the largest `c`
+/// with `c·n < (p + 1)·q`, i.e. `⌈(p + 1)·q / n⌉ − 1`. Zero only for inputs outside the
+/// valid range (no nodes, no permits).
+pub(crate) fn per_node_limit(p: u32, n: usize, q: usize) -> u32 {
+    let (p, n, q) = (u128::from(p), n as u128, q as u128);
+    if n == 0 || p == 0 {
+        return 0;
+    }
+    // ⌈a / n⌉ − 1 = ⌊(a − 1) / n⌋ for a ≥ 1.
+    let a = (p + 1).saturating_mul(q);
+    u32::try_from(a.saturating_sub(1) / n).unwrap_or(u32::MAX)
+}
+
+/// The most holders that can coexist with `alive` nodes up: `⌊c·alive / q⌋`, zero when
+/// fewer than `q` nodes are up (or `q` is zero).
+pub(crate) fn capacity(c: u32, alive: usize, q: usize) -> u32 {
+    if q == 0 || alive < q {
+        return 0;
+    }
+    let total = u128::from(c).saturating_mul(alive as u128);
+    u32::try_from(total / q as u128).unwrap_or(u32::MAX)
+}
+
+/// The capacity with `down` of the `n` nodes unreachable.
+pub(crate) fn capacity_with_down(c: u32, n: usize, q: usize, down: usize) -> u32 {
+    capacity(c, n.saturating_sub(down), q)
+}
+
+/// The text every node stores for a semaphore: `"P:c:Q:N"`. A node refuses an acquire
+/// whose text differs while it holds live entries.
+pub(crate) fn config(p: u32, c: u32, q: usize, n: usize) -> String {
+    format!("{p}:{c}:{q}:{n}")
+}
+
+/// The stored configuration named by a refusal, if any node refused for a mismatch.
+pub(crate) fn mismatch<'a>(replies: impl IntoIterator<Item = &'a Reply>) -> Option<&'a str> {
+    replies.into_iter().find_map(|r| match r {
+        Reply::Mismatch(stored) => Some(stored.as_str()),
+        _ => None,
+    })
+}
+
+/// The nodes a granted holder gives back, once every answer of its round is in
+/// (`(node, reply)` in arrival order): it keeps its `q` grants on the least loaded nodes
+/// (the lowest load a node reported with its grant; ties go to the earlier answer) and
+/// gives back every other grant and every unknown answer (failed or timed out: the
+/// request may have added the entry). Refusals hold nothing of ours.
+///
+/// Keeping the least loaded nodes keeps the load balanced (no two nodes' loads differ by
+/// more than one, when holders come one at a time), and only balanced loads reach the
+/// capacity: `⌊c·N / Q⌋` holders need their entries spread over every node.
+pub(crate) fn give_back<'a>(
+    answers: impl IntoIterator<Item = (usize, &'a Reply)>,
+    q: usize,
+) -> Vec<usize> {
+    let mut grants: Vec<(u64, usize, usize)> = Vec::new();
+    let mut out = Vec::new();
+    for (k, (i, r)) in answers.into_iter().enumerate() {
+        match (r, r.ballot()) {
+            (Reply::Admitted { load }, _) => grants.push((*load, k, i)),
+            // A grant that did not say its load counts as the fullest.
+            (_, Ballot::Granted) => grants.push((u64::MAX, k, i)),
+            (_, Ballot::Failed) => out.push(i),
+            (_, Ballot::Refused) => {}
+        }
+    }
+    grants.sort_unstable();
+    out.extend(grants.iter().skip(q).map(|&(_, _, i)| i));
+    out.sort_unstable();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// (N, Q, P, c, capacity all up, with 1 down, with 2 down), worked by hand.
+    const SEEDS: &[(usize, usize, u32, u32, u32, u32, u32)] = &[
+        (3, 2, 1, 1, 1, 1, 0),
+        (3, 2, 2, 1, 1, 1, 0),
+        (3, 2, 3, 2, 3, 2, 0),
+        (5, 3, 1, 1, 1, 1, 1),
+        (5, 3, 2, 1, 1, 1, 1),
+        (5, 3, 3, 2, 3, 2, 2),
+        (5, 3, 10, 6, 10, 8, 6),
+        (5, 5, 2, 2, 2, 0, 0),
+        (7, 4, 1, 1, 1, 1, 1),
+        (7, 4, 5, 3, 5, 4, 3),
+        (1, 1, 4, 4, 4, 0, 0),
+    ];
+
+    #[test]
+    fn seed_table() {
+        for &(n, q, p, c, all, one, two) in SEEDS {
+            assert_eq!(per_node_limit(p, n, q), c, "c for N={n} Q={q} P={p}");
+            assert_eq!(capacity(c, n, q), all, "capacity N={n} Q={q} P={p}");
+            assert_eq!(capacity_with_down(c, n, q, 1), one, "1 down N={n} P={p}");
+            assert_eq!(capacity_with_down(c, n, q, 2), two, "2 down N={n} P={p}");
+        }
+        assert_eq!(per_node_limit(0, 5, 3), 0);
+        assert_eq!(per_node_limit(3, 0, 0), 0);
+        assert_eq!(capacity(3, 5, 0), 0);
+        assert_eq!(config(3, 2, 3, 5), "3:2:3:5");
+        assert!(valid_quorum(5, 3) && valid_quorum(5, 5));
+        assert!(!valid_quorum(5, 2) && !valid_quorum(5, 6) && !valid_quorum(0, 0));
+    }
+
+    #[test]
+    fn give_back_keeps_the_least_loaded_grants() {
+        let a = |load| Reply::Admitted { load };
+        let (g1, g2, g3) = (a(1), a(2), a(3));
+        let r = Reply::HeldBy(None);
+        let t = Reply::TimedOut;
+        let g = Reply::Granted;
+        // Kept: node 5 (load 1) and node 4 (load 2, answered before node 2). Given back:
+        // node 3 (load 3), node 2 (load 2, later), the timed-out node 1.
+        let arrivals = [(3, &g3), (0, &r), (4, &g2), (1, &t), (2, &g2), (5, &g1)];
+        assert_eq!(give_back(arrivals, 2), vec![1, 2, 3]);
+        // A grant without a load is the first to go.
+        assert_eq!(give_back([(0, &g), (1, &g3)], 1), vec![0]);
+        assert_eq!(give_back([(0, &g1)], 1), Vec::<usize>::new());
+        let m = Reply::Mismatch("1:1:2:3".into());
+        assert_eq!(mismatch([&g1, &m, &r]), Some("1:1:2:3"));
+        assert_eq!(mismatch([&g1, &r]), None);
+    }
+
+    fn sizes() -> impl Strategy<Value = (usize, usize, u32)> {
+        (1usize..=15).prop_flat_map(|n| (Just(n), quorum(n)..=n, 1u32..=2_000))
+    }
+
+    proptest! {
+        /// The bound the semaphore's safety rests on: at most P holders fit, whatever
+        /// the quorum; c is at least 1; with a majority the capacity is P − 1 or P.
+        #[test]
+        fn capacity_never_exceeds_permits((n, q, p) in sizes()) {
+            let c = per_node_limit(p, n, q);
+            prop_assert!(c >= 1);
+            prop_assert!(capacity(c, n, q) <= p);
+            // c is the largest such limit: one more would admit more than P.
+            prop_assert!(capacity(c + 1, n, q) > p);
+            if q == quorum(n) {
+                prop_assert!(capacity(c, n, q) + 1 >= p);
+            }
+        }
+
+        /// The capacity only falls as nodes go down, and is zero without a quorum.
+        #[test]
+        fn capacity_with_nodes_down((n, q, p) in sizes(), down in 0usize..16) {
+            let c = per_node_limit(p, n, q);
+            let cap = capacity_with_down(c, n, q, down);
+            prop_assert!(cap <= capacity(c, n, q));
+            if down > 0 {
+                prop_assert!(cap <= capacity_with_down(c, n, q, down - 1));
+            }
+            if n.saturating_sub(down) < q {
+                prop_assert_eq!(cap, 0);
+            } else {
+                prop_assert!(cap >= 1, "a quorum of nodes up always fits a holder (c >= 1)");
+            }
+        }
+
+        /// Raising the quorum never lowers the capacity with every node up.
+        #[test]
+        fn larger_quorum_more_capacity((n, q, p) in sizes()) {
+            prop_assume!(q < n);
+            let now = capacity(per_node_limit(p, n, q), n, q);
+            let more = capacity(per_node_limit(p, n, q + 1), n, q + 1);
+            prop_assert!(more >= now);
+        }
+
+        /// The oracle: count holders and node entries. With every holder on exactly Q of
+        /// N nodes, greedily admitted under the limit c, no more than P get in.
+        #[test]
+        fn greedy_admission_admits_at_most_p((n, q, p) in sizes(), seed in any::<u64>()) {
+            prop_assume!(p <= 50);
+            let c = per_node_limit(p, n, q) as usize;
+            let mut load = vec![0usize; n];
+            let mut holders = 0u32;
+            let mut s = seed;
+            for _ in 0..(4 * p as usize + 8) {
+                // Each candidate asks every node (in a seeded order) and keeps the first
+                // Q that have room.
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let start = (s >> 33) as usize % n;
+                let granted: Vec<usize> = (0..n)
+                    .map(|k| (start + k) % n)
+                    .filter(|&i| load[i] < c)
+                    .take(q)
+                    .collect();
+                if granted.len() == q {
+                    for i in granted { load[i] += 1; }
+                    holders += 1;
+                }
+            }
+            prop_assert!(holders <= p);
+            prop_assert!(load.iter().all(|&l| l <= c));
+        }
+
+        /// give_back keeps min(q, grants) grants, the least loaded ones, and returns every
+        /// other grant and every unknown answer, never a refusal.
+        #[test]
+        fn give_back_rule(kinds in prop::collection::vec((0u8..3, 0u64..4), 0..10), q in 1usize..6) {
+            let replies: Vec<Reply> = kinds.iter().map(|(k, load)| match k {
+                0 => Reply::Admitted { load: *load },
+                1 => Reply::HeldBy(None),
+                _ => Reply::TimedOut,
+            }).collect();
+            let back = give_back(replies.iter().enumerate(), q);
+            let granted = replies.iter().filter(|r| r.ballot() == Ballot::Granted).count();
+            let failed = replies.iter().filter(|r| r.ballot() == Ballot::Failed).count();
+            prop_assert_eq!(back.len(), granted.saturating_sub(q) + failed);
+            let load = |i: usize| match replies[i] { Reply::Admitted { load } => load, _ => 0 };
+            let kept: Vec<usize> = (0..replies.len())
+                .filter(|i| replies[*i].ballot() == Ballot::Granted && !back.contains(i))
+                .collect();
+            for &i in &back {
+                prop_assert!(replies[i].ballot() != Ballot::Refused);
+                if replies[i].ballot() == Ballot::Granted {
+                    prop_assert!(kept.iter().all(|&k| load(k) <= load(i)));
+                }
+            }
+        }
+
+        /// Holders that come one at a time, each keeping its q least loaded grants, keep
+        /// the loads within one of each other, and fill the semaphore to its capacity:
+        /// the capacity is reachable, not only a bound.
+        #[test]
+        fn balanced_give_back_reaches_capacity((n, q, p) in sizes()) {
+            prop_assume!(p <= 40);
+            let c = per_node_limit(p, n, q) as u64;
+            let mut load = vec![0u64; n];
+            let mut holders = 0u32;
+            for _ in 0..(p + 2) {
+                let replies: Vec<Reply> = load.iter().map(|&l| if l < c {
+                    Reply::Admitted { load: l + 1 }
+                } else {
+                    Reply::HeldBy(None)
+                }).collect();
+                let granted = replies.iter().filter(|r| r.ballot() == Ballot::Granted).count();
+                if granted < q {
+                    break;
+                }
+                let back = give_back(replies.iter().enumerate(), q);
+                for (i, r) in replies.iter().enumerate() {
+                    if r.ballot() == Ballot::Granted && !back.contains(&i) {
+                        load[i] += 1;
+                    }
+                }
+                holders += 1;
+                let (lo, hi) = (load.iter().min().copied(), load.iter().max().copied());
+                prop_assert!(hi.unwrap_or(0) - lo.unwrap_or(0) <= 1);
+            }
+            prop_assert_eq!(holders, capacity(c as u32, n, q));
+        }
+    }
+}
