@@ -3,8 +3,15 @@
 //! fault and watch its effect through the ports published on 127.0.0.1, tear down and check
 //! that nothing of the project is left.
 //!
+//! `compose_shared_faults` runs the fault rows of read-write locks and semaphores (written
+//! once against `Faults` in `support/shared_scenarios.rs`, also run locally by
+//! `tests/shared_faults.rs`) on a Compose project of its own.
+//!
 //! Skipped (with one line on stderr) when no Docker engine answers.
 #![cfg(feature = "testkit")]
+
+#[path = "support/shared_scenarios.rs"]
+mod shared_scenarios;
 
 use std::io::Write as _;
 use std::time::{Duration, Instant};
@@ -379,4 +386,54 @@ async fn compose_harness_faults_and_failover() {
         assert!(!answers(url).await, "{url} still answers after down");
     }
     eprintln!("compose scenarios done in {:?}", started.elapsed());
+}
+
+/// The fault rows of read-write locks and semaphores on the Compose nodes (AOF `always`, so
+/// every restart is within the deployment contract): kill, pause and cut link, restarts at
+/// once and delayed, and the random minority nemesis. Each row checks its history: no reader
+/// with a writer, no two writers, never more than P permit holders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compose_shared_faults() {
+    use shared_scenarios::*;
+    if !ComposeCluster::engine_available() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "docker engine not available: skipping compose scenarios"
+        );
+        return;
+    }
+    let started = Instant::now();
+    let stale = ComposeCluster::remove_stale("qlshared")
+        .await
+        .expect("remove stale projects");
+    if !stale.is_empty() {
+        eprintln!("removed stale compose projects: {stale:?}");
+    }
+    let options = ComposeOptions::isolated("qlshared").expect("free ports");
+    let cluster = ComposeCluster::up(options).await.expect("compose up");
+    let direct = cluster.urls();
+    eprintln!(
+        "compose project {} up in {:?} with image {}",
+        cluster.project(),
+        started.elapsed(),
+        cluster.image()
+    );
+
+    rw_kill_mid_lease(&cluster).await;
+    sem_kill_mid_lease(&cluster, &direct).await;
+    pause_and_cut(&cluster, &direct).await;
+    // A container's kill and start take a second or more: TTLs long enough that the
+    // holders are still valid when the node is back.
+    let ttl = Duration::from_secs(5);
+    rw_restart_in_contract(&cluster, &direct, "compose-rw-aof", Duration::ZERO, ttl).await;
+    sem_restart_in_contract(&cluster, &direct, "compose-sem-aof", Duration::ZERO, ttl).await;
+    let short = Duration::from_secs(1);
+    let delay = short + Duration::from_millis(300);
+    rw_restart_in_contract(&cluster, &direct, "compose-rw-delayed", delay, short).await;
+    sem_restart_in_contract(&cluster, &direct, "compose-sem-delayed", delay, short).await;
+    rw_under_nemesis(&cluster, 5).await;
+    sem_under_nemesis(&cluster, 5).await;
+
+    cluster.down().await.expect("compose down");
+    eprintln!("compose shared-fault rows done in {:?}", started.elapsed());
 }

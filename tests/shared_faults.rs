@@ -246,6 +246,7 @@ async fn naive_semaphore_is_flagged_ours_is_not() {
         ttl: (1_000, 2_000),
         hold: (20, 200),
         think: (0, 5),
+        writer_rest: (0, 0),
         extend_percent: 20,
     };
     let seed = quorumlock::testkit::nemesis::seed_from_env();

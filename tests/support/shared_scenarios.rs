@@ -628,6 +628,8 @@ pub async fn pause_and_cut<F: Faults>(f: &F, direct: &[String]) {
 /// What a contender saw while it probed a resource during a fault.
 pub struct Probe {
     pub refusals: usize,
+    /// The last refusal, for failure messages.
+    pub last: Option<String>,
     /// When each of its acquisitions came back.
     pub wins: Vec<Instant>,
 }
@@ -635,20 +637,41 @@ pub struct Probe {
 /// One boxed acquisition attempt.
 pub type Attempt = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Lock, Error>> + Send>>;
 
+/// When a probe stops: the instant in it. It starts a minute away (a bound) and the scenario
+/// sets it once its fault is over (it cannot know beforehand how long a restart takes).
+pub type Until = Arc<std::sync::Mutex<Instant>>;
+
+fn until_now(until: &Until) -> Instant {
+    *until.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A probe's stop a minute from now, to be set by [`stop_at`].
+pub fn until_later() -> Until {
+    Arc::new(std::sync::Mutex::new(
+        Instant::now() + Duration::from_secs(60),
+    ))
+}
+
+/// Stops the probe at `at`.
+pub fn stop_at(until: &Until, at: Instant) {
+    *until.lock().unwrap_or_else(|p| p.into_inner()) = at;
+}
+
 /// Tries `attempt` every 20 ms until `until`, or 3 wins, at most 2 000 times; releases
 /// each win at once.
 pub async fn probe(
     actor: Arc<Actor>,
     res: String,
-    until: Instant,
+    until: Until,
     attempt: impl Fn(Arc<Actor>) -> Attempt + Send + 'static,
 ) -> Probe {
     let mut out = Probe {
         refusals: 0,
+        last: None,
         wins: Vec::new(),
     };
     for _ in 0..2_000 {
-        if Instant::now() >= until || out.wins.len() >= 3 {
+        if Instant::now() >= until_now(&until) || out.wins.len() >= 3 {
             break;
         }
         match attempt(actor.clone()).await {
@@ -658,7 +681,10 @@ pub async fn probe(
                 tokio::time::sleep(ms(50).min(l.remaining())).await;
                 let _ = actor.release(&res, l).await;
             }
-            Err(_) => out.refusals += 1,
+            Err(e) => {
+                out.refusals += 1;
+                out.last = Some(format!("{e:?}"));
+            }
         }
         tokio::time::sleep(ms(20)).await;
     }
@@ -667,7 +693,8 @@ pub async fn probe(
 
 /// A writer holding only nodes 0, 1 and 2 (another owner's writer key on 3 and 4 during its
 /// acquisition, removed right after node 0's restart); node 0 is killed and started again
-/// after `delay`, while a reader probes until half a second past the writer's deadline.
+/// after `delay`, while a reader probes until half a second past the later of the writer's
+/// deadline and the end of the restart.
 /// Returns the history, the writer's lock and the reader's probe.
 pub async fn rw_restart<F: Faults>(
     f: &F,
@@ -691,12 +718,12 @@ pub async fn rw_restart<F: Faults>(
         [0, 1, 2],
         "k = 3"
     );
-    let until = lock.deadline() + ms(500);
+    let until = until_later();
     let name = res.to_owned();
     let probing = tokio::spawn(probe(
         reader,
         res.to_owned(),
-        until,
+        until.clone(),
         move |a: Arc<Actor>| {
             let name = name.clone();
             Box::pin(async move { a.try_read(&name, ttl).await })
@@ -704,6 +731,7 @@ pub async fn rw_restart<F: Faults>(
     ));
     f.restart(0, delay).await.expect("restart");
     vacate_writer(direct, &[3, 4], res).await;
+    stop_at(&until, lock.deadline().max(Instant::now()) + ms(500));
     let probe = probing.await.expect("probe task");
     (h, lock, probe)
 }
@@ -727,13 +755,14 @@ pub async fn rw_restart_in_contract<F: Faults>(
     );
     assert!(
         !probe.wins.is_empty(),
-        "no reader after the writer's deadline"
+        "no reader after the writer's deadline; last refusal: {:?}",
+        probe.last
     );
     assert!(probe.refusals >= 1, "the reader was never refused");
     observed(
         row,
         format!(
-            "safe: writer on [0, 1, 2], node 0 back after {delay:?}; reader refused {} times during the writer's validity, first in after it; {report}",
+            "safe: writer on [0, 1, 2], node 0 back after {delay:?}; the reader refused {} times, never in during the writer's validity, in after it; {report}",
             probe.refusals
         ),
     );
@@ -741,8 +770,8 @@ pub async fn rw_restart_in_contract<F: Faults>(
 
 /// Three holders of a 3-permit semaphore (9 entries on 5 nodes with c = 2: four nodes
 /// full, one with a free slot); `victims` full nodes are killed and started again after
-/// `delay`, while a 4th contender probes until half a second past the holders' first
-/// deadline. Returns the history, the holders and the probe.
+/// `delay`, while a 4th contender probes until half a second past the later of the holders'
+/// first deadline and the end of the restart. Returns the history, the holders and the probe.
 pub async fn sem_restart<F: Faults>(
     f: &F,
     direct: &[String],
@@ -763,12 +792,13 @@ pub async fn sem_restart<F: Faults>(
     let per_node = settled_permits(direct, &pool, &held.iter().collect::<Vec<_>>()).await;
     let full: Vec<usize> = (0..per_node.len()).filter(|&i| per_node[i] == 2).collect();
     assert_eq!(full.len(), 4, "{per_node:?}");
-    let until = held.iter().map(Lock::deadline).min().expect("holders") + ms(500);
+    let first = held.iter().map(Lock::deadline).min().expect("holders");
+    let until = until_later();
     let own = Pool::new(&fourth.locks, name, 3);
     let probing = tokio::spawn(probe(
         fourth,
         name.to_owned(),
-        until,
+        until.clone(),
         move |a: Arc<Actor>| {
             let own = own.clone();
             Box::pin(async move { a.try_permit(&own, ttl).await })
@@ -781,6 +811,7 @@ pub async fn sem_restart<F: Faults>(
     for &v in &full[..victims] {
         f.start(v).await.expect("start");
     }
+    stop_at(&until, first.max(Instant::now()) + ms(500));
     let probe = probing.await.expect("probe task");
     (h, held, probe)
 }
@@ -806,12 +837,13 @@ pub async fn sem_restart_in_contract<F: Faults>(
     );
     assert!(
         !probe.wins.is_empty(),
-        "no 4th holder after the holders' deadline"
+        "no 4th holder after the holders' deadline; last refusal: {:?}",
+        probe.last
     );
     observed(
         row,
         format!(
-            "safe: two full nodes back after {delay:?}; a 4th contender refused {} times while 3 held, in after; {report}",
+            "safe: two full nodes back after {delay:?}; a 4th contender refused {} times, never in while 3 held, in after; {report}",
             probe.refusals
         ),
     );
@@ -869,6 +901,9 @@ pub struct LoopPlan {
     pub ttl: (u64, u64),
     pub hold: (u64, u64),
     pub think: (u64, u64),
+    /// Extra think time of a writer after each of its holds (writers are preferred: a
+    /// steady stream of them keeps readers out).
+    pub writer_rest: (u64, u64),
     /// Chance (%) that a hold extends once, halfway.
     pub extend_percent: u64,
 }
@@ -960,7 +995,11 @@ pub async fn contend(
             tokio::time::sleep(hold).await;
         }
         let _ = tokio::time::timeout(limit, actor.release(&res, lock)).await;
-        tokio::time::sleep(ms(rng.random_range(plan.think.0..=plan.think.1))).await;
+        let mut think = ms(rng.random_range(plan.think.0..=plan.think.1));
+        if matches!(role, Role::Writer(_)) {
+            think += ms(rng.random_range(plan.writer_rest.0..=plan.writer_rest.1));
+        }
+        tokio::time::sleep(think).await;
     }
 }
 
@@ -1046,6 +1085,7 @@ pub async fn rw_under_nemesis<F: Faults>(f: &F, secs: u64) -> (Report, NemesisLo
         ttl: (300, 1_000),
         hold: (10, 150),
         think: (1, 20),
+        writer_rest: (100, 300),
         extend_percent: 30,
     };
     let nemesis = minority_nemesis(secs);
@@ -1096,6 +1136,7 @@ pub async fn sem_under_nemesis<F: Faults>(f: &F, secs: u64) -> (Report, NemesisL
         ttl: (300, 1_000),
         hold: (10, 150),
         think: (1, 20),
+        writer_rest: (0, 0),
         extend_percent: 30,
     };
     let nemesis = minority_nemesis(secs);
