@@ -183,7 +183,10 @@ impl Attempt {
         let config = &self.inner.config;
         let (elapsed, validity) = self.round.measure(ttl, config.drift_factor);
         let tally = self.round.tally();
-        let verdict = verdict::acquire(decision, tally, validity, config.min_validity);
+        let verdict = match self.ask.kind {
+            Kind::Permit(_) => semaphore::acquire(decision, tally, validity, config.min_validity),
+            _ => verdict::acquire(decision, tally, validity, config.min_validity),
+        };
         let span = tracing::Span::current();
         span.record("outcome", verdict.label("acquired"));
         crate::metrics::acquire(verdict, elapsed);
