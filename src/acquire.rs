@@ -214,11 +214,11 @@ impl Attempt {
         votes.holder_ids = holder_ids(self.round.replies().map(|(_, r)| r));
         let mismatch = semaphore::mismatch(self.round.replies().map(|(_, r)| r));
         let err = match (mismatch, verdict) {
-            (Some(stored), _) => Error::PermitsMismatch(crate::error::PermitsMismatch {
-                stored: stored.to_owned(),
-                requested: self.ask.permit.clone().unwrap_or_default().0,
+            (Some(stored), _) => Error::PermitsMismatch(crate::error::PermitsMismatch::new(
+                stored.to_owned(),
+                self.ask.permit.clone().unwrap_or_default().0,
                 votes,
-            }),
+            )),
             (None, Verdict::Timeout) => Error::no_validity(elapsed, votes),
             (None, Verdict::HeldByOther) => Error::Held(votes),
             (None, _) => Error::NoQuorum(votes),

@@ -158,14 +158,14 @@ async fn the_surplus_is_given_back() {
         l.iter().max().unwrap_or(&0) - l.iter().min().unwrap_or(&0) <= 1,
         "{l:?}"
     );
-    for i in 0..5 {
+    for (i, load) in l.iter().enumerate() {
         let pttl: i64 = raw(&c, i)
             .await
             .pttl(holders_key("sem:surplus"))
             .await
             .expect("PTTL");
         assert!(
-            l[i] == 0 || (pttl > 0 && pttl <= 10_000),
+            *load == 0 || (pttl > 0 && pttl <= 10_000),
             "node {i}: PTTL {pttl}"
         );
     }
