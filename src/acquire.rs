@@ -191,7 +191,9 @@ impl Attempt {
         span.record("outcome", verdict.label("acquired"));
         crate::metrics::acquire(verdict, elapsed);
         let mut votes = self.round.votes(&self.inner.nodes);
-        span.record("votes", tracing::field::display(&votes));
+        if !span.is_disabled() {
+            span.record("votes", votes.per_node());
+        }
         if let Verdict::Held { validity } = verdict {
             self.armed = false;
             let deadline = crate::time::earlier_of_overflow(self.round.started(), validity);

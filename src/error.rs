@@ -386,6 +386,18 @@ impl<'a> IntoIterator for &'a Votes {
     }
 }
 
+impl Votes {
+    /// Every node's outcome on one line, for tracing: `addr=outcome; …`.
+    pub(crate) fn per_node(&self) -> String {
+        let all: Vec<String> = self
+            .votes
+            .iter()
+            .map(|v| format!("{}={}", v.node, v.outcome))
+            .collect();
+        all.join("; ")
+    }
+}
+
 impl fmt::Display for Votes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "granted {}/{}", self.granted(), self.len())?;

@@ -409,7 +409,9 @@ impl Lock {
         let (elapsed, validity) = round.measure(ttl, inner.config.drift_factor);
         let span = tracing::Span::current();
         let votes = round.votes(&inner.nodes);
-        span.record("votes", field::display(&votes));
+        if !span.is_disabled() {
+            span.record("votes", votes.per_node());
+        }
         let tally = *round.tally();
         let started = round.started();
         round.detach();
@@ -499,7 +501,9 @@ impl Lock {
             n.released(&self.res, listeners, queued);
         }
         let votes = round.votes(&inner.nodes);
-        span.record("votes", field::display(&votes));
+        if !span.is_disabled() {
+            span.record("votes", votes.per_node());
+        }
         let tally = *round.tally();
         span.record("granted", tally.granted());
         let elapsed = round.elapsed();
