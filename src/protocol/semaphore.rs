@@ -222,6 +222,35 @@ mod tests {
         );
     }
 
+    /// The availability table in `docs/safety.md` is what this module computes.
+    #[test]
+    fn availability_table_matches() {
+        let doc = include_str!("../../docs/safety.md");
+        let Some((_, table)) = doc.split_once("<!-- semaphore-availability -->") else {
+            panic!("the table's marker is missing from docs/safety.md");
+        };
+        let mut rows = 0;
+        for line in table.lines().skip(3) {
+            let cells: Vec<usize> = line
+                .split('|')
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map_while(|c| c.parse().ok())
+                .collect();
+            let &[n, q, p, c, all, one, two] = cells.as_slice() else {
+                break;
+            };
+            let p = p as u32;
+            assert_eq!(q, quorum(n), "row {line}");
+            let limit = per_node_limit(p, n, q);
+            assert_eq!(limit as usize, c, "row {line}");
+            let caps = [0, 1, 2].map(|f| capacity_with_down(limit, n, q, f) as usize);
+            assert_eq!(caps, [all, one, two], "row {line}");
+            rows += 1;
+        }
+        assert_eq!(rows, 30, "N in 3, 5, 7 and P in 1..=10");
+    }
+
     fn sizes() -> impl Strategy<Value = (usize, usize, u32)> {
         (1usize..=15).prop_flat_map(|n| (Just(n), quorum(n)..=n, 1u32..=2_000))
     }
