@@ -525,3 +525,51 @@ async fn a_cancelled_waiting_writer_stops_blocking_readers() {
     second.release().await.expect("release");
     reader.release().await.expect("release");
 }
+
+/// One client's watchdog keeps a mutex, a reader, a writer and a semaphore permit in the
+/// same pipelined rounds (one extension script per kind in each node's pipeline).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_watchdog_keeps_every_kind_at_once() {
+    let c = cluster3().await;
+    let a = client(&c.urls()).await;
+    let b = client(&c.urls()).await;
+    let ttl = Duration::from_millis(400);
+    let w = Watchdog::new();
+    let kept = [
+        a.try_lock("mix:m", ttl).await.expect("mutex").keep_alive(w),
+        a.try_read_lock("mix:r", ttl)
+            .await
+            .expect("reader")
+            .keep_alive(w),
+        a.try_write_lock("mix:w", ttl)
+            .await
+            .expect("writer")
+            .keep_alive(w),
+        a.semaphore("mix:s", 1)
+            .expect("semaphore")
+            .try_acquire(ttl)
+            .await
+            .expect("permit")
+            .keep_alive(w),
+    ];
+    tokio::time::sleep(ttl * 3).await;
+    assert!(
+        kept.iter()
+            .all(|k| !k.is_lost() && k.remaining() > Duration::ZERO)
+    );
+    assert!(is_held(&b.try_lock("mix:m", ttl).await));
+    assert!(is_held(&b.try_write_lock("mix:r", ttl).await));
+    assert!(is_held(&b.try_read_lock("mix:w", ttl).await));
+    let s = b.semaphore("mix:s", 1).expect("semaphore");
+    assert!(is_held(&s.try_acquire(ttl).await));
+    for k in kept {
+        k.release().await.expect("release");
+    }
+    assert!(a.flush(Duration::from_secs(2)).await);
+    s.try_acquire(ttl)
+        .await
+        .expect("free")
+        .release()
+        .await
+        .expect("release");
+}
