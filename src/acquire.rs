@@ -127,7 +127,7 @@ impl Attempt {
         let tally = self.round.tally();
         let verdict = verdict::acquire(decision, tally, validity, config.min_validity);
         tracing::Span::current().record("outcome", verdict.label("acquired"));
-        crate::metrics::acquire(verdict, elapsed);
+        self.inner.metrics.acquire(verdict, elapsed);
         if let Verdict::Held { validity } = verdict {
             self.armed = false;
             let deadline = crate::time::earlier_of_overflow(self.round.started(), validity);
