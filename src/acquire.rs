@@ -183,12 +183,17 @@ impl Attempt {
         let config = &self.inner.config;
         let (elapsed, validity) = self.round.measure(ttl, config.drift_factor);
         let tally = self.round.tally();
-        let verdict = verdict::acquire(decision, tally, validity, config.min_validity);
+        let verdict = match self.ask.kind {
+            Kind::Permit(_) => semaphore::acquire(decision, tally, validity, config.min_validity),
+            _ => verdict::acquire(decision, tally, validity, config.min_validity),
+        };
         let span = tracing::Span::current();
         span.record("outcome", verdict.label("acquired"));
-        crate::metrics::acquire(verdict, elapsed);
+        self.inner.metrics.acquire(verdict, elapsed);
         let mut votes = self.round.votes(&self.inner.nodes);
-        span.record("votes", tracing::field::display(&votes));
+        if !span.is_disabled() {
+            span.record("votes", votes.per_node());
+        }
         if let Verdict::Held { validity } = verdict {
             self.armed = false;
             let deadline = crate::time::earlier_of_overflow(self.round.started(), validity);
@@ -211,11 +216,11 @@ impl Attempt {
         votes.holder_ids = holder_ids(self.round.replies().map(|(_, r)| r));
         let mismatch = semaphore::mismatch(self.round.replies().map(|(_, r)| r));
         let err = match (mismatch, verdict) {
-            (Some(stored), _) => Error::PermitsMismatch(crate::error::PermitsMismatch {
-                stored: stored.to_owned(),
-                requested: self.ask.permit.clone().unwrap_or_default().0,
+            (Some(stored), _) => Error::PermitsMismatch(crate::error::PermitsMismatch::new(
+                stored.to_owned(),
+                self.ask.permit.clone().unwrap_or_default().0,
                 votes,
-            }),
+            )),
             (None, Verdict::Timeout) => Error::no_validity(elapsed, votes),
             (None, Verdict::HeldByOther) => Error::Held(votes),
             (None, _) => Error::NoQuorum(votes),

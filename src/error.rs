@@ -202,7 +202,7 @@ impl Error {
             Error::Held(v) | Error::NoQuorum(v) => Some(v),
             Error::Timeout(t) => t.votes.as_ref(),
             Error::Lost(l) => l.votes.as_ref(),
-            Error::PermitsMismatch(m) => Some(&m.votes),
+            Error::PermitsMismatch(m) => Some(m.votes()),
             Error::Config(_) | Error::InvalidInput(_) | Error::RandomSource(_) => None,
         }
     }
@@ -383,6 +383,18 @@ impl<'a> IntoIterator for &'a Votes {
     type IntoIter = std::slice::Iter<'a, NodeVote>;
     fn into_iter(self) -> Self::IntoIter {
         self.votes.iter()
+    }
+}
+
+impl Votes {
+    /// Every node's outcome on one line, for tracing: `addr=outcome; …`.
+    pub(crate) fn per_node(&self) -> String {
+        let all: Vec<String> = self
+            .votes
+            .iter()
+            .map(|v| format!("{}={}", v.node, v.outcome))
+            .collect();
+        all.join("; ")
     }
 }
 
@@ -677,26 +689,38 @@ impl fmt::Display for RandomSourceError {
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
-pub struct PermitsMismatch {
-    pub(crate) stored: String,
-    pub(crate) requested: String,
-    pub(crate) votes: Votes,
+pub struct PermitsMismatch(Box<Mismatch>);
+
+/// What [`PermitsMismatch`] holds (boxed: the error stays small).
+#[derive(Debug, Clone)]
+struct Mismatch {
+    stored: String,
+    requested: String,
+    votes: Votes,
 }
 
 impl PermitsMismatch {
+    pub(crate) fn new(stored: String, requested: String, votes: Votes) -> PermitsMismatch {
+        PermitsMismatch(Box::new(Mismatch {
+            stored,
+            requested,
+            votes,
+        }))
+    }
+
     /// The configuration the nodes hold, `"P:c:Q:N"`.
     pub fn stored(&self) -> &str {
-        &self.stored
+        &self.0.stored
     }
 
     /// The configuration this client asked with, `"P:c:Q:N"`.
     pub fn requested(&self) -> &str {
-        &self.requested
+        &self.0.requested
     }
 
     /// Every node's answer.
     pub fn votes(&self) -> &Votes {
-        &self.votes
+        &self.0.votes
     }
 }
 
@@ -704,8 +728,8 @@ impl fmt::Display for PermitsMismatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "semaphore in use with another configuration: stored {} (permits:per-node limit:quorum:nodes), requested {}; nothing was written",
-            self.stored, self.requested
+            "semaphore in use with another configuration: stored {} (permits:per-node limit:quorum:nodes), requested {}; nothing was written on the nodes that refused",
+            self.0.stored, self.0.requested
         )
     }
 }

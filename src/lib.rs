@@ -48,6 +48,8 @@
 //! | one attempt, fail fast if busy (cron job on one machine) | [`Redlock::try_lock`] |
 //! | wait until it is free, bounded (work queue, hand-off) | [`Redlock::lock`] (or [`Redlock::lock_with`] for a per-call [`Retry`]) |
 //! | several resources atomically (move stock between two bins) | [`Redlock::try_lock_many`], [`Redlock::lock_many`] |
+//! | many readers or one writer (a catalog read often, rebuilt rarely) | [`Redlock::read_lock`], [`Redlock::write_lock`] (and `try_`, `with_` forms); writers are preferred |
+//! | at most P holders at a time (a connection pool, an API quota) | [`Redlock::semaphore`] → [`Semaphore::acquire`], [`Semaphore::with_permit`] |
 //! | keep it alive while the work runs, stop when it is lost | [`Lock::keep_alive`] → [`KeptLock`] ([`KeptLock::lost`]), or scoped: [`Redlock::with_lock`] |
 //! | a number the storage can check against stale writers | [`RedlockBuilder::fencing`] and [`Lock::fencing_token`] |
 //! | exit right after releasing (CLI, cron) without leaving keys on slow nodes | [`Redlock::flush`] |
@@ -105,7 +107,7 @@
 //!
 //! | layer | step | module |
 //! | --- | --- | --- |
-//! | protocol (pure: no I/O, no clock) | vote counting, validity = TTL − elapsed − drift, typed replies, acquire/extend/release verdicts, the clean-up plan, fencing rules, contention and waiting rules, the kept lock's state | `protocol` |
+//! | protocol (pure: no I/O, no clock) | vote counting, validity = TTL − elapsed − drift, typed replies, acquire/extend/release verdicts, the clean-up plan, fencing rules, contention and waiting rules, the kept lock's state, the semaphore's arithmetic | `protocol` |
 //! | base | resource names → keys; lock tokens; errors; saturating time; redacted node addresses; metric names and recording (feature `metrics`) | `resource`, `token`, [`error`], `time`, `addr`, `metrics` |
 //! | I/O | one node: connection, timeout, scripts, request builders (the one place a TTL becomes a `PX`/script argument), decoding replies | `node` |
 //! | I/O | parallel requests, early decision, stragglers, the clean-up run | `fanout` |
@@ -113,8 +115,9 @@
 //! | I/O | read-only reads of a resource's keys on one node, for inspection | `peek` |
 //! | client | builder, defaults, validation; what clones share | `config`, `shared` |
 //! | client | one attempt and its clean-up; fencing's two rounds | `acquire`, `fencing` |
-//! | client | the held lock: extend, release, drop | `lock` |
-//! | client | retry and notify waiting; the public entry points | `wait`, `client` |
+//! | client | the held lock of every kind (mutex, reader, writer, permit): extend, release, drop | `lock` |
+//! | client | retry and notify waiting (polling for read-write locks and semaphores); the public entry points | `wait`, `client` |
+//! | client | read-write locks (writer intents) and semaphores (their rules: `protocol`) | `rwlock`, `semaphore` |
 //! | client | read-only inspection of a resource on every node (its verdict rule: `protocol`) | [`inspect`] |
 //! | top | watchdog policy, kept locks, lost signal, scoped use | `watchdog` |
 //!
@@ -131,6 +134,9 @@
 //!   [`KeptLock`] stops its watchdog and releases in the background.
 //! * [`Redlock::with_lock`]: if dropped, the closure's future is dropped and the lock is
 //!   released in the background.
+//! * Read-write locks and semaphore permits ([`Redlock::read_lock`],
+//!   [`Redlock::write_lock`], [`Semaphore::acquire`] and their `try_` and `with_` forms):
+//!   as the mutex's; a waiting writer's intent is also removed in the background.
 //!
 //! # Deployment contract
 //!

@@ -409,14 +409,16 @@ impl Lock {
         let (elapsed, validity) = round.measure(ttl, inner.config.drift_factor);
         let span = tracing::Span::current();
         let votes = round.votes(&inner.nodes);
-        span.record("votes", field::display(&votes));
+        if !span.is_disabled() {
+            span.record("votes", votes.per_node());
+        }
         let tally = *round.tally();
         let started = round.started();
         round.detach();
         let min = inner.config.min_validity;
         let verdict = verdict::extend(decision, &tally, validity, min, self.is_valid());
         span.record("outcome", verdict.label("extended"));
-        crate::metrics::extend(verdict, elapsed);
+        self.inner.metrics.extend(verdict, elapsed);
         if let Verdict::Held { validity } = verdict {
             self.deadline = verdict::extended_deadline(self.deadline, started, validity);
             self.ttl = ttl;
@@ -499,7 +501,9 @@ impl Lock {
             n.released(&self.res, listeners, queued);
         }
         let votes = round.votes(&inner.nodes);
-        span.record("votes", field::display(&votes));
+        if !span.is_disabled() {
+            span.record("votes", votes.per_node());
+        }
         let tally = *round.tally();
         span.record("granted", tally.granted());
         let elapsed = round.elapsed();
@@ -507,7 +511,7 @@ impl Lock {
         round.detach();
         let verdict = verdict::release(decision, &tally, expired);
         span.record("outcome", verdict.label("released"));
-        crate::metrics::release(verdict, elapsed);
+        self.inner.metrics.release(verdict, elapsed);
         match verdict {
             Verdict::Lost(Loss::Expired) => Err(Error::lost(LostReason::Expired, Some(votes))),
             Verdict::Released => Ok(()),

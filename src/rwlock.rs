@@ -20,7 +20,9 @@
 //! so readers already in finish, and the writer gets in even under a steady stream of
 //! readers. The intent is removed when the writer gets the lock, gives up or is cancelled
 //! (in the background); a writer that dies blocks new readers for at most the lease. In
-//! turn a steady stream of writers can delay readers indefinitely.
+//! turn a steady stream of writers can delay readers indefinitely, and a holder of a read
+//! lock must not wait for a second one of the same name (with a writer waiting in
+//! between, each would wait for the other).
 //!
 //! One resource per lock: there are no `_many` forms. The keys are their own namespace: a
 //! read-write lock and the mutex of the same name do not exclude each other.

@@ -11,6 +11,11 @@
 //! with every node up, fewer with nodes down ([`capacity_with_down`](Semaphore::capacity_with_down)).
 //! [`with_quorum`](Semaphore::with_quorum) trades fault tolerance for capacity.
 //!
+//! The capacity is reached when holders' entries are spread evenly: a new holder keeps its
+//! entries on the least loaded of the nodes that granted it. Acquisitions that overlap
+//! with one another's give-back can see loads that are out of date and be refused below
+//! the capacity (never admitted above it).
+//!
 //! A holder keeps its entry on exactly `Q` nodes: the grants beyond the first `Q` (and
 //! those still on their way) are given back at once, in the background, so they do not
 //! take slots others could use. Its extensions and release still go to every node
@@ -177,8 +182,9 @@ impl Semaphore {
     }
 
     /// The same semaphore with quorum `q`: a permit needs `q` grants. A larger quorum
-    /// raises the per-node limit and with it the capacity (towards `P`), and lowers the
-    /// number of nodes that may be down (`N − q`). Every client of the semaphore must use
+    /// raises the per-node limit and usually the capacity (`q = N` fits exactly `P`), and
+    /// lowers the number of nodes that may be down (`N − q`); compare
+    /// [`capacity`](Semaphore::capacity) and [`capacity_with_down`](Semaphore::capacity_with_down). Every client of the semaphore must use
     /// the same quorum (the nodes refuse a different one, see
     /// [`Error::PermitsMismatch`]).
     ///

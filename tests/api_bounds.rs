@@ -1,6 +1,9 @@
 //! The auto traits the API promises (C-SEND-SYNC): checked at compile time.
 
-use quorumlock::{Error, Inspection, Lock, Redlock, RedlockBuilder, Retry, Votes};
+use quorumlock::{
+    Error, Inspection, Lock, LockMode, PermitsMismatch, Redlock, RedlockBuilder, Retry, Semaphore,
+    Votes, Watchdog,
+};
 
 fn is_send<T: Send>() {}
 fn is_sync<T: Sync>() {}
@@ -28,6 +31,16 @@ fn public_types() {
     is_static::<Inspection>();
     fn is_error<E: std::error::Error + Send + Sync + 'static>() {}
     is_error::<Error>();
+    is_send::<Semaphore>();
+    is_sync::<Semaphore>();
+    is_clone::<Semaphore>();
+    is_static::<Semaphore>();
+    is_send::<LockMode>();
+    is_sync::<LockMode>();
+    is_clone::<LockMode>();
+    is_send::<PermitsMismatch>();
+    is_sync::<PermitsMismatch>();
+    is_clone::<PermitsMismatch>();
 }
 
 #[allow(dead_code, unused_must_use, clippy::let_underscore_future)]
@@ -42,6 +55,17 @@ async fn futures_are_send(locks: Redlock, mut lock: Lock) {
     send_future(&locks.inspect("r"));
     send_future(&locks.inspect_many(["a", "b"]));
     send_future(&Redlock::builder(["redis://127.0.0.1:1"]).build());
+    send_future(&locks.try_read_lock("r", ttl));
+    send_future(&locks.read_lock("r", ttl));
+    send_future(&locks.try_write_lock("r", ttl));
+    send_future(&locks.write_lock("r", ttl));
+    send_future(&locks.with_read_lock("r", ttl, Watchdog::new(), |_| async {}));
+    send_future(&locks.with_write_lock("r", ttl, Watchdog::new(), |_| async {}));
+    if let Ok(sem) = locks.semaphore("s", 3) {
+        send_future(&sem.try_acquire(ttl));
+        send_future(&sem.acquire(ttl));
+        send_future(&sem.with_permit(ttl, Watchdog::new(), |_| async {}));
+    }
 }
 
 /// Used outside a Tokio runtime, the API answers with an error instead of Tokio's panic.
@@ -69,4 +93,33 @@ fn no_runtime_is_an_error_not_a_panic() {
     assert!(matches!(r, Err(Error::InvalidInput(_))), "{r:?}");
     let r = futures::executor::block_on(locks.inspect("r"));
     assert!(matches!(r, Err(Error::InvalidInput(_))), "{r:?}");
+    let ttl = std::time::Duration::from_secs(1);
+    let r = futures::executor::block_on(locks.try_read_lock("r", ttl));
+    assert!(matches!(r, Err(Error::InvalidInput(_))), "{r:?}");
+    let r = futures::executor::block_on(locks.write_lock("r", ttl));
+    assert!(matches!(r, Err(Error::InvalidInput(_))), "{r:?}");
+    let sem = locks.semaphore("s", 3).unwrap();
+    let r = futures::executor::block_on(sem.acquire(ttl));
+    assert!(matches!(r, Err(Error::InvalidInput(_))), "{r:?}");
+    // Bad arguments are refused before any I/O.
+    assert!(matches!(
+        locks.semaphore("s", 0),
+        Err(Error::InvalidInput(_))
+    ));
+    assert!(matches!(
+        locks.semaphore("s", 1_000_001),
+        Err(Error::InvalidInput(_))
+    ));
+    assert!(matches!(
+        locks.semaphore("", 3),
+        Err(Error::InvalidInput(_))
+    ));
+    assert!(matches!(
+        sem.clone().with_quorum(0),
+        Err(Error::InvalidInput(_))
+    ));
+    assert!(
+        matches!(sem.with_quorum(2), Err(Error::InvalidInput(_))),
+        "quorum above N = 1"
+    );
 }
