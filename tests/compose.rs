@@ -427,7 +427,7 @@ async fn compose_shared_faults() {
     let ttl = Duration::from_secs(5);
     rw_restart_in_contract(&cluster, &direct, "compose-rw-aof", Duration::ZERO, ttl).await;
     sem_restart_in_contract(&cluster, &direct, "compose-sem-aof", Duration::ZERO, ttl).await;
-    let short = Duration::from_secs(1);
+    let short = Duration::from_secs(2);
     let delay = short + Duration::from_millis(300);
     rw_restart_in_contract(&cluster, &direct, "compose-rw-delayed", delay, short).await;
     sem_restart_in_contract(&cluster, &direct, "compose-sem-delayed", delay, short).await;

@@ -630,6 +630,9 @@ pub struct Probe {
     pub refusals: usize,
     /// The last refusal, for failure messages.
     pub last: Option<String>,
+    /// When the fault began (set by the scenario): a row whose holders had expired by then
+    /// would prove nothing.
+    pub faulted_at: Option<Instant>,
     /// When each of its acquisitions came back.
     pub wins: Vec<Instant>,
 }
@@ -668,6 +671,7 @@ pub async fn probe(
     let mut out = Probe {
         refusals: 0,
         last: None,
+        faulted_at: None,
         wins: Vec::new(),
     };
     for _ in 0..2_000 {
@@ -729,10 +733,12 @@ pub async fn rw_restart<F: Faults>(
             Box::pin(async move { a.try_read(&name, ttl).await })
         },
     ));
+    let faulted_at = Instant::now();
     f.restart(0, delay).await.expect("restart");
     vacate_writer(direct, &[3, 4], res).await;
     stop_at(&until, lock.deadline().max(Instant::now()) + ms(500));
-    let probe = probing.await.expect("probe task");
+    let mut probe = probing.await.expect("probe task");
+    probe.faulted_at = Some(faulted_at);
     (h, lock, probe)
 }
 
@@ -747,6 +753,10 @@ pub async fn rw_restart_in_contract<F: Faults>(
 ) {
     let res = format!("shared:{row}");
     let (h, lock, probe) = rw_restart(f, direct, &res, delay, ttl).await;
+    assert!(
+        probe.faulted_at < Some(lock.deadline()),
+        "the writer had expired before the fault: the row proves nothing (machine too loaded?)"
+    );
     let report = h.check();
     assert_clean(&report, &h);
     assert!(
@@ -804,6 +814,7 @@ pub async fn sem_restart<F: Faults>(
             Box::pin(async move { a.try_permit(&own, ttl).await })
         },
     ));
+    let faulted_at = Instant::now();
     for &v in &full[..victims] {
         f.kill(v).await.expect("kill");
     }
@@ -812,7 +823,8 @@ pub async fn sem_restart<F: Faults>(
         f.start(v).await.expect("start");
     }
     stop_at(&until, first.max(Instant::now()) + ms(500));
-    let probe = probing.await.expect("probe task");
+    let mut probe = probing.await.expect("probe task");
+    probe.faulted_at = Some(faulted_at);
     (h, held, probe)
 }
 
@@ -828,6 +840,10 @@ pub async fn sem_restart_in_contract<F: Faults>(
     let name = format!("shared:{row}");
     let (h, held, probe) = sem_restart(f, direct, &name, 2, delay, ttl).await;
     let first = held.iter().map(Lock::deadline).min().expect("holders");
+    assert!(
+        probe.faulted_at < Some(first),
+        "the holders had expired before the fault: the row proves nothing (machine too loaded?)"
+    );
     let report = h.check();
     assert_clean(&report, &h);
     assert!(report.permit_peak(&name) <= Some(3), "{report}");
