@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use quorumlock::testkit::nemesis::{FaultKind, NemesisLog, RandomNemesis};
-use quorumlock::testkit::{ClientRecorder, Faults, History, HoldMode, Report, ViolationKind};
+use quorumlock::testkit::{ClientRecorder, Faults, History, HoldMode, Report};
 use quorumlock::{Error, Lock, LockMode, Redlock, Retry, Semaphore};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -1178,9 +1178,4 @@ pub async fn sem_under_nemesis<F: Faults>(f: &F, secs: u64) -> (Report, NemesisL
         "progress\n{log}"
     );
     (report, log)
-}
-
-/// Whether the report flags `kind` (for the negative controls).
-pub fn flags(report: &Report, kind: ViolationKind) -> bool {
-    report.has(kind)
 }
