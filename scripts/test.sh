@@ -34,7 +34,8 @@ cargo run --quiet --all-features --example coupon || fail "the coupon demo"
 step "cargo package (contents, then a build of the packaged crate with all features)"
 list=$(cargo package --allow-dirty --list 2>/dev/null) || fail "cargo package --list"
 for need in src/lib.rs src/scripts/acquire.lua src/bin/quorumlock/main.rs src/testkit/mod.rs \
-    docs/guide.md README.md CHANGELOG.md examples/coupon.rs compose/docker-compose.yml; do
+    docs/guide.md README.md CHANGELOG.md LICENSE-MIT LICENSE-APACHE examples/coupon.rs \
+    compose/docker-compose.yml; do
     grep -qx "$need" <<<"$list" || fail "the package lacks $need"
 done
 if unwanted=$(grep -E '^(tests|benches|bench-out|scripts|\.ci|target)/|^docs/(img/|benchmarks\.md)' <<<"$list"); then

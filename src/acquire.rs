@@ -189,7 +189,7 @@ impl Attempt {
         };
         let span = tracing::Span::current();
         span.record("outcome", verdict.label("acquired"));
-        crate::metrics::acquire(verdict, elapsed);
+        self.inner.metrics.acquire(verdict, elapsed);
         let mut votes = self.round.votes(&self.inner.nodes);
         if !span.is_disabled() {
             span.record("votes", votes.per_node());

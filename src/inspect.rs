@@ -76,7 +76,7 @@ use crate::error::Error;
 use crate::node::NodeAddr;
 use crate::peek::{self, NodeAnswer, PeekError};
 use crate::protocol::inspect::{Reading, Seen, read};
-use crate::resource::{MAX_RESOURCES, Resources};
+use crate::resource::{Resources, check_count};
 
 /// The most characters of a token an inspection shows.
 const PREFIX_LEN: usize = 8;
@@ -729,21 +729,7 @@ impl Redlock {
     {
         Error::ensure_runtime()?;
         let names: Vec<I::Item> = resources.into_iter().collect();
-        if names.is_empty() {
-            return Err(Error::invalid(
-                "resources",
-                "the list of resources is empty",
-            ));
-        }
-        if names.len() > MAX_RESOURCES {
-            return Err(Error::invalid(
-                "resources",
-                format!(
-                    "{} resources in one inspection; at most {MAX_RESOURCES}",
-                    names.len()
-                ),
-            ));
-        }
+        check_count(names.len(), "inspection")?;
         let resources = names
             .iter()
             .map(|n| Resources::new(&[n.as_ref()]))

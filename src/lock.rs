@@ -418,7 +418,7 @@ impl Lock {
         let min = inner.config.min_validity;
         let verdict = verdict::extend(decision, &tally, validity, min, self.is_valid());
         span.record("outcome", verdict.label("extended"));
-        crate::metrics::extend(verdict, elapsed);
+        self.inner.metrics.extend(verdict, elapsed);
         if let Verdict::Held { validity } = verdict {
             self.deadline = verdict::extended_deadline(self.deadline, started, validity);
             self.ttl = ttl;
@@ -511,7 +511,7 @@ impl Lock {
         round.detach();
         let verdict = verdict::release(decision, &tally, expired);
         span.record("outcome", verdict.label("released"));
-        crate::metrics::release(verdict, elapsed);
+        self.inner.metrics.release(verdict, elapsed);
         match verdict {
             Verdict::Lost(Loss::Expired) => Err(Error::lost(LostReason::Expired, Some(votes))),
             Verdict::Released => Ok(()),

@@ -93,6 +93,8 @@ pub(crate) enum Ended {
 pub(crate) struct NodeKeys {
     #[cfg(feature = "metrics")]
     keys: std::sync::Arc<[::metrics::Key]>,
+    #[cfg(feature = "metrics")]
+    cache: std::sync::Arc<imp::Cache>,
 }
 
 impl NodeKeys {
@@ -104,6 +106,8 @@ impl NodeKeys {
         NodeKeys {
             #[cfg(feature = "metrics")]
             keys: imp::node_keys(addr),
+            #[cfg(feature = "metrics")]
+            cache: std::sync::Arc::new(imp::Cache::new(imp::NODE_HISTOGRAMS, 0)),
         }
     }
 
@@ -111,7 +115,7 @@ impl NodeKeys {
     #[inline(always)]
     pub(crate) fn request(&self, timer: Timer, op: Op, reply: &Reply) {
         #[cfg(feature = "metrics")]
-        imp::node_request(&self.keys, timer.start.elapsed(), op, reply);
+        imp::node_request(&self.cache, &self.keys, timer.start.elapsed(), op, reply);
         #[cfg(not(feature = "metrics"))]
         let _ = (timer, op, reply);
     }
@@ -123,7 +127,7 @@ impl NodeKeys {
         {
             let elapsed = timer.start.elapsed();
             for reply in replies {
-                imp::node_request(&self.keys, elapsed, Op::Watchdog, reply);
+                imp::node_request(&self.cache, &self.keys, elapsed, Op::Watchdog, reply);
             }
         }
         #[cfg(not(feature = "metrics"))]
@@ -131,13 +135,51 @@ impl NodeKeys {
     }
 }
 
-/// An acquisition attempt decided by `verdict` after `elapsed`.
-#[inline(always)]
-pub(crate) fn acquire(verdict: Verdict, elapsed: Duration) {
+/// One client's handles for the metrics of every acquire, extend and release round,
+/// registered with the recorder on first use and kept (a lookup in the recorder's registry
+/// on every call cost more than the rest of the recording together). Shared by the
+/// client's clones; empty without the feature.
+pub(crate) struct ClientMetrics {
     #[cfg(feature = "metrics")]
-    imp::acquire(verdict, elapsed);
-    #[cfg(not(feature = "metrics"))]
-    let _ = (verdict, elapsed);
+    cache: imp::Cache,
+}
+
+impl ClientMetrics {
+    /// No handle registered yet.
+    #[inline(always)]
+    pub(crate) fn new() -> ClientMetrics {
+        ClientMetrics {
+            #[cfg(feature = "metrics")]
+            cache: imp::Cache::new(imp::CLIENT_HISTOGRAMS, imp::CLIENT_COUNTERS),
+        }
+    }
+
+    /// An acquisition attempt decided by `verdict` after `elapsed`.
+    #[inline(always)]
+    pub(crate) fn acquire(&self, verdict: Verdict, elapsed: Duration) {
+        #[cfg(feature = "metrics")]
+        imp::acquire(&self.cache, verdict, elapsed);
+        #[cfg(not(feature = "metrics"))]
+        let _ = (verdict, elapsed);
+    }
+
+    /// A `Lock::extend` round decided by `verdict` after `elapsed`.
+    #[inline(always)]
+    pub(crate) fn extend(&self, verdict: Verdict, elapsed: Duration) {
+        #[cfg(feature = "metrics")]
+        imp::extend(&self.cache, verdict, elapsed);
+        #[cfg(not(feature = "metrics"))]
+        let _ = (verdict, elapsed);
+    }
+
+    /// A `Lock::release` round decided by `verdict` after `elapsed`.
+    #[inline(always)]
+    pub(crate) fn release(&self, verdict: Verdict, elapsed: Duration) {
+        #[cfg(feature = "metrics")]
+        imp::release(&self.cache, verdict, elapsed);
+        #[cfg(not(feature = "metrics"))]
+        let _ = (verdict, elapsed);
+    }
 }
 
 /// An acquisition attempt started at `started` that ended without a verdict.
@@ -147,24 +189,6 @@ pub(crate) fn acquire_ended(how: Ended, started: Instant) {
     imp::acquire_ended(how, started.elapsed());
     #[cfg(not(feature = "metrics"))]
     let _ = (how, started);
-}
-
-/// A `Lock::extend` round decided by `verdict` after `elapsed`.
-#[inline(always)]
-pub(crate) fn extend(verdict: Verdict, elapsed: Duration) {
-    #[cfg(feature = "metrics")]
-    imp::extend(verdict, elapsed);
-    #[cfg(not(feature = "metrics"))]
-    let _ = (verdict, elapsed);
-}
-
-/// A `Lock::release` round decided by `verdict` after `elapsed`.
-#[inline(always)]
-pub(crate) fn release(verdict: Verdict, elapsed: Duration) {
-    #[cfg(feature = "metrics")]
-    imp::release(verdict, elapsed);
-    #[cfg(not(feature = "metrics"))]
-    let _ = (verdict, elapsed);
 }
 
 /// A `Lock` dropped without `release`.
@@ -273,10 +297,13 @@ pub fn describe() {
 /// The implementation, with the feature.
 #[cfg(feature = "metrics")]
 mod imp {
-    use std::sync::Arc;
+    use std::sync::{Arc, OnceLock, RwLock};
     use std::time::Duration;
 
-    use ::metrics::{Key, Label, Level, Metadata, SharedString, Unit, with_recorder};
+    use ::metrics::{
+        Counter, Histogram, Key, Label, Level, Metadata, Recorder, SharedString, Unit,
+        with_recorder,
+    };
 
     use super::{Ended, Op};
     use crate::addr::NodeAddr;
@@ -522,6 +549,96 @@ mod imp {
         });
     }
 
+    /// The histograms of a client's [`Cache`]: acquire, extend and release rounds by
+    /// outcome (10 each), then the grant validity by op (3).
+    pub(super) const CLIENT_HISTOGRAMS: usize = 33;
+    /// The counters of a client's [`Cache`]: acquire, extend and release rounds by outcome.
+    pub(super) const CLIENT_COUNTERS: usize = 30;
+    /// The histograms of a node's [`Cache`]: one per (`op`, `outcome`), `op`-major.
+    pub(super) const NODE_HISTOGRAMS: usize = NODE_OPS.len() * NODE_OUTCOMES.len();
+    const EXTEND_BASE: usize = 10;
+    const RELEASE_BASE: usize = 20;
+    const GRANT_BASE: usize = 30;
+
+    /// Handles registered with one recorder, each on its first use.
+    struct Slots {
+        recorder: usize,
+        histograms: Box<[OnceLock<Histogram>]>,
+        counters: Box<[OnceLock<Counter>]>,
+    }
+
+    impl Slots {
+        fn new(recorder: usize, histograms: usize, counters: usize) -> Slots {
+            Slots {
+                recorder,
+                histograms: (0..histograms).map(|_| OnceLock::new()).collect(),
+                counters: (0..counters).map(|_| OnceLock::new()).collect(),
+            }
+        }
+    }
+
+    /// A set of metric handles kept per recorder: the first call with a recorder registers
+    /// the key and keeps the handle, later calls record on the handle directly, without
+    /// the recorder's registry lookup (which compares every label of the key).
+    ///
+    /// The recorder is told apart by its address: the global recorder's is fixed once it
+    /// is installed, and the no-op recorder (before one is installed) is a static, so an
+    /// application that installs its recorder after `build()` gets fresh handles on the
+    /// next call. A thread-local recorder (`metrics::with_local_recorder`) works too, as
+    /// long as it outlives the client's use under it (a later recorder at the same address
+    /// would receive nothing); every cache belongs to one client or one of its nodes.
+    pub(super) struct Cache {
+        slots: RwLock<Arc<Slots>>,
+        histograms: usize,
+        counters: usize,
+    }
+
+    impl Cache {
+        pub(super) fn new(histograms: usize, counters: usize) -> Cache {
+            Cache {
+                slots: RwLock::new(Arc::new(Slots::new(0, 0, 0))),
+                histograms,
+                counters,
+            }
+        }
+
+        /// The slots for recorder `r`, replaced when the recorder changed.
+        fn slots(&self, r: &dyn Recorder) -> Arc<Slots> {
+            let id = std::ptr::from_ref(r).cast::<()>() as usize;
+            if let Ok(s) = self.slots.read()
+                && s.recorder == id
+            {
+                return Arc::clone(&s);
+            }
+            let fresh = Arc::new(Slots::new(id, self.histograms, self.counters));
+            if let Ok(mut s) = self.slots.write() {
+                *s = Arc::clone(&fresh);
+            }
+            fresh
+        }
+
+        /// Records `value` on histogram `i` (`key`).
+        pub(super) fn histogram(&self, i: usize, key: &Key, value: Duration) {
+            with_recorder(|r| {
+                let v = value.as_secs_f64();
+                match self.slots(r).histograms.get(i) {
+                    Some(h) => h.get_or_init(|| r.register_histogram(key, &META)).record(v),
+                    None => r.register_histogram(key, &META).record(v),
+                }
+            });
+        }
+
+        /// Adds one to counter `i` (`key`).
+        pub(super) fn count(&self, i: usize, key: &Key) {
+            with_recorder(|r| match self.slots(r).counters.get(i) {
+                Some(c) => c
+                    .get_or_init(|| r.register_counter(key, &META))
+                    .increment(1),
+                None => r.register_counter(key, &META).increment(1),
+            });
+        }
+    }
+
     fn histogram(key: &Key, value: Duration) {
         with_recorder(|r| r.register_histogram(key, &META).record(value.as_secs_f64()));
     }
@@ -550,16 +667,37 @@ mod imp {
         }
     }
 
+    /// A round of a client: `base` is its kind's first slot in the client's cache.
+    fn cached_round(
+        c: &Cache,
+        base: usize,
+        (seconds, total): (&[Key; 10], &[Key; 10]),
+        i: usize,
+        elapsed: Duration,
+    ) {
+        if let (Some(s), Some(n)) = (seconds.get(i), total.get(i)) {
+            c.histogram(base + i, s, elapsed);
+            c.count(base + i, n);
+        }
+    }
+
+    fn cached_granted(c: &Cache, op: usize, validity: Duration) {
+        if let Some(k) = GRANT_S.get(op) {
+            c.histogram(GRANT_BASE + op, k, validity);
+        }
+    }
+
     fn granted(op: usize, validity: Duration) {
         if let Some(k) = GRANT_S.get(op) {
             histogram(k, validity);
         }
     }
 
-    pub(super) fn acquire(verdict: Verdict, elapsed: Duration) {
-        round(&ACQUIRE_S, &ACQUIRE_N, outcome(verdict, ACQUIRED), elapsed);
+    pub(super) fn acquire(c: &Cache, verdict: Verdict, elapsed: Duration) {
+        let i = outcome(verdict, ACQUIRED);
+        cached_round(c, 0, (&ACQUIRE_S, &ACQUIRE_N), i, elapsed);
         if let Verdict::Held { validity } = verdict {
-            granted(0, validity);
+            cached_granted(c, 0, validity);
         }
     }
 
@@ -571,18 +709,20 @@ mod imp {
         round(&ACQUIRE_S, &ACQUIRE_N, i, elapsed);
     }
 
-    pub(super) fn extend(verdict: Verdict, elapsed: Duration) {
-        round(&EXTEND_S, &EXTEND_N, outcome(verdict, EXTENDED), elapsed);
+    pub(super) fn extend(c: &Cache, verdict: Verdict, elapsed: Duration) {
+        let i = outcome(verdict, EXTENDED);
+        cached_round(c, EXTEND_BASE, (&EXTEND_S, &EXTEND_N), i, elapsed);
         match verdict {
-            Verdict::Held { validity } => granted(1, validity),
+            Verdict::Held { validity } => cached_granted(c, 1, validity),
             Verdict::Lost(Loss::NotHeld) => lost(LostReason::NotHeld),
             Verdict::Lost(Loss::ExtendFailed) => lost(LostReason::ExtendFailed),
             _ => {}
         }
     }
 
-    pub(super) fn release(verdict: Verdict, elapsed: Duration) {
-        round(&RELEASE_S, &RELEASE_N, outcome(verdict, 2), elapsed);
+    pub(super) fn release(c: &Cache, verdict: Verdict, elapsed: Duration) {
+        let i = outcome(verdict, 2);
+        cached_round(c, RELEASE_BASE, (&RELEASE_S, &RELEASE_N), i, elapsed);
         if verdict == Verdict::Lost(Loss::NotHeld) {
             lost(LostReason::NotHeld);
         }
@@ -708,10 +848,10 @@ mod imp {
         }
     }
 
-    pub(super) fn node_request(keys: &[Key], elapsed: Duration, o: Op, reply: &Reply) {
+    pub(super) fn node_request(c: &Cache, keys: &[Key], elapsed: Duration, o: Op, reply: &Reply) {
         let i = op(o) * NODE_OUTCOMES.len() + node_outcome(reply);
         if let Some(k) = keys.get(i) {
-            histogram(k, elapsed);
+            c.histogram(i, k, elapsed);
         }
     }
 }

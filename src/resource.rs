@@ -59,21 +59,7 @@ pub(crate) struct Resources {
 impl Resources {
     /// Validates one or more names.
     pub(crate) fn new<S: AsRef<str>>(names: &[S]) -> Result<Resources, Error> {
-        if names.is_empty() {
-            return Err(Error::invalid(
-                "resources",
-                "the list of resources is empty",
-            ));
-        }
-        if names.len() > MAX_RESOURCES {
-            return Err(Error::invalid(
-                "resources",
-                format!(
-                    "{} resources in one lock; at most {MAX_RESOURCES}",
-                    names.len()
-                ),
-            ));
-        }
+        check_count(names.len(), "lock")?;
         let mut sorted: Vec<String> = Vec::with_capacity(names.len());
         for n in names {
             let n = n.as_ref();
@@ -140,9 +126,10 @@ impl Resources {
     }
     /// A short human label for tracing: the name, or the first name and a count.
     pub(crate) fn label(&self) -> String {
+        let first = self.names.first().map_or("", |n| shorten(n));
         match self.names.len() {
-            1 => shorten(&self.names[0]).to_owned(),
-            n => format!("{}(+{})", shorten(&self.names[0]), n - 1),
+            0 | 1 => first.to_owned(),
+            n => format!("{first}(+{})", n - 1),
         }
     }
 }
@@ -236,6 +223,24 @@ fn key(prefix: &[u8], name: &str) -> Vec<u8> {
     k.extend_from_slice(prefix);
     k.extend_from_slice(name.as_bytes());
     k
+}
+
+/// Refuses an empty list of names, or one longer than [`MAX_RESOURCES`]; `what` names the
+/// operation in the message ("lock", "inspection").
+pub(crate) fn check_count(len: usize, what: &str) -> Result<(), Error> {
+    if len == 0 {
+        return Err(Error::invalid(
+            "resources",
+            "the list of resources is empty",
+        ));
+    }
+    if len > MAX_RESOURCES {
+        return Err(Error::invalid(
+            "resources",
+            format!("{len} resources in one {what}; at most {MAX_RESOURCES}"),
+        ));
+    }
+    Ok(())
 }
 
 fn shorten(name: &str) -> &str {

@@ -17,6 +17,7 @@ use futures::stream::FuturesUnordered;
 use crate::config::Config;
 use crate::error::Error;
 use crate::extender::Registry;
+use crate::metrics::ClientMetrics;
 use crate::node::{Node, NodeAddr, NodeSpec};
 use crate::notifier::Notifier;
 use crate::protocol::tally;
@@ -33,6 +34,8 @@ pub(crate) struct Inner {
     pub(crate) notifier: Option<Notifier>,
     /// The watchdog's registry of kept locks and its task, started on first use.
     pub(crate) watchdog: OnceLock<Registry>,
+    /// The metric handles of this client's acquire, extend and release rounds.
+    pub(crate) metrics: ClientMetrics,
 }
 
 impl Inner {
@@ -76,6 +79,7 @@ impl Inner {
             config,
             notifier,
             watchdog: OnceLock::new(),
+            metrics: ClientMetrics::new(),
         })
     }
 }

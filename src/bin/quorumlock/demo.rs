@@ -186,7 +186,7 @@ pub async fn demo(args: DemoArgs) -> u8 {
     println!(
         "\n2. with quorumlock on {} nodes (quorum {}), {} clients:",
         urls.len(),
-        clients[0].quorum(),
+        clients.first().map_or(0, Redlock::quorum),
         clients.len()
     );
     match killed_after {
