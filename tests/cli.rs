@@ -924,6 +924,60 @@ async fn shared_and_write_runs_never_overlap() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_and_permit_runs_keep_their_lock_alive() {
+    let cluster = cluster(3).await;
+    let locks = client(&cluster).await;
+    let one = locks.semaphore("kept", 1).expect("semaphore");
+    let dir = tmp();
+    for (i, side) in [&["--shared"][..], &["--permits", "1"][..]]
+        .iter()
+        .enumerate()
+    {
+        let started_file = file(&dir, &format!("started{i}"));
+        let go = file(&dir, &format!("go{i}"));
+        let script = r#"touch "$STARTED"; i=0; while [ ! -e "$GO" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done"#;
+        let mut opts = side.to_vec();
+        opts.extend(["--ttl", "500ms"]);
+        let mut child = run_sh(&cluster, "kept", &opts, script)
+            .env("STARTED", &started_file)
+            .env("GO", &go)
+            .spawn()
+            .expect("spawn");
+        wait_for_file(&started_file, Duration::from_secs(10)).await;
+        // Over three TTLs, the lock stays taken: extended, not expired.
+        let probing = Instant::now();
+        while probing.elapsed() < Duration::from_millis(1600) {
+            let probe = if i == 0 {
+                locks.try_write_lock("kept", Duration::from_secs(1)).await
+            } else {
+                one.try_acquire(Duration::from_secs(1)).await
+            };
+            match probe {
+                Err(e) if e.is_held() => {}
+                Err(e) => panic!("{side:?}: probe failed with {e}"),
+                Ok(_) => panic!("{side:?}: the run's lock expired while COMMAND ran"),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        std::fs::write(&go, "").expect("touch go");
+        assert_eq!(
+            wait_exit(&mut child, Duration::from_secs(10)).await.code(),
+            Some(0)
+        );
+        // Released on exit: free at once, not after the TTL.
+        let lock = if i == 0 {
+            locks.try_write_lock("kept", Duration::from_secs(1)).await
+        } else {
+            one.try_acquire(Duration::from_secs(1)).await
+        };
+        lock.unwrap_or_else(|e| panic!("{side:?}: not released: {e}"))
+            .release()
+            .await
+            .expect("release");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_permits_admit_two_of_three_runs() {
     // One node: the per-node limit is P itself, so exactly P runs fit (on 3 or 5 nodes
     // two permits admit one holder; see the next test).
