@@ -22,6 +22,17 @@
 //!   `--features testkit,metrics`, rounds alternate between recording into a Prometheus
 //!   recorder and the facade's no-op; built without it, the plain cycle.
 //!   `scripts/bench-metrics.py` runs the two builds alternately and compares them.
+//! * `readers_16`: 16 tasks, each with its own client, taking (`try_read_lock`) and
+//!   releasing read locks on ONE resource, beside 16 such tasks on the mutex of one
+//!   resource (contended, `lock`), on the mutexes of 16 distinct resources (`try_lock`),
+//!   and the raw floor on 16 distinct keys.
+//! * `semaphore_16`: 16 tasks, each with its own client, taking and releasing a permit of
+//!   one semaphore of 4 permits (capacity 3 on 5 nodes), beside the same with 16 permits
+//!   (capacity 16: full only when every task holds one) and 64 permits (never full), and
+//!   the raw floor: throughput, acquire latency, attempts per acquisition.
+//!
+//! The last two are timed windows only (no Criterion group, as `contended_16`): waiting
+//! makes a per-iteration mean meaningless.
 //!
 //! Machine-readable results go to `bench-out/summary.jsonl` (one JSON object per line;
 //! `QL_SUMMARY` names another file); `scripts/plot-benchmarks.py` turns them into
@@ -37,7 +48,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput};
 use futures::StreamExt;
 use quorumlock::testkit::LocalCluster;
-use quorumlock::{Redlock, Watchdog};
+use quorumlock::{Redlock, Semaphore, Watchdog};
 use tokio::runtime::Runtime;
 
 use support::{Impl, Summary, cpu_time, percentile, proc_cpu_time, rss_kb, split_votes, us};
@@ -106,6 +117,16 @@ fn main() {
     if wants("contended_16") {
         // Last: it runs on its own runtime with a tracing layer that counts split votes.
         bench_contended(&summary, &urls);
+    }
+    if wants("readers_16") || wants("semaphore_16") {
+        // Own runtime, with the attempt counter of `contended_16`.
+        let (rt, stats) = split_votes::runtime();
+        if wants("readers_16") {
+            bench_readers(&rt, &stats, &summary, &urls);
+        }
+        if wants("semaphore_16") {
+            bench_semaphore(&rt, &stats, &summary, &urls);
+        }
     }
     c.final_summary();
     drop(cluster);
@@ -657,6 +678,312 @@ fn bench_contended(summary: &Summary, urls: &[String]) {
             support::json_f64s(&lat)
         ));
     }
+}
+
+/// One contender of `readers_16` and `semaphore_16`, with its own client.
+#[derive(Clone)]
+enum Cycler {
+    /// A read lock, one attempt (readers are never refused without a writer).
+    Read(Redlock),
+    /// The mutex, waiting with `lock` (notify waiting, the default).
+    Mutex(Redlock),
+    /// The mutex, one attempt (`try_lock`; for distinct, uncontended resources).
+    TryMutex(Redlock),
+    /// A permit of a semaphore, waiting with `acquire` (the client's retry policy).
+    Permit(Semaphore),
+    /// The raw floor: `SET NX PX` on every node, then compare-and-delete on every node.
+    Floor(support::Floor),
+}
+
+impl Cycler {
+    /// One acquire + release on `key` (holding for no time): the acquire latency, or why
+    /// it failed.
+    async fn cycle(&self, key: &str, ttl: Duration) -> Result<Duration, String> {
+        let t = Instant::now();
+        let lock = match self {
+            Cycler::Read(q) => q.try_read_lock(key, ttl).await,
+            Cycler::Mutex(q) => q.lock(key, ttl).await,
+            Cycler::TryMutex(q) => q.try_lock(key, ttl).await,
+            Cycler::Permit(s) => s.acquire(ttl).await,
+            Cycler::Floor(f) => {
+                let (token, granted) = f.acquire(key, ttl).await;
+                let d = t.elapsed();
+                f.release(key, &token).await;
+                return if granted > f.nodes() / 2 {
+                    Ok(d)
+                } else {
+                    Err(format!("floor: only {granted} grants"))
+                };
+            }
+        };
+        let lock = lock.map_err(|e| e.to_string())?;
+        let d = t.elapsed();
+        ACQ_SEQ.fetch_add(1, Ordering::SeqCst);
+        lock.release().await.map_err(|e| format!("release: {e}"))?;
+        Ok(d)
+    }
+}
+
+/// What one window of `TASKS` cyclers measured.
+struct Window {
+    latencies: Vec<Duration>,
+    per_task: Vec<usize>,
+    errors: usize,
+    first_error: Option<String>,
+    attempts: u64,
+}
+
+/// `TASKS` tasks cycle for `window`; task `t` uses `keys(t)`. Acquisitions that end after
+/// the window are not counted.
+async fn run_window(
+    cyclers: &[Cycler],
+    keys: impl Fn(usize) -> String,
+    window: Duration,
+    stats: &split_votes::Stats,
+) -> Window {
+    let ttl = Duration::from_secs(2);
+    stats.reset();
+    let stop = Instant::now() + window;
+    let mut tasks = Vec::new();
+    for (t, cycler) in cyclers.iter().enumerate() {
+        let cycler = cycler.clone();
+        let key = keys(t);
+        tasks.push(tokio::spawn(async move {
+            let (mut lat, mut errors, mut first) = (Vec::new(), 0usize, None);
+            while Instant::now() < stop {
+                match cycler.cycle(&key, ttl).await {
+                    Ok(d) if Instant::now() < stop => lat.push(d),
+                    Ok(_) => {}
+                    Err(e) => {
+                        errors += 1;
+                        first.get_or_insert(e);
+                    }
+                }
+            }
+            (lat, errors, first)
+        }));
+    }
+    let mut w = Window {
+        latencies: Vec::new(),
+        per_task: Vec::new(),
+        errors: 0,
+        first_error: None,
+        attempts: 0,
+    };
+    for t in tasks {
+        let (lat, errors, first) = t.await.expect("cycler");
+        w.per_task.push(lat.len());
+        w.latencies.extend(lat);
+        w.errors += errors;
+        if w.first_error.is_none() {
+            w.first_error = first;
+        }
+    }
+    w.attempts = stats.snapshot().attempts;
+    w
+}
+
+/// A variant of a windowed section: its name, its `TASKS` cyclers, whether they share
+/// one resource (else each task has its own), and more JSON fields for its summary line.
+struct Variant {
+    name: &'static str,
+    cyclers: Vec<Cycler>,
+    shared: bool,
+    extra: String,
+}
+
+/// `ROUNDS` windows of every variant, interleaved round by round; prints and records
+/// the median round's ops/s, the median of the rounds' acquire p50/p99, the errors, and
+/// quorumlock's attempts per acquisition. Returns each variant's median ops/s.
+fn run_windows(
+    rt: &Runtime,
+    stats: &split_votes::Stats,
+    summary: &Summary,
+    section: &str,
+    variants: &[Variant],
+) -> Vec<f64> {
+    let window = Duration::from_secs(2);
+    let mut rounds: Vec<Vec<Window>> = variants.iter().map(|_| Vec::new()).collect();
+    for round in 0..ROUNDS {
+        for (k, v) in variants.iter().enumerate() {
+            let keys = |t: usize| {
+                if v.shared {
+                    format!("{section}:{}:{round}", v.name)
+                } else {
+                    format!("{section}:{}:{round}:{t}", v.name)
+                }
+            };
+            rounds[k].push(rt.block_on(run_window(&v.cyclers, keys, window, stats)));
+        }
+    }
+    let mut medians = Vec::new();
+    for (v, r) in variants.iter().zip(&rounds) {
+        let ops: Vec<f64> = r
+            .iter()
+            .map(|w| w.latencies.len() as f64 / window.as_secs_f64())
+            .collect();
+        let lats: Vec<Vec<Duration>> = r.iter().map(|w| w.latencies.clone()).collect();
+        let p50 = median_of(&lats, |v| us(percentile(v, 0.50)));
+        let p99 = median_of(&lats, |v| us(percentile(v, 0.99)));
+        let max = median_of(&lats, |v| us(percentile(v, 1.0)));
+        let errors: usize = r.iter().map(|w| w.errors).sum();
+        let acquired: usize = r.iter().map(|w| w.latencies.len()).sum();
+        let attempts: u64 = r.iter().map(|w| w.attempts).sum();
+        let per_attempt = if matches!(v.cyclers[0], Cycler::Floor(_)) {
+            1.0
+        } else {
+            attempts as f64 / acquired.max(1) as f64
+        };
+        let shares: Vec<usize> = (0..TASKS)
+            .map(|t| {
+                r.iter()
+                    .map(|w| w.per_task.get(t).copied().unwrap_or(0))
+                    .sum()
+            })
+            .collect();
+        let (min_share, max_share) = (
+            shares.iter().copied().min().unwrap_or(0),
+            shares.iter().copied().max().unwrap_or(0),
+        );
+        let m = median(&ops);
+        medians.push(m);
+        let first = r.iter().find_map(|w| w.first_error.clone());
+        println!(
+            "[{section}] {:<26} {m:>8.0} ops/s (rounds {ops:.0?})  acquire p50 {p50:>8.1} µs  p99 {p99:>9.1} µs  max {max:>9.1} µs  attempts/acquisition {per_attempt:.2}  per task {min_share}..{max_share}  errors {errors}{}",
+            v.name,
+            first.map(|e| format!(" (first: {e})")).unwrap_or_default()
+        );
+        summary.line(&format!(
+            r#"{{"section":"{section}","impl":"{}","ops_per_s":{m:.0},"rounds_ops_per_s":{},"p50_us":{p50:.1},"p99_us":{p99:.1},"max_us":{max:.1},"attempts_per_acquisition":{per_attempt:.3},"min_task_share":{min_share},"max_task_share":{max_share},"errors":{errors}{}}}"#,
+            v.name,
+            support::json_f64s(&ops),
+            v.extra
+        ));
+    }
+    medians
+}
+
+/// `TASKS` quorumlock clients, connected (their scripts loaded) by `warm`.
+fn clients(rt: &Runtime, urls: &[String]) -> Vec<Redlock> {
+    rt.block_on(async {
+        let mut out = Vec::new();
+        for i in 0..TASKS {
+            let ql = Redlock::builder(urls.to_vec())
+                .build()
+                .await
+                .expect("quorumlock build");
+            let l = ql
+                .try_lock(&format!("warm:w:{i}"), TTL)
+                .await
+                .expect("warm");
+            l.release().await.expect("warm release");
+            let r = ql
+                .try_read_lock(&format!("warm:r:{i}"), TTL)
+                .await
+                .expect("warm read");
+            r.release().await.expect("warm read release");
+            out.push(ql);
+        }
+        out
+    })
+}
+
+/// `TASKS` raw floors, each with its own connections.
+fn floors(rt: &Runtime, urls: &[String]) -> Vec<Cycler> {
+    rt.block_on(async {
+        let mut out = Vec::new();
+        for i in 0..TASKS {
+            let f = support::Floor::connect(urls).await.expect("floor connect");
+            f.cycle(&format!("warm:f:{i}"), TTL).await;
+            out.push(Cycler::Floor(f));
+        }
+        out
+    })
+}
+
+fn bench_readers(rt: &Runtime, stats: &split_votes::Stats, summary: &Summary, urls: &[String]) {
+    let ql = clients(rt, urls);
+    let variants = [
+        Variant {
+            name: "quorumlock-read-1",
+            cyclers: ql.iter().cloned().map(Cycler::Read).collect(),
+            shared: true,
+            extra: String::new(),
+        },
+        Variant {
+            name: "quorumlock-mutex-1",
+            cyclers: ql.iter().cloned().map(Cycler::Mutex).collect(),
+            shared: true,
+            extra: String::new(),
+        },
+        Variant {
+            name: "quorumlock-mutex-16",
+            cyclers: ql.iter().cloned().map(Cycler::TryMutex).collect(),
+            shared: false,
+            extra: String::new(),
+        },
+        Variant {
+            name: "floor-16",
+            cyclers: floors(rt, urls),
+            shared: false,
+            extra: String::new(),
+        },
+    ];
+    let m = run_windows(rt, stats, summary, "readers_16", &variants);
+    println!(
+        "[readers_16] read on 1 resource: {:.2} × the contended mutex, {:.2} × the mutex on 16 resources, {:.2} × the floor",
+        m[0] / m[1],
+        m[0] / m[2],
+        m[0] / m[3]
+    );
+}
+
+fn bench_semaphore(rt: &Runtime, stats: &split_votes::Stats, summary: &Summary, urls: &[String]) {
+    let ql = clients(rt, urls);
+    // Each variant on its own name: the semaphores of 4 and of 16 permits must not meet.
+    let variant = |name: &'static str, permits: u32| -> Variant {
+        let sems: Vec<Semaphore> = ql
+            .iter()
+            .map(|q| q.semaphore(name, permits).expect("semaphore"))
+            .collect();
+        let s = &sems[0];
+        println!(
+            "[semaphore_16] P = {permits} on {} nodes: per-node limit {}, quorum {}, capacity {}",
+            urls.len(),
+            s.per_node_limit(),
+            s.quorum(),
+            s.capacity()
+        );
+        Variant {
+            name,
+            extra: format!(
+                r#","permits":{permits},"capacity":{},"per_node_limit":{},"quorum":{}"#,
+                s.capacity(),
+                s.per_node_limit(),
+                s.quorum()
+            ),
+            cyclers: sems.into_iter().map(Cycler::Permit).collect(),
+            shared: true,
+        }
+    };
+    let variants = [
+        variant("quorumlock-sem-p4", 4),
+        variant("quorumlock-sem-p16", 16),
+        variant("quorumlock-sem-p64", 64),
+        Variant {
+            name: "floor-16",
+            cyclers: floors(rt, urls),
+            shared: false,
+            extra: String::new(),
+        },
+    ];
+    let m = run_windows(rt, stats, summary, "semaphore_16", &variants);
+    println!(
+        "[semaphore_16] P = 4: {:.2} × P = 16, {:.2} × P = 64, {:.2} × the floor",
+        m[0] / m[1],
+        m[0] / m[2],
+        m[0] / m[3]
+    );
 }
 
 /// The `metrics` section's variants in this build: with the feature, recording into a

@@ -15,6 +15,7 @@ const USAGE: i32 = 64;
 const UNAVAILABLE: i32 = 69;
 const LOST: i32 = 70;
 const BUSY: i32 = 75;
+const MISMATCH: i32 = 78;
 
 /// The binary with no nodes configured and quiet logs.
 fn bare() -> Command {
@@ -388,6 +389,89 @@ async fn bad_arguments_are_usage_errors() {
             "true",
         ],
         &["inspect", "--nodes", node],
+        &[
+            "run", "--nodes", node, "-r", "r", "--shared", "--write", "--", "true",
+        ],
+        &[
+            "run",
+            "--nodes",
+            node,
+            "-r",
+            "r",
+            "--shared",
+            "--permits",
+            "2",
+            "--",
+            "true",
+        ],
+        &[
+            "run",
+            "--nodes",
+            node,
+            "-r",
+            "r",
+            "--write",
+            "--permits",
+            "2",
+            "--",
+            "true",
+        ],
+        &[
+            "run",
+            "--nodes",
+            node,
+            "-r",
+            "r",
+            "--shared",
+            "--fencing",
+            "--",
+            "true",
+        ],
+        &[
+            "run",
+            "--nodes",
+            node,
+            "-r",
+            "r",
+            "--permits",
+            "2",
+            "--fencing",
+            "--",
+            "true",
+        ],
+        &[
+            "run",
+            "--nodes",
+            node,
+            "-r",
+            "r",
+            "--permits",
+            "0",
+            "--",
+            "true",
+        ],
+        &[
+            "run",
+            "--nodes",
+            node,
+            "-r",
+            "r",
+            "--permits",
+            "1000001",
+            "--",
+            "true",
+        ],
+        &[
+            "run",
+            "--nodes",
+            node,
+            "-r",
+            "r",
+            "--permits",
+            "two",
+            "--",
+            "true",
+        ],
     ];
     for args in cases {
         let out = output(bare().args(*args), Duration::from_secs(10)).await;
@@ -404,6 +488,10 @@ async fn bad_arguments_are_usage_errors() {
         "75",
         "QUORUMLOCK_NODES",
         "--no-wait",
+        "--shared",
+        "--write",
+        "--permits",
+        "78",
     ] {
         assert!(help.contains(needle), "--help lacks {needle}:\n{help}");
     }
@@ -610,6 +698,492 @@ async fn fencing_token_is_passed_to_command() {
         lines[2], "unset fenced",
         "the token leaks without --fencing"
     );
+
+    // Writers of the read-write lock get tokens too, from their own counter.
+    let out_file = file(&dir, "writers");
+    for _ in 0..2 {
+        let out = output(
+            run_sh(&cluster, "fenced", &["--write", "--fencing"], script).env("OUT", &out_file),
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let text = std::fs::read_to_string(&out_file).expect("tokens");
+    let tokens: Vec<u64> = text
+        .lines()
+        .map(|l| {
+            let (t, _) = l.split_once(' ').expect("two fields");
+            t.parse().unwrap_or_else(|_| panic!("not a number: {l}"))
+        })
+        .collect();
+    assert_eq!(tokens.len(), 2, "{text}");
+    assert!(tokens[1] > tokens[0], "{tokens:?}");
+}
+
+/// Marks a run's interval: `start KIND PID NS` once it holds the lock, `end KIND PID NS`
+/// before it lets go. `$KIND` tells the kinds of run apart.
+const MARK_START: &str = r#"echo "start $KIND $$ $(date +%s%N)" >> "$MARKS""#;
+const MARK_END: &str = r#"echo "end $KIND $$ $(date +%s%N)" >> "$MARKS""#;
+
+/// A script that marks its interval and, in between, waits until `$PEERS` runs have
+/// started (bounded: exit 9 after 20 s). It only ends well if `$PEERS` runs held the lock
+/// at the same time: the overlap is proven by the runs themselves, not by timing.
+fn barrier_script() -> String {
+    format!(
+        r#"{MARK_START}; i=0; while [ "$(grep -c '^start' "$MARKS")" -lt "$PEERS" ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; [ "$(grep -c '^start' "$MARKS")" -ge "$PEERS" ] || exit 9; {MARK_END}"#
+    )
+}
+
+/// One run's interval, read back from the marks.
+#[derive(Debug)]
+struct Interval {
+    kind: String,
+    start: u128,
+    end: u128,
+}
+
+/// The intervals in `marks`, one per run (matched by kind and pid), each well formed.
+fn intervals(marks: &Path) -> Vec<Interval> {
+    let text = std::fs::read_to_string(marks).expect("marks");
+    let mut open: Vec<(String, String, u128)> = Vec::new();
+    let mut done = Vec::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        assert_eq!(f.len(), 4, "bad mark {line:?} in:\n{text}");
+        let t: u128 = f[3].parse().expect("a timestamp");
+        match f[0] {
+            "start" => open.push((f[1].to_string(), f[2].to_string(), t)),
+            "end" => {
+                let i = open
+                    .iter()
+                    .position(|(k, pid, _)| k == f[1] && pid == f[2])
+                    .unwrap_or_else(|| panic!("end without start: {line:?} in:\n{text}"));
+                let (kind, _, start) = open.swap_remove(i);
+                assert!(start <= t, "ends before it starts:\n{text}");
+                done.push(Interval {
+                    kind,
+                    start,
+                    end: t,
+                });
+            }
+            other => panic!("bad mark {other:?} in:\n{text}"),
+        }
+    }
+    assert!(open.is_empty(), "runs that never ended:\n{text}");
+    done
+}
+
+/// The most intervals that were open at one instant (an end and a start at the same
+/// nanosecond do not overlap).
+fn max_overlap(intervals: &[Interval]) -> usize {
+    let mut events: Vec<(u128, i32)> = intervals
+        .iter()
+        .flat_map(|i| [(i.start, 1), (i.end, -1)])
+        .collect();
+    events.sort();
+    let (mut open, mut max) = (0i32, 0i32);
+    for (_, d) in events {
+        open += d;
+        max = max.max(open);
+    }
+    usize::try_from(max).unwrap_or(0)
+}
+
+/// Spawns `run` with `opts`, running `script` with `$MARKS`, `$KIND` and `$PEERS` set.
+fn spawn_marked(
+    cluster: &LocalCluster,
+    resource: &str,
+    opts: &[&str],
+    script: &str,
+    marks: &Path,
+    kind: &str,
+    peers: usize,
+) -> Child {
+    run_sh(cluster, resource, opts, script)
+        .env("MARKS", marks)
+        .env("KIND", kind)
+        .env("PEERS", peers.to_string())
+        .spawn()
+        .expect("spawn")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_runs_overlap() {
+    let cluster = cluster(3).await;
+    let dir = tmp();
+    let marks = file(&dir, "marks");
+    let script = barrier_script();
+    let opts = ["--shared", "--ttl", "2s", "--wait", "20s"];
+    let mut children: Vec<Child> = (0..2)
+        .map(|_| spawn_marked(&cluster, "shared", &opts, &script, &marks, "r", 2))
+        .collect();
+    for child in &mut children {
+        let status = wait_exit(child, Duration::from_secs(30)).await;
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "a reader did not see the other one in"
+        );
+    }
+    let runs = intervals(&marks);
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(max_overlap(&runs), 2, "{runs:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_and_write_runs_never_overlap() {
+    let cluster = cluster(3).await;
+    let dir = tmp();
+    let marks = file(&dir, "marks");
+    let script = format!("{MARK_START}; sleep 0.2; {MARK_END}");
+    let mut children = Vec::new();
+    for kind in ["r", "w", "r", "w", "r"] {
+        let side = if kind == "r" { "--shared" } else { "--write" };
+        let opts = [side, "--ttl", "2s", "--wait", "30s"];
+        children.push(spawn_marked(
+            &cluster, "rw", &opts, &script, &marks, kind, 0,
+        ));
+    }
+    for child in &mut children {
+        let status = wait_exit(child, Duration::from_secs(45)).await;
+        assert_eq!(status.code(), Some(0));
+    }
+    let runs = intervals(&marks);
+    assert_eq!(runs.len(), 5, "{runs:?}");
+    for (i, w) in runs.iter().enumerate().filter(|(_, r)| r.kind == "w") {
+        for (j, other) in runs.iter().enumerate() {
+            let apart = other.end <= w.start || w.end <= other.start;
+            assert!(i == j || apart, "a writer overlapped a run: {runs:?}");
+        }
+    }
+
+    // Busy sides fail at once with --no-wait, as the mutex does; COMMAND does not run.
+    let locks = client(&cluster).await;
+    let ran = file(&dir, "ran");
+    let reader = locks
+        .try_read_lock("rw", Duration::from_secs(30))
+        .await
+        .expect("read lock");
+    let out = output(
+        run_sh(&cluster, "rw", &["--write", "--no-wait"], r#"touch "$RAN""#).env("RAN", &ran),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(BUSY), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("rw is held by readers or a writer"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!ran.exists(), "a writer ran beside a reader");
+    reader.release().await.expect("release");
+    let writer = locks
+        .try_write_lock("rw", Duration::from_secs(30))
+        .await
+        .expect("write lock");
+    let out = output(
+        run_sh(
+            &cluster,
+            "rw",
+            &["--shared", "--wait", "300ms"],
+            r#"touch "$RAN""#,
+        )
+        .env("RAN", &ran),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(BUSY), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("gave up waiting for a read lock on rw"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!ran.exists(), "a reader ran beside a writer");
+    writer.release().await.expect("release");
+
+    // The mutex of the same name is another lock: it does not hold back a reader.
+    let mutex = locks
+        .try_lock("rw", Duration::from_secs(30))
+        .await
+        .expect("mutex");
+    let out = output(
+        run_sh(
+            &cluster,
+            "rw",
+            &["--shared", "--no-wait"],
+            r#"touch "$RAN""#,
+        )
+        .env("RAN", &ran),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(ran.exists());
+    mutex.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_and_permit_runs_keep_their_lock_alive() {
+    let cluster = cluster(3).await;
+    let locks = client(&cluster).await;
+    let one = locks.semaphore("kept", 1).expect("semaphore");
+    let dir = tmp();
+    for (i, side) in [&["--shared"][..], &["--permits", "1"][..]]
+        .iter()
+        .enumerate()
+    {
+        let started_file = file(&dir, &format!("started{i}"));
+        let go = file(&dir, &format!("go{i}"));
+        let script = r#"touch "$STARTED"; i=0; while [ ! -e "$GO" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done"#;
+        let mut opts = side.to_vec();
+        opts.extend(["--ttl", "500ms"]);
+        let mut child = run_sh(&cluster, "kept", &opts, script)
+            .env("STARTED", &started_file)
+            .env("GO", &go)
+            .spawn()
+            .expect("spawn");
+        wait_for_file(&started_file, Duration::from_secs(10)).await;
+        // Over three TTLs, the lock stays taken: extended, not expired.
+        let probing = Instant::now();
+        while probing.elapsed() < Duration::from_millis(1600) {
+            let probe = if i == 0 {
+                locks.try_write_lock("kept", Duration::from_secs(1)).await
+            } else {
+                one.try_acquire(Duration::from_secs(1)).await
+            };
+            match probe {
+                Err(e) if e.is_held() => {}
+                Err(e) => panic!("{side:?}: probe failed with {e}"),
+                Ok(_) => panic!("{side:?}: the run's lock expired while COMMAND ran"),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        std::fs::write(&go, "").expect("touch go");
+        assert_eq!(
+            wait_exit(&mut child, Duration::from_secs(10)).await.code(),
+            Some(0)
+        );
+        // Released on exit: free at once, not after the TTL.
+        let lock = if i == 0 {
+            locks.try_write_lock("kept", Duration::from_secs(1)).await
+        } else {
+            one.try_acquire(Duration::from_secs(1)).await
+        };
+        lock.unwrap_or_else(|e| panic!("{side:?}: not released: {e}"))
+            .release()
+            .await
+            .expect("release");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_permits_admit_two_of_three_runs() {
+    // One node: the per-node limit is P itself, so exactly P runs fit (on 3 or 5 nodes
+    // two permits admit one holder; see the next test).
+    let cluster = cluster(1).await;
+    let locks = client(&cluster).await;
+    let sem = locks.semaphore("pool", 2).expect("semaphore");
+    assert_eq!(sem.capacity(), 2);
+    let dir = tmp();
+    let marks = file(&dir, "marks");
+    let script = barrier_script();
+    let opts = ["--permits", "2", "--ttl", "2s", "--wait", "30s"];
+    let mut children: Vec<Child> = (0..3)
+        .map(|_| spawn_marked(&cluster, "pool", &opts, &script, &marks, "p", 2))
+        .collect();
+    for child in &mut children {
+        let status = wait_exit(child, Duration::from_secs(45)).await;
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "a holder did not see a second one in"
+        );
+    }
+    let mut runs = intervals(&marks);
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    assert_eq!(max_overlap(&runs), 2, "{runs:?}");
+    // The third one waited until one of the first two let go.
+    runs.sort_by_key(|r| r.start);
+    assert!(
+        runs[2].start >= runs[0].end.min(runs[1].end),
+        "three held a permit at once: {runs:?}"
+    );
+
+    // With both permits held the third fails at once with --no-wait, or after --wait.
+    let held = [
+        sem.try_acquire(Duration::from_secs(30)).await.expect("1st"),
+        sem.try_acquire(Duration::from_secs(30)).await.expect("2nd"),
+    ];
+    let ran = file(&dir, "ran");
+    let out = output(
+        run_sh(
+            &cluster,
+            "pool",
+            &["--permits", "2", "--no-wait"],
+            r#"touch "$RAN""#,
+        )
+        .env("RAN", &ran),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(BUSY), "{}", stderr(&out));
+    assert!(!ran.exists(), "COMMAND ran without a permit");
+    assert!(
+        stderr(&out).contains("all permits of pool are taken"),
+        "{}",
+        stderr(&out)
+    );
+    for permit in held {
+        permit.release().await.expect("release");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_on_three_nodes() {
+    let cluster = cluster(3).await;
+    let locks = client(&cluster).await;
+    let dir = tmp();
+
+    // Four permits: three runs hold one at once (each proves it saw the other two).
+    let marks = file(&dir, "four");
+    let script = barrier_script();
+    let opts = ["--permits", "4", "--ttl", "2s", "--wait", "30s"];
+    let mut children: Vec<Child> = (0..3)
+        .map(|_| spawn_marked(&cluster, "four", &opts, &script, &marks, "p", 3))
+        .collect();
+    for child in &mut children {
+        let status = wait_exit(child, Duration::from_secs(45)).await;
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "three holders of four permits did not overlap"
+        );
+    }
+    assert_eq!(max_overlap(&intervals(&marks)), 3);
+
+    // Two permits on three nodes with a majority quorum: one holder at a time, never
+    // more than two; the others wait their turn.
+    let sem = locks.semaphore("two", 2).expect("semaphore");
+    let capacity = usize::try_from(sem.capacity()).expect("small");
+    assert!((1..=2).contains(&capacity), "{sem:?}");
+    let marks = file(&dir, "two");
+    let script = format!("{MARK_START}; sleep 0.2; {MARK_END}");
+    let opts = ["--permits", "2", "--ttl", "2s", "--wait", "30s"];
+    let mut children: Vec<Child> = (0..3)
+        .map(|_| spawn_marked(&cluster, "two", &opts, &script, &marks, "p", 0))
+        .collect();
+    for child in &mut children {
+        let status = wait_exit(child, Duration::from_secs(45)).await;
+        assert_eq!(status.code(), Some(0));
+    }
+    let runs = intervals(&marks);
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    assert!(max_overlap(&runs) <= capacity, "{runs:?}");
+
+    // Full: a run waits up to --wait, then fails as the mutex does, and says why.
+    let mut held = Vec::new();
+    for _ in 0..capacity {
+        held.push(
+            sem.try_acquire(Duration::from_secs(30))
+                .await
+                .expect("permit"),
+        );
+    }
+    let ran = file(&dir, "ran");
+    let started = Instant::now();
+    let out = output(
+        run_sh(
+            &cluster,
+            "two",
+            &["--permits", "2", "--wait", "300ms"],
+            r#"touch "$RAN""#,
+        )
+        .env("RAN", &ran),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(BUSY), "{}", stderr(&out));
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(!ran.exists(), "COMMAND ran without a permit");
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("gave up waiting for a permit of two"), "{err}");
+    assert!(
+        err.contains(&format!("at most {capacity} of the 2 permits")),
+        "{err}"
+    );
+    for permit in held {
+        permit.release().await.expect("release");
+    }
+    let out = output(
+        run_sh(
+            &cluster,
+            "two",
+            &["--permits", "2", "--no-wait"],
+            r#"touch "$RAN""#,
+        )
+        .env("RAN", &ran),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(ran.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mismatched_permits_exit_78() {
+    let cluster = cluster(3).await;
+    let locks = client(&cluster).await;
+    let three = locks.semaphore("mixed", 3).expect("semaphore");
+    let permit = three
+        .try_acquire(Duration::from_secs(30))
+        .await
+        .expect("permit");
+    let dir = tmp();
+    let ran = file(&dir, "ran");
+    for opts in [
+        &["--permits", "2", "--no-wait"][..],
+        &["--permits", "2", "--wait", "20s"][..],
+    ] {
+        let started = Instant::now();
+        let out = output(
+            run_sh(&cluster, "mixed", opts, r#"touch "$RAN""#).env("RAN", &ran),
+            Duration::from_secs(15),
+        )
+        .await;
+        assert_eq!(out.status.code(), Some(MISMATCH), "{}", stderr(&out));
+        // Not retried: waiting cannot fix it.
+        assert!(started.elapsed() < Duration::from_secs(10), "{opts:?}");
+        assert!(!ran.exists(), "COMMAND ran with a mismatched semaphore");
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("--permits 2 does not match: mixed is in use with 3 permits"),
+            "{err}"
+        );
+    }
+    // The same P is welcome; once the last holder is gone, so is another P.
+    let out = output(
+        &mut run_sh(&cluster, "mixed", &["--permits", "3", "--no-wait"], "true"),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    permit.release().await.expect("release");
+    let out = output(
+        run_sh(
+            &cluster,
+            "mixed",
+            &["--permits", "2", "--no-wait"],
+            r#"touch "$RAN""#,
+        )
+        .env("RAN", &ran),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(ran.exists());
 }
 
 #[cfg(feature = "demo")]

@@ -40,6 +40,14 @@ impl Floor {
 
     /// One acquire + release; returns the number of nodes that granted.
     pub async fn cycle(&self, key: &str, ttl: Duration) -> usize {
+        let (token, granted) = self.acquire(key, ttl).await;
+        self.release(key, &token).await;
+        granted
+    }
+
+    /// The acquire half of [`cycle`](Floor::cycle): a parallel `SET NX PX` on every node,
+    /// waiting for all; returns the token and the number of nodes that granted.
+    pub async fn acquire(&self, key: &str, ttl: Duration) -> (String, usize) {
         let token = format!("{:032x}", rand::random::<u128>());
         let ttl_ms = ttl.as_millis() as u64;
         let sets = join_all(self.conns.iter().map(|c| {
@@ -58,14 +66,23 @@ impl Floor {
         }))
         .await;
         let granted = sets.iter().filter(|r| matches!(r, Ok(Some(_)))).count();
+        (token, granted)
+    }
+
+    /// The release half of [`cycle`](Floor::cycle): a parallel compare-and-delete on
+    /// every node, waiting for all.
+    pub async fn release(&self, key: &str, token: &str) {
         join_all(self.conns.iter().map(|c| {
             let mut c = c.clone();
             let script = &self.release;
-            let token = &token;
             async move { script.key(key).arg(token).invoke_async::<i64>(&mut c).await }
         }))
         .await;
-        granted
+    }
+
+    /// The number of nodes.
+    pub fn nodes(&self) -> usize {
+        self.conns.len()
     }
 }
 

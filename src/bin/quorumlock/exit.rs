@@ -9,6 +9,7 @@
 //! | 70 (`EX_SOFTWARE`) | `run`: the lock was lost while COMMAND ran; COMMAND was stopped |
 //! | 71 (`EX_OSERR`) | the operating system's random number generator failed (no lock token) |
 //! | 75 (`EX_TEMPFAIL`) | `run`: held by another owner, or the wait timed out |
+//! | 78 (`EX_CONFIG`) | `run --permits P`: the semaphore is in use with another P (or other nodes) |
 //! | 126 / 127 | `run`: COMMAND could not be executed / was not found |
 
 use quorumlock::{Error, ErrorKind};
@@ -23,6 +24,8 @@ pub const LOST: u8 = 70;
 pub const OS_ERROR: u8 = 71;
 /// Held by another owner, or the wait timed out (`EX_TEMPFAIL`).
 pub const BUSY: u8 = 75;
+/// `--permits P` does not match the semaphore's configuration on the nodes (`EX_CONFIG`).
+pub const MISMATCH: u8 = 78;
 /// COMMAND exists but could not be executed.
 pub const CANNOT_EXECUTE: u8 = 126;
 /// COMMAND was not found.
@@ -38,6 +41,8 @@ Exit codes:
   70  EX_SOFTWARE     run: the lock was lost while COMMAND ran (COMMAND was stopped)
   71  EX_OSERR        the operating system's random number generator failed
   75  EX_TEMPFAIL     run: held by another owner, or the wait timed out
+  78  EX_CONFIG       run --permits P: the semaphore is in use with another P
+                      (or by clients with other nodes); COMMAND was not run
   126 / 127           run: COMMAND could not be executed / was not found";
 
 /// The exit code for a failure to take the lock (or to build the client).
@@ -58,6 +63,7 @@ pub fn for_error(e: &Error) -> u8 {
         ErrorKind::Lost => LOST,
         ErrorKind::Config | ErrorKind::InvalidInput => USAGE,
         ErrorKind::RandomSource => OS_ERROR,
+        ErrorKind::PermitsMismatch => MISMATCH,
         _ => UNAVAILABLE,
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! quorumlock run --nodes URL,URL,... --resource NAME [--ttl 10s] [--wait 10s | --no-wait]
-//!                [--fencing] [--grace 10s] -- COMMAND [ARGS...]
+//!                [--shared | --write | --permits P] [--fencing] [--grace 10s]
+//!                -- COMMAND [ARGS...]
 //! quorumlock inspect RESOURCE... --nodes URL,URL,... [--timeout 1s] [--json]
 //! quorumlock demo [--nodes URL,URL,...]          (with the `demo` feature)
 //! ```
@@ -14,7 +15,8 @@
 //! Exit codes: see [`exit`]. `run` exits with COMMAND's status (128+N when COMMAND was
 //! killed by signal N); 64 for usage errors, 69 when too few nodes answer for a quorum,
 //! 70 when the lock was lost while COMMAND ran, 75 when the lock is held by another owner
-//! or the wait timed out, 126/127 when COMMAND cannot be executed / is not found.
+//! or the wait timed out, 78 when `--permits P` does not match the semaphore in use,
+//! 126/127 when COMMAND cannot be executed / is not found.
 
 #[cfg(feature = "demo")]
 mod demo;
@@ -46,6 +48,12 @@ enum Cmd {
     /// gets SIGTERM, then SIGKILL after --grace. SIGINT, SIGTERM and SIGHUP are forwarded
     /// to COMMAND. COMMAND sees QUORUMLOCK_RESOURCE, and with --fencing
     /// QUORUMLOCK_FENCING_TOKEN (a number that grows with every holder).
+    ///
+    /// By default the lock is a mutex: one run at a time. --shared and --write take the
+    /// read and write sides of a read-write lock (many --shared runs, or one --write run);
+    /// --permits P takes one of P permits of a semaphore. The mutex, the read-write lock
+    /// and the semaphore of one name are separate locks: runs that must exclude each
+    /// other use the same kind.
     ///
     /// Example: quorumlock run --nodes redis://h1:6379,redis://h2:6379,redis://h3:6379
     /// --resource cron:report --ttl 30s --no-wait -- ./report.sh

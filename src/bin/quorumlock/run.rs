@@ -1,5 +1,19 @@
 //! `quorumlock run`: take the lock, run COMMAND with the lock kept alive, release it.
 //!
+//! Which lock is taken ([`Mode`]):
+//!
+//! * by default the mutex of the resource ([`Redlock::try_lock`], [`Redlock::lock_with`]);
+//! * `--shared`: a read lock, shared with other readers ([`Redlock::read_lock`]), like
+//!   `flock -s`;
+//! * `--write`: the write side of the same read-write lock ([`Redlock::write_lock`]),
+//!   which excludes the readers and other writers;
+//! * `--permits P`: one of `P` permits of the semaphore named by the resource
+//!   ([`Redlock::semaphore`]).
+//!
+//! The mutex, the read-write lock and the semaphore of one name have separate keys and do
+//! not exclude each other, so every run that must exclude another has to use the same
+//! kind of lock. Each is taken and kept alive the same way:
+//!
 //! * The lock is kept alive by the library's watchdog ([`quorumlock::Watchdog`]), which
 //!   extends it every third of the TTL. When it cannot be extended and its guaranteed
 //!   validity drops below a safety margin (a tenth of the TTL), it counts as lost: COMMAND gets SIGTERM, then SIGKILL after `--grace`, and
@@ -14,7 +28,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use quorumlock::{Error, Redlock, Retry, Watchdog};
+use quorumlock::{Error, Lock, Redlock, Retry, Semaphore, Watchdog};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
@@ -42,7 +56,31 @@ pub struct RunArgs {
     /// Fail at once if the lock is busy (same as `--wait 0`).
     #[arg(long, conflicts_with = "wait")]
     no_wait: bool,
-    /// Take a fencing token and pass it to COMMAND in `QUORUMLOCK_FENCING_TOKEN`.
+    /// Take a read lock instead of the mutex, shared with the other `--shared` runs of
+    /// the resource (like `flock -s`) and excluded by `--write` runs. A waiting `--write`
+    /// run goes first: new readers wait until it has run. The read-write lock has its own
+    /// keys: it does not exclude, and is not excluded by, a plain `run` of the same name.
+    #[arg(long, conflicts_with_all = ["write", "permits", "fencing"])]
+    shared: bool,
+    /// Take the write side of the read-write lock: excludes the `--shared` runs and the
+    /// other `--write` runs of the resource. While it waits, new readers are held back.
+    /// With --fencing, the token counts the writers of the resource.
+    #[arg(long, conflicts_with = "permits")]
+    write: bool,
+    /// Take one of P permits of the semaphore named by --resource: at most P runs hold
+    /// one at a time. Each node admits c = ceil((P+1)*Q/N)-1 permits, so with N nodes and
+    /// a majority quorum Q, at most floor(c*N/Q) runs (P or P-1; 1 for P=2) run at once,
+    /// fewer with nodes down. Every run of a name must give the same P (and the same
+    /// nodes): a mismatch is refused with exit code 78.
+    #[arg(
+        long,
+        value_name = "P",
+        value_parser = clap::value_parser!(u32).range(1..=1_000_000),
+        conflicts_with = "fencing"
+    )]
+    permits: Option<u32>,
+    /// Take a fencing token and pass it to COMMAND in `QUORUMLOCK_FENCING_TOKEN` (the
+    /// mutex and --write; readers and permits have none).
     #[arg(long)]
     fencing: bool,
     /// How long one Redis node may take to answer one request. Default: 2% of the TTL,
@@ -79,12 +117,14 @@ pub async fn run(args: RunArgs) -> u8 {
     let node_timeout = args.node_timeout.unwrap_or_else(|| {
         (args.ttl / 50).clamp(Duration::from_millis(50), Duration::from_millis(250))
     });
-    let locks = match Redlock::builder(&args.nodes.nodes)
+    let mut builder = Redlock::builder(&args.nodes.nodes)
         .node_timeout(node_timeout)
-        .fencing(args.fencing)
-        .build()
-        .await
-    {
+        .fencing(args.fencing);
+    if !args.no_wait && !args.wait.is_zero() {
+        // Read locks, write locks and permits wait with the client's retry policy.
+        builder = builder.retry(Retry::new().max_wait(args.wait));
+    }
+    let locks = match builder.build().await {
         Ok(locks) => locks,
         Err(e) => {
             eprintln!("quorumlock: {e}");
@@ -97,17 +137,17 @@ pub async fn run(args: RunArgs) -> u8 {
     } else {
         args.wait
     };
-    let taken = if wait.is_zero() {
-        locks.try_lock(res, args.ttl).await
-    } else {
-        locks
-            .lock_with(res, args.ttl, Retry::new().max_wait(wait))
-            .await
+    let mode = match Mode::new(&args, &locks) {
+        Ok(mode) => mode,
+        Err(e) => {
+            eprintln!("quorumlock: {e}");
+            return exit::for_error(&e);
+        }
     };
-    let lock = match taken {
+    let lock = match mode.acquire(&locks, res, args.ttl, wait).await {
         Ok(lock) => lock,
         Err(e) => {
-            eprintln!("quorumlock: {}", not_taken(res, &e));
+            eprintln!("quorumlock: {}", mode.not_taken(res, &e));
             return exit::for_error(&e);
         }
     };
@@ -171,26 +211,132 @@ pub async fn run(args: RunArgs) -> u8 {
     code
 }
 
-/// The one line printed when the lock could not be taken.
-fn not_taken(res: &str, e: &Error) -> String {
-    match e {
-        Error::Held(votes) => format!("{res} is held by another owner ({votes})"),
-        Error::NoQuorum(votes) => {
-            format!("cannot lock {res}: too few nodes answered for a quorum ({votes})")
-        }
-        Error::Timeout(t) if t.is_max_wait() => {
-            let mut s = format!(
-                "gave up waiting for {res} after {} ({} attempts)",
-                humantime::format_duration(round_ms(t.waited())),
-                t.attempts()
-            );
-            if let Some(v) = t.votes() {
-                s.push_str(&format!("; last attempt: {v}"));
+/// Which lock `run` takes.
+enum Mode {
+    /// The mutex (the default).
+    Exclusive,
+    /// A read lock (`--shared`).
+    Shared,
+    /// The write lock of the read-write lock (`--write`).
+    Write,
+    /// A permit of a semaphore (`--permits P`), on this many nodes.
+    Permit(Semaphore, usize),
+}
+
+impl Mode {
+    /// The mode the arguments ask for (clap already refused the conflicting ones).
+    fn new(args: &RunArgs, locks: &Redlock) -> Result<Mode, Error> {
+        Ok(match (args.shared, args.write, args.permits) {
+            (true, _, _) => Mode::Shared,
+            (_, true, _) => Mode::Write,
+            (_, _, Some(p)) => {
+                Mode::Permit(locks.semaphore(&args.resource, p)?, locks.nodes().len())
             }
-            s
-        }
-        other => format!("cannot lock {res}: {other}"),
+            _ => Mode::Exclusive,
+        })
     }
+
+    /// Takes the lock: one attempt when `wait` is zero, else waits up to `wait`.
+    async fn acquire(
+        &self,
+        locks: &Redlock,
+        res: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Lock, Error> {
+        let once = wait.is_zero();
+        match self {
+            Mode::Exclusive if once => locks.try_lock(res, ttl).await,
+            Mode::Exclusive => locks.lock_with(res, ttl, Retry::new().max_wait(wait)).await,
+            Mode::Shared if once => locks.try_read_lock(res, ttl).await,
+            Mode::Shared => locks.read_lock(res, ttl).await,
+            Mode::Write if once => locks.try_write_lock(res, ttl).await,
+            Mode::Write => locks.write_lock(res, ttl).await,
+            Mode::Permit(sem, _) if once => sem.try_acquire(ttl).await,
+            Mode::Permit(sem, _) => sem.acquire(ttl).await,
+        }
+    }
+
+    /// What is taken, for messages: `x`, `a read lock on x`, ...
+    fn what(&self, res: &str) -> String {
+        match self {
+            Mode::Exclusive => res.to_string(),
+            Mode::Shared => format!("a read lock on {res}"),
+            Mode::Write => format!("the write lock on {res}"),
+            Mode::Permit(..) => format!("a permit of {res}"),
+        }
+    }
+
+    /// `cannot lock x`, `cannot take a read lock on x`, ...
+    fn cannot(&self, res: &str) -> String {
+        match self {
+            Mode::Exclusive => format!("cannot lock {res}"),
+            _ => format!("cannot take {}", self.what(res)),
+        }
+    }
+
+    /// The one line printed when the lock could not be taken.
+    fn not_taken(&self, res: &str, e: &Error) -> String {
+        match e {
+            Error::Held(votes) => match self {
+                Mode::Exclusive => format!("{res} is held by another owner ({votes})"),
+                Mode::Shared => {
+                    format!("{res} is held by a writer, or a writer waits for it ({votes})")
+                }
+                Mode::Write => format!("{res} is held by readers or a writer ({votes})"),
+                Mode::Permit(sem, nodes) => {
+                    format!(
+                        "all permits of {res} are taken ({votes}); {}",
+                        capacity(sem, *nodes)
+                    )
+                }
+            },
+            Error::PermitsMismatch(m) => {
+                let theirs = m.stored().split(':').next().unwrap_or("?");
+                let ours = match self {
+                    Mode::Permit(sem, _) => sem.permits().to_string(),
+                    _ => "?".to_string(),
+                };
+                format!(
+                    "--permits {ours} does not match: {res} is in use with {theirs} permits \
+                     (permits:per-node limit:quorum:nodes stored {}, ours {}); every run of \
+                     a name must use the same --permits and the same nodes",
+                    m.stored(),
+                    m.requested()
+                )
+            }
+            Error::NoQuorum(votes) => format!(
+                "{}: too few nodes answered for a quorum ({votes})",
+                self.cannot(res)
+            ),
+            Error::Timeout(t) if t.is_max_wait() => {
+                let mut s = format!(
+                    "gave up waiting for {} after {} ({} attempts)",
+                    self.what(res),
+                    humantime::format_duration(round_ms(t.waited())),
+                    t.attempts()
+                );
+                if let Some(v) = t.votes() {
+                    s.push_str(&format!("; last attempt: {v}"));
+                }
+                if let Mode::Permit(sem, nodes) = self {
+                    s.push_str(&format!("; {}", capacity(sem, *nodes)));
+                }
+                s
+            }
+            other => format!("{}: {other}", self.cannot(res)),
+        }
+    }
+}
+
+/// How many holders a semaphore admits at once, for messages.
+fn capacity(sem: &Semaphore, nodes: usize) -> String {
+    format!(
+        "at most {} of the {} permits can be held at once with {nodes} nodes and quorum {}",
+        sem.capacity(),
+        sem.permits(),
+        sem.quorum()
+    )
 }
 
 fn round_ms(d: Duration) -> Duration {
