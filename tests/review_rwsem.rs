@@ -7,8 +7,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use quorumlock::Redlock;
 use quorumlock::testkit::LocalCluster;
+use quorumlock::{Error, Redlock};
 use redis::AsyncCommands;
 use support::raw;
 
@@ -141,4 +141,29 @@ async fn an_extension_racing_the_give_back_keeps_a_quorum_of_entries() {
         "a valid permit has live entries on {live:?} only, fewer than Q = {}",
         s.quorum()
     );
+}
+
+/// A TTL the client accepts (the builder allows a maximum up to `i64::MAX / 2` ms) but
+/// whose expiry, `now + ttl`, Redis formats as `1.0…e+17`: `read_acquire.lua` adds the
+/// reader, then `PEXPIREAT` refuses the score text and the script errors after its write.
+/// The mutex takes the same TTL (`SET … PX`). Either both kinds work, or the client
+/// refuses the TTL up front: a node failure is neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_ttl_the_mutex_accepts_is_not_a_node_failure_for_readers() {
+    let c = LocalCluster::launch(3)
+        .await
+        .expect("start redis-server nodes");
+    let a = Redlock::builder(c.urls())
+        .max_ttl(Duration::from_millis(i64::MAX as u64 / 2))
+        .build()
+        .await
+        .expect("build");
+    let ttl = Duration::from_millis(100_000_000_000_000_000);
+    let mutex = a.try_lock("review:long-ttl", ttl).await;
+    let reader = a.try_read_lock("review:long-ttl", ttl).await;
+    match (&mutex, &reader) {
+        (Ok(_), Ok(_)) => {}
+        (Err(Error::InvalidInput(_)), Err(Error::InvalidInput(_))) => {}
+        _ => panic!("mutex: {mutex:?}; reader: {reader:?}"),
+    }
 }
