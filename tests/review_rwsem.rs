@@ -167,3 +167,159 @@ async fn a_long_ttl_the_mutex_accepts_is_not_a_node_failure_for_readers() {
         _ => panic!("mutex: {mutex:?}; reader: {reader:?}"),
     }
 }
+
+/// The same long TTL through every sorted-set script: a reader extended and released, a
+/// permit acquired, extended and released, a waiting writer's intent. Every key each
+/// leaves behind expires at an integral millisecond (`PEXPIRETIME` answers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_ttl_works_for_every_sorted_set_script() {
+    let c = LocalCluster::launch(3)
+        .await
+        .expect("start redis-server nodes");
+    let a = Redlock::builder(c.urls())
+        .max_ttl(Duration::from_millis(i64::MAX as u64 / 2))
+        .build()
+        .await
+        .expect("build");
+    let long = Duration::from_millis(100_000_000_000_000_000);
+    let name = "review:long-ttl-all";
+    let mut r = a.try_read_lock(name, long).await.expect("reader");
+    r.extend(long).await.expect("extend the reader");
+    let mut p = a
+        .semaphore(name, 3)
+        .expect("semaphore")
+        .try_acquire(long)
+        .await
+        .expect("permit");
+    p.extend(long).await.expect("extend the permit");
+    // A waiting writer registers its intent (the readers' set holds it out) and gives up.
+    let b = Redlock::builder(c.urls())
+        .max_ttl(Duration::from_millis(i64::MAX as u64 / 2))
+        .retry(quorumlock::Retry::new().max_wait(Duration::from_millis(300)))
+        .build()
+        .await
+        .expect("build");
+    let w = b.write_lock(name, long).await;
+    assert!(
+        matches!(w, Err(Error::Timeout(_))),
+        "the writer waits while the reader holds: {w:?}"
+    );
+    for key in [
+        format!("quorumlock:readers:{name}"),
+        format!("quorumlock:sem:{name}"),
+        format!("quorumlock:semcfg:{name}"),
+    ] {
+        let mut on = 0;
+        for i in 0..3 {
+            let at: i64 = redis::cmd("PEXPIRETIME")
+                .arg(&key)
+                .query_async(&mut raw(&c, i).await)
+                .await
+                .expect("PEXPIRETIME");
+            // -2: no such key (a permit's surplus entry was given back).
+            if at != -2 {
+                on += 1;
+                assert!(
+                    at > 100_000_000_000_000_000,
+                    "{key} on node {i} expires at {at}"
+                );
+            }
+        }
+        assert!(on >= 2, "{key} is on {on} nodes, fewer than the quorum");
+    }
+    r.release().await.expect("release the reader");
+    p.release().await.expect("release the permit");
+    let w = a
+        .try_write_lock(name, long)
+        .await
+        .expect("the writer, alone");
+    w.release().await.expect("release the writer");
+}
+
+/// A sorted-set script that refuses its arguments writes nothing: each is run by hand
+/// with a TTL whose expiry is beyond what `PEXPIREAT` takes (the client never sends one),
+/// on a node that already holds other entries, and the keyspace is unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_ttl_leaves_no_partial_write() {
+    let c = LocalCluster::launch(1)
+        .await
+        .expect("start redis-server nodes");
+    let mut conn = raw(&c, 0).await;
+    // (script, keys, arguments); "k:w" is a writer key (absent), the others sorted sets.
+    let scripts = [
+        (
+            include_str!("../src/scripts/read_acquire.lua"),
+            vec!["k:w", "k:z", "k:i"],
+            vec!["tok", "1e19"],
+        ),
+        (
+            include_str!("../src/scripts/read_acquire.lua"),
+            vec!["k:w", "k:z", "k:i"],
+            vec!["tok", "1.5"],
+        ),
+        (
+            include_str!("../src/scripts/sem_acquire.lua"),
+            vec!["k:z", "k:f"],
+            vec!["tok", "1e19", "3:2:2:3", "2"],
+        ),
+        (
+            include_str!("../src/scripts/shared_extend.lua"),
+            vec!["k:z", "k:f"],
+            vec!["old", "1e19"],
+        ),
+        (
+            include_str!("../src/scripts/write_acquire.lua"),
+            vec!["k:w", "k:z", "k:i", "k:f"],
+            vec!["tok", "1000", "intent", "1e19", "0"],
+        ),
+    ];
+    for (src, keys, args) in scripts {
+        let _: () = redis::cmd("FLUSHALL")
+            .query_async(&mut conn)
+            .await
+            .expect("FLUSHALL");
+        // A lapsed entry and a live one in each set (the live reader holds the writer out).
+        for key in ["k:z", "k:i"] {
+            let _: () = redis::cmd("ZADD")
+                .arg(key)
+                .arg(1)
+                .arg("lapsed")
+                .arg(i64::MAX / 4)
+                .arg("old")
+                .query_async(&mut conn)
+                .await
+                .expect("ZADD");
+        }
+        let before = dump(&mut conn).await;
+        let r: redis::RedisResult<redis::Value> = redis::cmd("EVAL")
+            .arg(src)
+            .arg(keys.len())
+            .arg(&keys)
+            .arg(&args)
+            .query_async(&mut conn)
+            .await;
+        assert!(r.is_err(), "{args:?}: refused, got {r:?}");
+        assert_eq!(
+            dump(&mut conn).await,
+            before,
+            "{args:?} wrote before refusing"
+        );
+    }
+}
+
+/// Every key of the node with its members and scores (as text) and its expiry.
+async fn dump(conn: &mut redis::aio::MultiplexedConnection) -> Vec<(String, String, i64)> {
+    let mut keys: Vec<String> = conn.keys("*").await.expect("KEYS");
+    keys.sort();
+    let mut out = Vec::new();
+    for k in keys {
+        let members: Vec<String> = conn.zrange_withscores(&k, 0, -1).await.unwrap_or_default();
+        let at: i64 = redis::cmd("PEXPIRETIME")
+            .arg(&k)
+            .query_async(conn)
+            .await
+            .expect("PEXPIRETIME");
+        out.push((k, members.join(","), at));
+    }
+    out
+}
