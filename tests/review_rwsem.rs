@@ -74,19 +74,20 @@ async fn warm_up(a: &Redlock) {
     assert!(a.flush(FLUSH).await);
 }
 
-/// A permit extended while its give-back is still waiting for a slow node counts the
-/// grant it is about to give back: the extension reaches a quorum with a node whose entry
-/// the give-back then removes, so the holder believes itself valid for the new TTL while
-/// fewer than `Q` of its entries live that long. (With N = 5, P = 3, c = 2, Q = 3 one such
-/// holder left with one entry plus three fresh ones are four holders of three permits.)
+/// A permit extended while its give-back is still waiting for a slow node must not count
+/// the grant it is about to give back: an extension that reached a quorum with a node
+/// whose entry the give-back then removes leaves the holder believing itself valid for the
+/// new TTL while fewer than `Q` of its entries live that long. (With N = 5, P = 3, c = 2,
+/// Q = 3 one such holder left with one entry plus three fresh ones are four holders of
+/// three permits.)
 ///
 /// Interleaving (N = 3, P = 3, c = 2, Q = 2; another holder's entry on node 1):
 /// nodes 0 (load 1) and 1 (load 2) grant at once, node 2 is slow; the permit is returned;
-/// the link to node 0 is cut; `extend` succeeds on node 1 at once and on node 2 once its
-/// acquire landed (quorum: 1 and 2); the give-back, decided when node 2's grant (load 1)
-/// lands, keeps nodes 0 and 2 (least loaded) and removes node 1's freshly extended entry.
-/// The entry on node 0 keeps its first TTL: once it lapses the holder, still valid, has a
-/// live entry on node 2 alone.
+/// the link to node 0 is cut. The extension waits for the give-back, decided when node 2's
+/// grant (load 1) lands: it keeps nodes 0 and 2 (least loaded) and removes node 1's entry.
+/// The extension then counts nodes 0 and 2 only, and fails (node 0 is cut) instead of
+/// succeeding on nodes 1 and 2. Once the link heals, it succeeds on both kept nodes; after the first
+/// TTL the holder is valid with live entries on both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_extension_racing_the_give_back_keeps_a_quorum_of_entries() {
     let c = cluster_with_proxies(3).await;
@@ -109,15 +110,16 @@ async fn an_extension_racing_the_give_back_keeps_a_quorum_of_entries() {
         .expect("PEXPIREAT");
     // Node 2 is slow: its grant lands after the permit is returned.
     c.delay(2, Duration::from_millis(300)).expect("delay");
-    let ttl = Duration::from_millis(2000);
+    let ttl = Duration::from_millis(4000);
     let started = Instant::now();
     let mut permit = s.try_acquire(ttl).await.expect("permit on nodes 0 and 1");
     c.disconnect(0).await.expect("cut node 0");
-    permit
-        .extend(Duration::from_secs(10))
-        .await
-        .expect("extension at quorum (nodes 1 and 2)");
-    // The give-back (node 0's extension hangs on the cut link, so no flush).
+    let first = permit.extend(Duration::from_secs(10)).await;
+    assert!(
+        matches!(first, Err(Error::NoQuorum(_))),
+        "the kept nodes are 0 and 2, and node 0 is cut: {first:?}"
+    );
+    // The give-back (decided before the extension was sent) removed node 1's entry.
     let given_back = support::eventually(FLUSH, || async {
         let score: Option<f64> = raw(&c, 1)
             .await
@@ -127,19 +129,127 @@ async fn an_extension_racing_the_give_back_keeps_a_quorum_of_entries() {
         score.is_none()
     })
     .await;
-    assert!(
-        given_back,
-        "node 1's entry, extended a moment ago, was given back"
-    );
+    assert!(given_back, "node 1's entry was given back");
+    c.reconnect(0).await.expect("heal node 0");
+    c.reconnect(2).await.expect("node 2 fast again");
+    // The healed link's first request may meet the reset connection: a few tries.
+    let mut extended = false;
+    for _ in 0..10 {
+        if permit.extend(Duration::from_secs(10)).await.is_ok() {
+            extended = true;
+            break;
+        }
+    }
+    assert!(extended, "extended on the kept nodes once node 0 is back");
     // The first TTL has passed on every node.
     let wait = (ttl + Duration::from_millis(500)).saturating_sub(started.elapsed());
     tokio::time::sleep(wait).await;
-    assert!(permit.is_valid(), "the holder believes it holds its permit");
+    assert!(permit.is_valid(), "the holder holds its permit");
     let live = live_on(&c, &[0, 1, 2], &key, permit.token()).await;
     assert!(
         live.len() >= s.quorum(),
         "a valid permit has live entries on {live:?} only, fewer than Q = {}",
         s.quorum()
+    );
+    assert_eq!(live, [0, 2], "the kept nodes");
+}
+
+/// The watchdog's form of the race: a kept permit whose first round falls before its
+/// give-back is decided. N = 5, P = 3 (c = 2, Q = 3); other holders on nodes 1, 2 and 3,
+/// node 4 slow. The permit is granted at once by nodes 0 to 3 and keeps nodes 0 and 4
+/// (load 1) and one of 1 to 3 (load 2); the link to node 0 is cut. Counting the three
+/// fast nodes would extend it while the give-back removes two of their entries and node
+/// 0's lapses: a valid holder on two nodes. Sampled throughout: whenever the kept permit
+/// is valid (before and after each sample), its token is live on at least `Q` nodes; and
+/// it reports `lost` before its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_racing_the_give_back_keeps_a_quorum_of_entries() {
+    let c = cluster_with_proxies(5).await;
+    let a = client(&c.urls(), Duration::from_secs(2)).await;
+    let name = "review:giveback-watchdog";
+    let key = format!("quorumlock:sem:{name}");
+    let s = a.semaphore(name, 3).expect("semaphore");
+    assert_eq!((s.per_node_limit(), s.quorum()), (2, 3));
+    warm_up(&a).await;
+    for i in 1..=3 {
+        let now = node_ms(&c, i).await;
+        let mut conn = raw(&c, i).await;
+        let _: () = conn
+            .zadd(&key, "other-holder", now + 60_000)
+            .await
+            .expect("ZADD");
+        let _: () = conn
+            .pexpire_at(&key, (now + 60_000) as i64)
+            .await
+            .expect("PEXPIREAT");
+    }
+    c.delay(4, Duration::from_millis(300)).expect("delay");
+    let ttl = Duration::from_millis(3000);
+    let permit = s.try_acquire(ttl).await.expect("permit on nodes 0 to 3");
+    let tok = permit.token().to_owned();
+    c.disconnect(0).await.expect("cut node 0");
+    // Due at once (5 % of the TTL left to refresh), lost 10 ms before the deadline.
+    let kept = permit.keep_alive(
+        quorumlock::Watchdog::new()
+            .refresh_at(0.95)
+            .safety_margin(Duration::from_millis(10)),
+    );
+    let ctx = kept.context();
+    let mut lost = std::pin::pin!(kept.lost());
+    let end = Instant::now() + ttl + Duration::from_secs(2);
+    let mut samples = 0;
+    let fired = loop {
+        let until = Instant::now() + ctx.remaining();
+        let live = live_on(&c, &[0, 1, 2, 3, 4], &key, &tok).await;
+        if !ctx.is_lost() && Instant::now() < until {
+            samples += 1;
+            assert!(
+                live.len() >= s.quorum(),
+                "a valid kept permit has live entries on {live:?} only, fewer than Q = {}",
+                s.quorum()
+            );
+        }
+        if Instant::now() > end {
+            break None;
+        }
+        tokio::select! {
+            e = &mut lost => break Some(e),
+            () = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+    };
+    assert!(samples > 10, "sampled {samples} times while valid");
+    let e = fired.expect("the kept permit reports lost (node 0, a kept node, is cut)");
+    assert!(matches!(e, Error::Lost(_)), "{e:?}");
+    assert!(
+        kept.remaining() > Duration::ZERO,
+        "lost was reported before the deadline"
+    );
+}
+
+/// A kept permit whose kept node is killed reports `lost` before its deadline: it is
+/// extended only while all `Q` of its kept nodes confirm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_permit_reports_lost_before_its_deadline_when_a_kept_node_dies() {
+    let c = LocalCluster::launch(3)
+        .await
+        .expect("start redis-server nodes");
+    let a = client(&c.urls(), Duration::from_millis(200)).await;
+    let name = "review:kept-node-killed";
+    let key = format!("quorumlock:sem:{name}");
+    let s = a.semaphore(name, 3).expect("semaphore");
+    let permit = s.try_acquire(Duration::from_secs(2)).await.expect("permit");
+    assert!(a.flush(FLUSH).await, "the give-back is done");
+    let on = live_on(&c, &[0, 1, 2], &key, permit.token()).await;
+    assert_eq!(on.len(), s.quorum(), "kept on exactly Q nodes: {on:?}");
+    let kept = permit.keep_alive(quorumlock::Watchdog::new());
+    c.kill(on[0]).await.expect("kill a kept node");
+    let e = tokio::time::timeout(Duration::from_secs(5), kept.lost())
+        .await
+        .expect("lost within the TTL");
+    assert!(matches!(e, Error::Lost(_)), "{e:?}");
+    assert!(
+        kept.remaining() > Duration::ZERO,
+        "lost was reported before the deadline"
     );
 }
 
