@@ -18,11 +18,12 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{Notify, oneshot, watch};
 
 use crate::background::spawn;
 use crate::error::{NodeOutcome, NodeVote, Votes};
@@ -263,42 +264,60 @@ impl InFlight {
 /// only on the kept nodes.
 #[derive(Clone, Debug)]
 pub(crate) struct KeptNodes {
-    rx: watch::Receiver<Option<NodeSet>>,
+    shared: Arc<Kept>,
+}
+
+/// The decision and its waiters (one allocation: the guard stays small).
+#[derive(Debug, Default)]
+struct Kept {
+    set: OnceLock<NodeSet>,
+    decided: Notify,
 }
 
 /// The give-back's side of [`KeptNodes`]: decides the set once. Dropped undecided (its
 /// task never ran), the permit's extensions are never sent: it runs out at its deadline.
 pub(crate) struct DecideKept {
-    tx: watch::Sender<Option<NodeSet>>,
+    shared: Arc<Kept>,
 }
 
 impl KeptNodes {
     /// A set still to be decided, and the handle that decides it.
     pub(crate) fn undecided() -> (DecideKept, KeptNodes) {
-        let (tx, rx) = watch::channel(None);
-        (DecideKept { tx }, KeptNodes { rx })
+        let shared = Arc::new(Kept::default());
+        (
+            DecideKept {
+                shared: shared.clone(),
+            },
+            KeptNodes { shared },
+        )
     }
 
     /// The kept nodes, once decided.
     pub(crate) fn get(&self) -> Option<NodeSet> {
-        *self.rx.borrow()
+        self.shared.set.get().copied()
     }
 
     /// Waits for the decision, at most `limit`: `None` if it has not come by then (or
     /// never will).
     pub(crate) async fn wait(&self, limit: Duration) -> Option<NodeSet> {
-        let mut rx = self.rx.clone();
-        match tokio::time::timeout(limit, rx.wait_for(Option::is_some)).await {
-            Ok(Ok(kept)) => *kept,
-            _ => None,
-        }
+        let decided = async {
+            loop {
+                let notified = self.shared.decided.notified();
+                if let Some(set) = self.get() {
+                    return set;
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(limit, decided).await.ok()
     }
 }
 
 impl DecideKept {
-    /// Decides the kept nodes.
+    /// Decides the kept nodes (once: a second decision is ignored).
     pub(crate) fn decide(self, kept: NodeSet) {
-        self.tx.send_replace(Some(kept));
+        let _ = self.shared.set.set(kept);
+        self.shared.decided.notify_waiters();
     }
 }
 

@@ -161,7 +161,8 @@ async fn an_extension_racing_the_give_back_keeps_a_quorum_of_entries() {
 /// fast nodes would extend it while the give-back removes two of their entries and node
 /// 0's lapses: a valid holder on two nodes. Sampled throughout: whenever the kept permit
 /// is valid (before and after each sample), its token is live on at least `Q` nodes; and
-/// it reports `lost` before its deadline.
+/// it reports `lost` before its deadline (unless node 0's grant was cut off on its way
+/// back: then node 0 is not kept, and the permit lives on its other kept nodes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_racing_the_give_back_keeps_a_quorum_of_entries() {
     let c = cluster_with_proxies(5).await;
@@ -218,12 +219,26 @@ async fn the_watchdog_racing_the_give_back_keeps_a_quorum_of_entries() {
         }
     };
     assert!(samples > 10, "sampled {samples} times while valid");
-    let e = fired.expect("the kept permit reports lost (node 0, a kept node, is cut)");
-    assert!(matches!(e, Error::Lost(_)), "{e:?}");
-    assert!(
-        kept.remaining() > Duration::ZERO,
-        "lost was reported before the deadline"
-    );
+    match fired {
+        // Node 0 kept (the usual case): no extension can reach all three kept nodes.
+        Some(e) => {
+            assert!(matches!(e, Error::Lost(_)), "{e:?}");
+            assert!(
+                kept.remaining() > Duration::ZERO,
+                "lost was reported before the deadline"
+            );
+        }
+        // Node 0's grant was still on its way when the link was cut: it timed out, was
+        // given back, and the permit lives on its three other kept nodes.
+        None => {
+            let live = live_on(&c, &[0, 1, 2, 3, 4], &key, &tok).await;
+            assert!(kept.remaining() > Duration::ZERO, "still kept");
+            assert!(
+                live.len() >= s.quorum() && !live.contains(&0),
+                "kept without node 0, on {live:?}"
+            );
+        }
+    }
 }
 
 /// A kept permit whose kept node is killed reports `lost` before its deadline: it is
