@@ -4,13 +4,14 @@
 //! read-write lock's writer), the two rounds of [`fencing`](crate::fencing) run in
 //! between. Every kind goes through the same steps; only the requests differ
 //! ([`Ask`]: the acquire request, its quorum; the clean-up is the kind's release). A
-//! semaphore permit also gives back the grants beyond its quorum
-//! ([`protocol::semaphore::give_back`](crate::protocol::semaphore::give_back)).
+//! semaphore permit also decides which `Q` grants it keeps and gives back the others
+//! ([`protocol::semaphore::place`](crate::protocol::semaphore::place)).
 //!
 //! ```text
 //!   token, request ──Round::start──▶ decide ──▶ [fencing::commit] ──▶ Attempt::finish
 //!                                                                  ├▶ verdict Held ──▶ Lock (stragglers drained: InFlight;
-//!                                                                  │                   a permit gives back its surplus instead)
+//!                                                                  │                   a permit then decides its KeptNodes
+//!                                                                  │                   and gives back the rest)
 //!                                                                  └▶ otherwise ──▶ clean-up plan (protocol::cleanup) ──▶ error
 //!   dropped before finish ──▶ Attempt::drop ──▶ the same clean-up, in the background
 //! ```
@@ -21,7 +22,7 @@ use std::time::Duration;
 use tracing::{Instrument, field};
 
 use crate::error::Error;
-use crate::fanout::{Cleanup, InFlight, Round};
+use crate::fanout::{Cleanup, InFlight, KeptNodes, Round};
 use crate::fencing::FenceKeys;
 use crate::lock::Lock;
 use crate::node::Request;
@@ -197,9 +198,12 @@ impl Attempt {
         if let Verdict::Held { validity } = verdict {
             self.armed = false;
             let deadline = crate::time::earlier_of_overflow(self.round.started(), validity);
-            let inflight = match self.ask.kind {
-                Kind::Permit(_) => self.give_back(),
-                _ => InFlight::track(&mut self.round),
+            let (inflight, kept) = match self.ask.kind {
+                Kind::Permit(_) => {
+                    let (inflight, kept) = self.give_back();
+                    (inflight, Some(kept))
+                }
+                _ => (InFlight::track(&mut self.round), None),
             };
             let lock = Lock::new(
                 self.inner.clone(),
@@ -210,7 +214,11 @@ impl Attempt {
                 inflight,
                 fencing_token,
             );
-            return Ok(lock.with_kind(self.ask.kind.clone(), self.ask.quorum));
+            let lock = lock.with_kind(self.ask.kind.clone(), self.ask.quorum);
+            return Ok(match kept {
+                Some(kept) => lock.with_kept(kept),
+                None => lock,
+            });
         }
         votes.largest_holder = largest_holder(self.round.replies().map(|(_, r)| r));
         votes.holder_ids = holder_ids(self.round.replies().map(|(_, r)| r));
@@ -229,24 +237,35 @@ impl Attempt {
     }
 
     /// A semaphore permit held at quorum keeps its entries on `Q` nodes only: once every
-    /// request of the round has finished (each bounded by the node timeout), it gives back
-    /// the other grants and the unknown answers ([`semaphore::give_back`]: it keeps the
-    /// least loaded nodes), in the background. Meanwhile the lock's own requests wait for
-    /// each node's acquire, as the mutex's do ([`InFlight`]).
-    fn give_back(&mut self) -> Option<InFlight> {
+    /// request of the round has finished (each bounded by the node timeout), it decides
+    /// which ([`semaphore::place`]: the least loaded grants), records them in the returned
+    /// [`KeptNodes`] (before anything is given back: the permit's extensions wait for it
+    /// and count those nodes only), and gives back the other grants and the unknown
+    /// answers, never a kept node, in the background. Meanwhile the lock's own requests
+    /// wait for each node's acquire, as the mutex's do ([`InFlight`]). With no request
+    /// left running, the set is decided before this returns.
+    fn give_back(&mut self) -> (Option<InFlight>, KeptNodes) {
         let mut answers: Vec<(usize, Reply)> =
             self.round.arrivals().map(|(i, r)| (i, r.clone())).collect();
         let q = self.ask.quorum;
         let release = self.release_on(Arc::new(self.release_request()));
-        InFlight::track_then(&mut self.round, move |late| {
+        let (decide, kept) = KeptNodes::undecided();
+        let inflight = InFlight::track_then(&mut self.round, move |late| {
             answers.extend(late);
-            let back = semaphore::give_back(answers.iter().map(|(i, r)| (*i, r)), q);
-            let all: futures::stream::FuturesUnordered<_> = back.into_iter().map(release).collect();
+            let placement = semaphore::place(answers.iter().map(|(i, r)| (*i, r)), q);
+            decide.decide(placement.kept);
+            let all: futures::stream::FuturesUnordered<_> = placement
+                .back
+                .into_iter()
+                .filter(|&i| !placement.kept.contains(i))
+                .map(release)
+                .collect();
             async move {
                 use futures::StreamExt;
                 all.collect::<Vec<_>>().await;
             }
-        })
+        });
+        (inflight, kept)
     }
 
     /// The kind's release of this attempt's token (never announced).

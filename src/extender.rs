@@ -21,8 +21,10 @@ use futures::stream::FuturesUnordered;
 use tokio::sync::{Notify, watch};
 
 use crate::error::{Error, LostReason};
+use crate::fanout::KeptNodes;
 use crate::node::{ExtendBatch, Node, Request};
 use crate::protocol::keep::{self, Applied, Kept, Lost, Policy, Sweep};
+use crate::protocol::semaphore::{self, NodeSet};
 use crate::protocol::{Decision, Tally};
 use crate::time::log_ms;
 
@@ -46,15 +48,18 @@ pub(crate) struct Entry {
     extend: Request,
     /// The grants an extension needs.
     quorum: usize,
+    /// A semaphore permit's kept nodes: its extensions go to and are counted from those
+    /// only, and none before they are decided. `None` for every other kind (every node).
+    kept: Option<KeptNodes>,
     ttl: Duration,
 }
 
 impl Entry {
-    /// A kept lock: its prepared extension and the quorum it needs, its policy, valid
-    /// until `deadline`, kept from `now`, capped at `hold_end`.
+    /// A kept lock: its prepared extension, the quorum it needs and (a permit) its kept
+    /// nodes, its policy, valid until `deadline`, kept from `now`, capped at `hold_end`.
     pub(crate) fn new(
         policy: Policy,
-        (extend, quorum): (Request, usize),
+        (extend, quorum, kept): (Request, usize, Option<KeptNodes>),
         deadline: Instant,
         now: Instant,
         hold_end: Option<Instant>,
@@ -64,6 +69,7 @@ impl Entry {
             changed: watch::channel(0).0,
             extend,
             quorum,
+            kept,
             ttl: policy.ttl,
         })
     }
@@ -260,6 +266,50 @@ struct Task {
     node_timeout: NodeTimeout,
 }
 
+impl Entry {
+    /// Whether the lock may be extended: always, except a permit whose kept nodes are
+    /// still undecided.
+    fn ready(&self) -> bool {
+        self.kept.as_ref().is_none_or(|k| k.get().is_some())
+    }
+
+    /// The nodes whose answers count: `None` for every node, or a permit's kept nodes (an
+    /// empty set if undecided, which no round reaches: fail closed).
+    fn voters(&self) -> Option<NodeSet> {
+        self.kept.as_ref().map(|k| k.get().unwrap_or_default())
+    }
+}
+
+/// What one node is sent in a round: the batch, and which of the round's locks its
+/// answers are for, in order.
+type NodeBatch = (Arc<ExtendBatch>, Arc<[usize]>);
+
+/// Each node's batch for the round's locks `due` with their voters (`None`: every node).
+/// Without permits every node gets the same batch; a permit's extension goes to its kept
+/// nodes only. A node with nothing to extend gets no batch.
+fn batches(due: &[Arc<Entry>], voters: &[Option<NodeSet>], nodes: usize) -> Vec<Option<NodeBatch>> {
+    let for_node = |i: usize| -> Vec<usize> {
+        (0..due.len())
+            .filter(|&k| semaphore::counts(voters.get(k).copied().flatten(), i))
+            .collect()
+    };
+    let shared: Option<NodeBatch> = voters.iter().all(Option::is_none).then(|| {
+        let batch = Arc::new(ExtendBatch::new(due.iter().map(|e| &e.extend)));
+        (batch, (0..due.len()).collect())
+    });
+    (0..nodes)
+        .map(|i| {
+            if let Some(s) = &shared {
+                return Some(s.clone());
+            }
+            let locks = for_node(i);
+            let batch =
+                ExtendBatch::new(locks.iter().filter_map(|&k| due.get(k)).map(|e| &e.extend));
+            (!locks.is_empty()).then(|| (Arc::new(batch), locks.into()))
+        })
+        .collect()
+}
+
 /// The votes of one round, per lock.
 struct Votes {
     tallies: Vec<Tally>,
@@ -295,7 +345,8 @@ impl Task {
     async fn round(&self, due: Vec<Arc<Entry>>) {
         let longest = due.iter().map(|e| (self.node_timeout)(e.ttl)).max();
         let timeout = keep::round_timeout(longest.unwrap_or(Duration::from_millis(50)), due.len());
-        let batch = Arc::new(ExtendBatch::new(due.iter().map(|e| &e.extend)));
+        let voters: Vec<Option<NodeSet>> = due.iter().map(|e| e.voters()).collect();
+        let plan = batches(&due, &voters, self.nodes.len());
         let start = Instant::now();
         crate::metrics::watchdog_round(due.len());
         let span = tracing::debug_span!(
@@ -308,21 +359,26 @@ impl Task {
         let mut replies: FuturesUnordered<_> = self
             .nodes
             .iter()
-            .map(|n| {
-                let n = n.clone();
-                let batch = batch.clone();
-                async move { n.extend_batch(&batch, timeout).await }
+            .zip(plan)
+            .filter_map(|(n, p)| p.map(|(batch, locks)| (n.clone(), batch, locks)))
+            .map(|(n, batch, locks)| async move {
+                let reply = n.extend_batch(&batch, timeout).await;
+                (locks, reply)
             })
             .collect();
         let mut votes = Votes {
             tallies: due
                 .iter()
-                .map(|e| Tally::new(self.nodes.len(), e.quorum))
+                .zip(&voters)
+                .map(|(e, v)| match v {
+                    Some(kept) => semaphore::extension_tally(*kept, e.quorum),
+                    None => Tally::new(self.nodes.len(), e.quorum),
+                })
                 .collect(),
             done: vec![false; due.len()],
         };
-        while let Some(reply) = replies.next().await {
-            self.count(&due, &mut votes, &reply, start);
+        while let Some((locks, reply)) = replies.next().await {
+            count(&due, &mut votes, &locks, &reply, start);
             if votes.done.iter().all(|d| *d) {
                 break;
             }
@@ -342,31 +398,33 @@ impl Task {
             }
         }
     }
+}
 
-    /// Counts one node's replies (one per lock) and applies every lock they decide.
-    fn count(
-        &self,
-        due: &[Arc<Entry>],
-        votes: &mut Votes,
-        reply: &[crate::protocol::Reply],
-        start: Instant,
-    ) {
-        let at = Instant::now();
-        for (k, e) in due.iter().enumerate() {
-            let (Some(tally), Some(done)) = (votes.tallies.get_mut(k), votes.done.get_mut(k))
-            else {
-                continue;
-            };
-            if let Some(r) = reply.get(k) {
-                tally.record(r.ballot());
-            }
-            if *done {
-                continue;
-            }
-            if let Some(d) = tally.decision() {
-                *done = true;
-                apply(e, d, tally, start, at);
-            }
+/// Counts one node's replies (one per lock of `locks`, in order) and applies every lock
+/// they decide.
+fn count(
+    due: &[Arc<Entry>],
+    votes: &mut Votes,
+    locks: &[usize],
+    reply: &[crate::protocol::Reply],
+    start: Instant,
+) {
+    let at = Instant::now();
+    for (j, &k) in locks.iter().enumerate() {
+        let (Some(e), Some(tally), Some(done)) =
+            (due.get(k), votes.tallies.get_mut(k), votes.done.get_mut(k))
+        else {
+            continue;
+        };
+        if let Some(r) = reply.get(j) {
+            tally.record(r.ballot());
+        }
+        if *done {
+            continue;
+        }
+        if let Some(d) = tally.decision() {
+            *done = true;
+            apply(e, d, tally, start, at);
         }
     }
 }
@@ -383,7 +441,7 @@ fn collect(entries: &Mutex<Vec<Arc<Entry>>>, now: Instant) -> (Vec<Arc<Entry>>, 
         let Ok(mut st) = e.state.lock() else {
             return false;
         };
-        match st.sweep(now) {
+        match st.sweep(now, e.ready()) {
             Sweep::Drop => false,
             Sweep::Busy => true,
             Sweep::Lost(l) => {

@@ -18,16 +18,18 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{Notify, oneshot, watch};
 
 use crate::background::spawn;
 use crate::error::{NodeOutcome, NodeVote, Votes};
 use crate::node::Node;
 use crate::protocol::cleanup::{self, Plan};
+use crate::protocol::semaphore::{self, NodeSet};
 use crate::protocol::{Ballot, Decision, Reply, Tally};
 
 /// One node's request, tagged with the node's index.
@@ -46,14 +48,33 @@ pub(crate) struct Round {
 impl Round {
     /// Reads the clock, then creates one request per node with `f`. Requests are sent on
     /// the first poll of [`decide`](Round::decide).
-    pub(crate) fn start<F, Fut>(nodes: &[Node], quorum: usize, mut f: F) -> Round
+    pub(crate) fn start<F, Fut>(nodes: &[Node], quorum: usize, f: F) -> Round
+    where
+        F: FnMut(usize, &Node) -> Fut,
+        Fut: Future<Output = Reply> + Send + 'static,
+    {
+        Round::build(nodes, |_| true, Tally::new(nodes.len(), quorum), f)
+    }
+
+    /// As [`start`](Round::start), on the nodes of `among` only: the others are not asked
+    /// and do not vote (a kept permit's extension, [`semaphore::extension_tally`]).
+    pub(crate) fn start_on<F, Fut>(nodes: &[Node], among: NodeSet, quorum: usize, f: F) -> Round
+    where
+        F: FnMut(usize, &Node) -> Fut,
+        Fut: Future<Output = Reply> + Send + 'static,
+    {
+        let tally = semaphore::extension_tally(among, quorum);
+        Round::build(nodes, |i| among.contains(i), tally, f)
+    }
+
+    fn build<F, Fut>(nodes: &[Node], ask: impl Fn(usize) -> bool, tally: Tally, mut f: F) -> Round
     where
         F: FnMut(usize, &Node) -> Fut,
         Fut: Future<Output = Reply> + Send + 'static,
     {
         let started = Instant::now();
         let pending = FuturesUnordered::new();
-        for (i, node) in nodes.iter().enumerate() {
+        for (i, node) in nodes.iter().enumerate().filter(|(i, _)| ask(*i)) {
             let fut = f(i, node);
             pending.push(Box::pin(async move { (i, fut.await) }) as NodeFuture);
         }
@@ -62,7 +83,7 @@ impl Round {
             pending,
             replies: (0..nodes.len()).map(|_| None).collect(),
             order: Vec::with_capacity(nodes.len()),
-            tally: Tally::new(nodes.len(), quorum),
+            tally,
         }
     }
 
@@ -233,6 +254,70 @@ impl InFlight {
         let mut rx = self.rx.clone();
         // Err means the tracker ended, which happens only after clearing every bit.
         let _ = rx.wait_for(|m| m & b == 0).await;
+    }
+}
+
+/// Where a semaphore permit keeps its entries ([`semaphore::place`]): undecided until its
+/// give-back has every answer of the acquire round (each request is bounded by the node
+/// timeout), then decided once, for good. The guard's extensions and the watchdog share
+/// it: neither sends nor counts an extension of the permit before it is decided, and then
+/// only on the kept nodes.
+#[derive(Clone, Debug)]
+pub(crate) struct KeptNodes {
+    shared: Arc<Kept>,
+}
+
+/// The decision and its waiters (one allocation: the guard stays small).
+#[derive(Debug, Default)]
+struct Kept {
+    set: OnceLock<NodeSet>,
+    decided: Notify,
+}
+
+/// The give-back's side of [`KeptNodes`]: decides the set once. Dropped undecided (its
+/// task never ran), the permit's extensions are never sent: it runs out at its deadline.
+pub(crate) struct DecideKept {
+    shared: Arc<Kept>,
+}
+
+impl KeptNodes {
+    /// A set still to be decided, and the handle that decides it.
+    pub(crate) fn undecided() -> (DecideKept, KeptNodes) {
+        let shared = Arc::new(Kept::default());
+        (
+            DecideKept {
+                shared: shared.clone(),
+            },
+            KeptNodes { shared },
+        )
+    }
+
+    /// The kept nodes, once decided.
+    pub(crate) fn get(&self) -> Option<NodeSet> {
+        self.shared.set.get().copied()
+    }
+
+    /// Waits for the decision, at most `limit`: `None` if it has not come by then (or
+    /// never will).
+    pub(crate) async fn wait(&self, limit: Duration) -> Option<NodeSet> {
+        let decided = async {
+            loop {
+                let notified = self.shared.decided.notified();
+                if let Some(set) = self.get() {
+                    return set;
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(limit, decided).await.ok()
+    }
+}
+
+impl DecideKept {
+    /// Decides the kept nodes (once: a second decision is ignored).
+    pub(crate) fn decide(self, kept: NodeSet) {
+        let _ = self.shared.set.set(kept);
+        self.shared.decided.notify_waiters();
     }
 }
 

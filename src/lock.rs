@@ -19,9 +19,10 @@ use std::time::{Duration, Instant};
 use tracing::{Instrument, field};
 
 use crate::error::{Error, LostReason};
-use crate::fanout::{InFlight, Round};
+use crate::fanout::{InFlight, KeptNodes, Round};
 use crate::node::Request;
 use crate::protocol::contention::release_queued;
+use crate::protocol::semaphore::NodeSet;
 use crate::protocol::{Loss, Reply, Verdict, verdict};
 use crate::resource::{Kind, Resources};
 use crate::shared::Inner;
@@ -99,6 +100,9 @@ pub struct Lock {
     kind: Kind,
     /// The grants an extension or a release needs (a semaphore's may exceed a majority).
     quorum: usize,
+    /// A semaphore permit's kept nodes (decided by its give-back): the only nodes its
+    /// extensions are sent to and counted from. `None` for every other kind.
+    kept: Option<KeptNodes>,
 }
 
 impl fmt::Debug for Lock {
@@ -136,6 +140,7 @@ impl Lock {
             waiter: None,
             kind: Kind::Exclusive,
             quorum,
+            kept: None,
         }
     }
 
@@ -144,6 +149,17 @@ impl Lock {
         self.kind = kind;
         self.quorum = quorum;
         self
+    }
+
+    /// A semaphore permit with its kept nodes, decided (now or later) by its give-back.
+    pub(crate) fn with_kept(mut self, kept: KeptNodes) -> Lock {
+        self.kept = Some(kept);
+        self
+    }
+
+    /// A permit's kept nodes (`None` for every other kind).
+    pub(crate) fn kept_nodes(&self) -> Option<KeptNodes> {
+        self.kept.clone()
     }
 
     /// The grants an extension or a release needs.
@@ -399,12 +415,24 @@ impl Lock {
         let node_timeout = inner.config.node_timeout_for(ttl);
         let call = Arc::new(self.extend_request(ttl));
         let inflight = self.inflight.clone();
-        let mut round = Round::start(&inner.nodes, self.quorum, |i, node| {
+        let send = |i: usize, node: &crate::node::Node| {
             let node = node.clone();
             let call = call.clone();
             let inflight = inflight.clone();
             ordered(i, inflight, node_timeout, node, call)
-        });
+        };
+        let mut round = match &self.kept {
+            None => Round::start(&inner.nodes, self.quorum, send),
+            Some(kept) => match self.kept_set(kept).await {
+                Some(set) => Round::start_on(&inner.nodes, set, self.quorum, send),
+                None => {
+                    // Never decided: nothing was sent; the old deadline stands.
+                    let none = Round::start_on(&inner.nodes, NodeSet::default(), self.quorum, send);
+                    tracing::Span::current().record("outcome", "kept nodes undecided");
+                    return Err(Error::NoQuorum(none.votes(&inner.nodes)));
+                }
+            },
+        };
         let decision = round.decide().await;
         let (elapsed, validity) = round.measure(ttl, inner.config.drift_factor);
         let span = tracing::Span::current();
@@ -435,6 +463,18 @@ impl Lock {
             Verdict::Lost(_) => Err(Error::lost(LostReason::ExtendFailed, Some(votes))),
             _ => Err(Error::NoQuorum(votes)),
         }
+    }
+
+    /// A permit's kept nodes, waiting for its give-back to decide them: at most twice the
+    /// acquire's per-node timeout (which bounds every request the decision waits for), and
+    /// never past the deadline.
+    async fn kept_set(&self, kept: &KeptNodes) -> Option<NodeSet> {
+        if let Some(set) = kept.get() {
+            return Some(set);
+        }
+        let acquire_timeout = self.inner.config.node_timeout_for(self.ttl);
+        let limit = acquire_timeout.saturating_mul(2).min(self.remaining());
+        kept.wait(limit).await
     }
 
     /// Releases the lock on every node: deletes each key only where it still holds our

@@ -16,7 +16,8 @@
 //!
 //! **Writers are preferred.** A writer that waits ([`Redlock::write_lock`]) registers an
 //! *intent* on every node that refuses it, renewed by each attempt for the wait queue's
-//! lease ([`QUEUE_LEASE`](crate::QUEUE_LEASE)); new readers are refused while it is live,
+//! lease ([`QUEUE_LEASE`](crate::QUEUE_LEASE); a waiting writer tries at least every third
+//! of the lease, whatever its retry policy's delays); new readers are refused while it is live,
 //! so readers already in finish, and the writer gets in even under a steady stream of
 //! readers. The intent is removed when the writer gets the lock, gives up or is cancelled
 //! (in the background); a writer that dies blocks new readers for at most the lease. In

@@ -16,11 +16,16 @@
 //! with one another's give-back can see loads that are out of date and be refused below
 //! the capacity (never admitted above it).
 //!
-//! A holder keeps its entry on exactly `Q` nodes: the grants beyond the first `Q` (and
-//! those still on their way) are given back at once, in the background, so they do not
-//! take slots others could use. Its extensions and release still go to every node
-//! (compare-based, harmless where it has no entry). So a permit is extended only while
-//! all `Q` of its nodes answer; a kept permit whose node fails is reported lost.
+//! A holder keeps its entry on exactly `Q` nodes: once every node has answered its acquire
+//! (each bounded by the per-node timeout), it decides which (the least loaded grants) and
+//! gives the others back (and any unknown answer), in the background, so they do not take
+//! slots others could use. The give-back never touches a kept node. No extension is sent
+//! or counted before that decision ([`Lock::extend`] waits for it, briefly; the watchdog
+//! does not extend the permit until then), and from then on extensions go to the kept
+//! nodes only and need all `Q` of them: a node outside the kept set may be about to lose
+//! its entry to the give-back, so its confirmation proves nothing. So a permit is extended
+//! only while all `Q` of its nodes answer; a kept permit whose node fails is reported lost.
+//! Its release still goes to every node (compare-based, harmless where it has no entry).
 //!
 //! Every client of one semaphore must agree on `P`, `c`, `Q` and `N`: each node stores
 //! them (`quorumlock:semcfg:{name}`, expiring with the last holder) and refuses, without

@@ -116,7 +116,9 @@ pub(crate) fn is_split(v: &Votes) -> bool {
 /// Acquires a lock of any kind by polling, per `retry`: an attempt, then a random delay
 /// from the policy's range, until granted, a failure that is not retryable, or the
 /// policy's attempts or maximum wait running out ([`Error::Timeout`] with the last
-/// attempt's votes). The attempts of a waiting writer carry its intent (in `ask`).
+/// attempt's votes). The attempts of a waiting writer carry its intent (in `ask`), and
+/// come at least every third of the intent's lease, whatever the policy's delays
+/// ([`contention::polling_delay`]), so the intent never lapses while it waits.
 pub(crate) async fn acquire_polling(
     inner: &Arc<Inner>,
     res: &Resources,
@@ -138,7 +140,8 @@ pub(crate) async fn acquire_polling(
         if retry.attempts.is_some_and(|n| attempts >= n) {
             break;
         }
-        let mut delay = jitter(retry.delay_min, retry.delay_max);
+        let drawn = jitter(retry.delay_min, retry.delay_max);
+        let mut delay = contention::polling_delay(drawn, !ask.intent.is_empty());
         if let Some(at) = give_up_at {
             let left = at.saturating_duration_since(Instant::now());
             if left.is_zero() {

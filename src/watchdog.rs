@@ -393,7 +393,7 @@ impl Lock {
         let now = Instant::now();
         let entry = Entry::new(
             rules,
-            (self.extend_request(ttl), self.quorum()),
+            (self.extend_request(ttl), self.quorum(), self.kept_nodes()),
             self.deadline(),
             now,
             policy.max_hold.and_then(|h| now.checked_add(h)),
@@ -828,7 +828,7 @@ mod tests {
         let res = crate::resource::Resources::new(&["k"]).unwrap();
         let token = crate::token::Token::generate().unwrap();
         let extend = crate::node::Request::extend(res.lock_keys().to_vec(), &token, ttl);
-        Entry::new(policy, (extend, 1), deadline, Instant::now(), None)
+        Entry::new(policy, (extend, 1, None), deadline, Instant::now(), None)
     }
 
     /// A panic while the state's mutex is held poisons it. The lock must then read as

@@ -526,6 +526,68 @@ async fn a_cancelled_waiting_writer_stops_blocking_readers() {
     reader.release().await.expect("release");
 }
 
+/// A waiting writer's intent stays live even when its retry policy waits longer than the
+/// intent's lease between attempts: a waiting writer tries again within a third of the
+/// lease, renewing the intent. So a reader that comes after the first lease would have
+/// lapsed is still refused, and the writer gets in within a third of the lease of the
+/// last reader leaving (not after the policy's 4 to 5 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writer_renews_its_intent_under_a_slow_retry_policy() {
+    let c = cluster3().await;
+    let a = client(&c.urls()).await;
+    let slow = Redlock::builder(c.urls())
+        .node_timeout(Duration::from_millis(250))
+        .retry(
+            Retry::new()
+                .delay(Duration::from_secs(4), Duration::from_secs(5))
+                .max_wait(Duration::from_secs(20)),
+        )
+        .build()
+        .await
+        .expect("build");
+    let name = "rw:slow-retry";
+    let reader = a.try_read_lock(name, TTL).await.expect("reader");
+    let waiting = tokio::spawn(async move {
+        let w = slow.write_lock(name, TTL).await;
+        (w, Instant::now())
+    });
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            let mut n = 0;
+            for i in 0..3 {
+                let live: usize = raw(&c, i)
+                    .await
+                    .zcard(intent_key(name))
+                    .await
+                    .expect("ZCARD");
+                n += usize::from(live > 0);
+            }
+            n == 3
+        })
+        .await,
+        "the waiting writer's intent is on every node"
+    );
+    // Past the first lease: without a renewal the intent would have lapsed by now.
+    tokio::time::sleep(quorumlock::QUEUE_LEASE + Duration::from_millis(700)).await;
+    assert!(
+        is_held(&a.try_read_lock(name, TTL).await),
+        "the intent was renewed: new readers still wait behind the writer"
+    );
+    let released = Instant::now();
+    reader.release().await.expect("release the reader");
+    let (w, at) = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the writer is done within the policy's wait")
+        .expect("writer task");
+    let w = w.expect("the waiting writer gets in");
+    let after = at.saturating_duration_since(released);
+    assert!(
+        after < Duration::from_secs(3),
+        "the writer tried again {after:?} after the reader left: its delays are capped at a third of the lease"
+    );
+    w.release().await.expect("release the writer");
+}
+
 /// One client's watchdog keeps a mutex, a reader, a writer and a semaphore permit in the
 /// same pipelined rounds (one extension script per kind in each node's pipeline).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -151,6 +151,19 @@ pub(crate) fn joins(split: bool, tried: bool, renewal_due: bool) -> bool {
     (!split && tried) || renewal_due
 }
 
+/// The delay before a polling waiter's next attempt, given the one its retry policy drew:
+/// a waiting writer (`intent`: its attempts renew its intent, a lease of [`QUEUE_LEASE`])
+/// tries again within a third of the lease, whatever the policy, or its intent would lapse
+/// between two attempts and let new readers in ahead of it. Every other waiter keeps the
+/// policy's delay.
+pub(crate) fn polling_delay(drawn: Duration, intent: bool) -> Duration {
+    if intent {
+        drawn.min(QUEUE_LEASE / 3)
+    } else {
+        drawn
+    }
+}
+
 /// When a queue lease joined at `joined_at` is next renewed: a third of the lease later.
 pub(crate) fn renew_at<T: Moment>(joined_at: T) -> T {
     later(joined_at, QUEUE_LEASE / 3)
@@ -443,6 +456,13 @@ mod tests {
         assert!(!joins(false, false, false));
         assert_eq!(handoff_window(MS, 2 * MS), 2 * MS);
         assert_eq!(renew_at(Duration::ZERO), QUEUE_LEASE / 3);
+        let long = QUEUE_LEASE * 2;
+        assert_eq!(polling_delay(long, true), QUEUE_LEASE / 3);
+        assert_eq!(polling_delay(long, false), long);
+        assert_eq!(
+            polling_delay(Duration::from_millis(10), true),
+            Duration::from_millis(10)
+        );
     }
 
     #[test]

@@ -53,6 +53,10 @@ pub(crate) fn round_timeout(node_timeout: Duration, locks: usize) -> Duration {
     )
 }
 
+/// How often, at most, a due lock that is not ready to extend (a permit whose kept nodes
+/// are undecided) is looked at again ([`Kept::sweep`]).
+pub(crate) const UNPLACED_POLL: Duration = Duration::from_millis(20);
+
 /// Why a kept lock is lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Lost {
@@ -246,7 +250,13 @@ impl<T: Moment> Kept<T> {
     /// Decides, at `now`, what the watchdog does with this lock: forget it (released or
     /// lost), mark it lost (its signal's time came: a lock is never extended past it; a cap
     /// reached when it is due), put it in the round that starts now, or wait until it is due.
-    pub(crate) fn sweep(&mut self, now: T) -> Sweep<T> {
+    ///
+    /// `ready`: whether the lock may be extended now. A semaphore permit whose kept nodes
+    /// are still undecided is not (no extension may be sent or counted before they are):
+    /// it is never due then, but looked at again shortly ([`UNPLACED_POLL`], clamped to
+    /// the refresh window), never later than its lost signal's time, which fires as for
+    /// any lock if the decision never comes.
+    pub(crate) fn sweep(&mut self, now: T, ready: bool) -> Sweep<T> {
         if self.stopped || self.lost.is_some() {
             return Sweep::Drop;
         }
@@ -275,6 +285,10 @@ impl<T: Moment> Kept<T> {
         if let Some(reason) = capped {
             self.mark_lost(reason, now);
             return Sweep::Lost(reason);
+        }
+        if !ready {
+            let poll = (self.policy.refresh / 8).clamp(Duration::from_millis(5), UNPLACED_POLL);
+            return Sweep::Later(later(now, poll).min(fire_at));
         }
         self.in_round = true;
         Sweep::Due
@@ -396,22 +410,36 @@ mod tests {
         assert_eq!(capped.fire_at(), (3_000 * MS, Lost::MaxHold));
     }
 
+    /// A due lock that is not ready (a permit's kept nodes undecided) is never put in a
+    /// round; it is looked at again soon, and its lost signal still fires on time.
+    #[test]
+    fn an_unready_lock_waits_and_still_fires() {
+        let mut k = Kept::new(policy(), 10_000 * MS, Duration::ZERO, None);
+        assert_eq!(k.sweep(MS, false), Sweep::Later(5_000 * MS));
+        assert_eq!(k.sweep(5_000 * MS, false), Sweep::Later(5_020 * MS));
+        assert_eq!(k.sweep(8_990 * MS, false), Sweep::Later(9_000 * MS));
+        assert_eq!(k.sweep(9_000 * MS, false), Sweep::Lost(Lost::ExtendFailed));
+        let mut k = Kept::new(policy(), 10_000 * MS, Duration::ZERO, None);
+        assert_eq!(k.sweep(5_000 * MS, false), Sweep::Later(5_020 * MS));
+        assert_eq!(k.sweep(5_020 * MS, true), Sweep::Due);
+    }
+
     #[test]
     fn one_lifetime() {
         let mut k = Kept::new(policy(), 10_000 * MS, Duration::ZERO, None);
         assert_eq!(k.lost_at_start(Duration::ZERO), None);
-        assert_eq!(k.sweep(MS), Sweep::Later(5_000 * MS));
+        assert_eq!(k.sweep(MS, true), Sweep::Later(5_000 * MS));
         // Within the batching window of its due time: it joins the round.
-        assert_eq!(k.sweep(4_000 * MS), Sweep::Due);
-        assert_eq!(k.sweep(4_001 * MS), Sweep::Busy);
+        assert_eq!(k.sweep(4_000 * MS, true), Sweep::Due);
+        assert_eq!(k.sweep(4_001 * MS, true), Sweep::Busy);
         let (t, d) = tally(3, 2, 0);
         let a = k.apply(d, &t, 4_000 * MS, 4_010 * MS, 4_010 * MS);
         // validity = 10 s − 10 ms − 102 ms, from the round's start.
         assert_eq!(a, Applied::Extended(9_888 * MS));
         assert_eq!(k.deadline(4_010 * MS), 13_888 * MS);
-        assert_eq!(k.sweep(5_000 * MS), Sweep::Later(8_888 * MS));
+        assert_eq!(k.sweep(5_000 * MS, true), Sweep::Later(8_888 * MS));
         // A missed round keeps the deadline and retries soon.
-        assert_eq!(k.sweep(8_000 * MS), Sweep::Due);
+        assert_eq!(k.sweep(8_000 * MS, true), Sweep::Due);
         let (t, d) = tally(3, 1, 0);
         assert_eq!(
             k.apply(d, &t, 8_000 * MS, 8_001 * MS, 8_001 * MS),
@@ -419,16 +447,16 @@ mod tests {
         );
         // Retried 625 ms later (refresh / 8), although that is within the batching window
         // (1.25 s): never due again at once.
-        assert_eq!(k.sweep(8_001 * MS), Sweep::Later(8_626 * MS));
-        assert_eq!(k.sweep(8_625 * MS), Sweep::Later(8_626 * MS));
-        assert_eq!(k.sweep(8_626 * MS), Sweep::Due);
+        assert_eq!(k.sweep(8_001 * MS, true), Sweep::Later(8_626 * MS));
+        assert_eq!(k.sweep(8_625 * MS, true), Sweep::Later(8_626 * MS));
+        assert_eq!(k.sweep(8_626 * MS, true), Sweep::Due);
         assert_eq!(k.deadline(8_626 * MS), 13_888 * MS);
         // The lost signal's time: lost once, never extended again.
         assert_eq!(k.fire(12_887 * MS), None);
         assert_eq!(k.fire(12_888 * MS), Some(Lost::ExtendFailed));
         assert_eq!(k.fire(12_889 * MS), None);
         assert_eq!(k.lost(), Some(Lost::ExtendFailed));
-        assert_eq!(k.sweep(12_889 * MS), Sweep::Drop);
+        assert_eq!(k.sweep(12_889 * MS, true), Sweep::Drop);
         // A released lock reports no validity left.
         assert_eq!(k.stop(), 13_888 * MS);
         assert_eq!(k.deadline(12_900 * MS), 12_900 * MS);
@@ -440,22 +468,22 @@ mod tests {
     #[test]
     fn a_slow_extension_is_not_followed_at_once() {
         let mut k = Kept::new(policy(), 10_000 * MS, Duration::ZERO, None);
-        assert_eq!(k.sweep(5_000 * MS), Sweep::Due);
+        assert_eq!(k.sweep(5_000 * MS, true), Sweep::Due);
         let (t, d) = tally(3, 2, 0);
         let a = k.apply(d, &t, 5_000 * MS, 8_500 * MS, 8_500 * MS);
         // validity = 10 s − 3.5 s − 102 ms, from the round's start: deadline 11.398 s,
         // lost signal at 10.398 s, next try half-way there (949 ms after the round).
         assert_eq!(a, Applied::Extended(6_398 * MS));
-        assert_eq!(k.sweep(8_500 * MS), Sweep::Later(9_449 * MS));
-        assert_eq!(k.sweep(9_448 * MS), Sweep::Later(9_449 * MS));
-        assert_eq!(k.sweep(9_449 * MS), Sweep::Due);
+        assert_eq!(k.sweep(8_500 * MS, true), Sweep::Later(9_449 * MS));
+        assert_eq!(k.sweep(9_448 * MS, true), Sweep::Later(9_449 * MS));
+        assert_eq!(k.sweep(9_449 * MS, true), Sweep::Due);
     }
 
     #[test]
     fn losses() {
         // More than N − Q refusals: lost, with no validity left.
         let mut k = Kept::new(policy(), 10_000 * MS, Duration::ZERO, None);
-        assert_eq!(k.sweep(5_000 * MS), Sweep::Due);
+        assert_eq!(k.sweep(5_000 * MS, true), Sweep::Due);
         let (t, d) = tally(5, 1, 3);
         let a = k.apply(d, &t, 5_000 * MS, 5_001 * MS, 5_002 * MS);
         assert_eq!(
@@ -470,9 +498,9 @@ mod tests {
         let mut p = policy();
         p.max_extensions = Some(0);
         let mut k = Kept::new(p, 10_000 * MS, Duration::ZERO, None);
-        assert_eq!(k.sweep(5_000 * MS), Sweep::Lost(Lost::MaxExtensions));
+        assert_eq!(k.sweep(5_000 * MS, true), Sweep::Lost(Lost::MaxExtensions));
         let mut k = Kept::new(policy(), 10_000 * MS, Duration::ZERO, Some(4_500 * MS));
-        assert_eq!(k.sweep(4_600 * MS), Sweep::Lost(Lost::MaxHold));
+        assert_eq!(k.sweep(4_600 * MS, true), Sweep::Lost(Lost::MaxHold));
         // Handed over too late: lost at once, expired when no validity is left.
         let mut k = Kept::new(policy(), 10_000 * MS, Duration::ZERO, None);
         assert_eq!(k.lost_at_start(9_500 * MS), Some(Lost::ExtendFailed));
@@ -480,7 +508,7 @@ mod tests {
         assert_eq!(k.lost_at_start(10_000 * MS), Some(Lost::Expired));
         // A round that confirms after the signal's time does not un-lose it.
         let mut k = Kept::new(policy(), 10_000 * MS, Duration::ZERO, None);
-        assert_eq!(k.sweep(8_900 * MS), Sweep::Due);
+        assert_eq!(k.sweep(8_900 * MS, true), Sweep::Due);
         let (t, d) = tally(3, 3, 0);
         let late = k.apply(d, &t, 8_900 * MS, 9_000 * MS, 9_000 * MS);
         assert_eq!(
@@ -532,7 +560,7 @@ mod tests {
     /// Checks what a sweep at the schedule's clock did.
     fn sweep_step(k: &mut Kept<Duration>, r: &mut Run) -> Result<(), TestCaseError> {
         let now = r.now;
-        match k.sweep(now) {
+        match k.sweep(now, true) {
             Sweep::Due => {
                 prop_assert!(now < k.fire_at().0);
                 // Never back to back: not at the instant a round ended, nor before a
@@ -687,7 +715,7 @@ mod tests {
             let deadline = ttl.saturating_sub(drift(ttl, 0.01));
             let mut k = Kept::new(p, deadline, Duration::ZERO, None);
             let start = deadline.saturating_sub(refresh);
-            prop_assert_eq!(k.sweep(start), Sweep::Due);
+            prop_assert_eq!(k.sweep(start, true), Sweep::Due);
             // The round ends anywhere from its start to past the deadline.
             let now = start + refresh * u32::try_from(took_permille).unwrap_or(0) / 1_000;
             if fired && now >= k.fire_at().0 {
@@ -724,10 +752,10 @@ mod tests {
             let mut k = Kept::new(p, ttl.saturating_sub(drift(ttl, 0.01)), Duration::ZERO, None);
             let mut now = Duration::ZERO;
             for (granted, refused, took) in rounds {
-                match k.sweep(now) {
+                match k.sweep(now, true) {
                     Sweep::Later(t) => {
                         now = t;
-                        if k.sweep(now) != Sweep::Due {
+                        if k.sweep(now, true) != Sweep::Due {
                             break;
                         }
                     }
@@ -744,10 +772,34 @@ mod tests {
                     Applied::Extended(_) => now + Duration::from_nanos(1),
                     _ => break,
                 };
-                match k.sweep(now) {
+                match k.sweep(now, true) {
                     Sweep::Later(t) => prop_assert!(t >= earliest, "due again at {:?}, round ended {:?}", t, now),
                     Sweep::Due => prop_assert!(false, "due again at once, at {:?}", now),
                     _ => break,
+                }
+            }
+        }
+
+        /// A lock that is not ready to extend (a permit's kept nodes undecided) is never
+        /// put in a round, is always looked at again after now and no later than its lost
+        /// signal's time, and is lost at that time like any other.
+        #[test]
+        fn an_unready_lock_is_never_due_and_still_lost_on_time(
+            steps in prop::collection::vec(1u64..3_000, 1..40),
+        ) {
+            let mut k = Kept::new(policy(), 10_000 * MS, Duration::ZERO, None);
+            let (fire, _) = k.fire_at();
+            let mut now = Duration::ZERO;
+            for step in steps {
+                now += Duration::from_millis(step);
+                match k.sweep(now, false) {
+                    Sweep::Later(t) => prop_assert!(t > now && t <= fire, "{:?} at {:?}", t, now),
+                    Sweep::Lost(l) => {
+                        prop_assert_eq!(l, Lost::ExtendFailed);
+                        prop_assert!(now >= fire);
+                        break;
+                    }
+                    other => prop_assert!(false, "{:?} at {:?}", other, now),
                 }
             }
         }

@@ -29,9 +29,17 @@
 //! text [`config`] and refuses an acquire that names different ones ([`mismatch`]).
 //!
 //! A holder keeps its entries on `Q` nodes only: once every answer of its round is in, it
-//! gives back the others ([`give_back`]), keeping the `Q` least loaded nodes; surplus
+//! keeps the `Q` least loaded grants and gives back the others ([`place`]); surplus
 //! entries would only hold slots other holders could use, and unbalanced loads would keep
 //! the semaphore below its capacity.
+//!
+//! The give-back is what makes the extension rule matter: from then on the permit's live
+//! entries are on its kept nodes only, so an extension may count only those
+//! ([`extension_tally`], [`counts`]): all `Q` of them must confirm. No extension is sent
+//! or counted before the kept set is decided (a node that confirmed could be given back
+//! a moment later), and the give-back never touches a kept node. Every kept entry was
+//! added by a request that started at or after the acquisition's start, with its TTL, so
+//! it lives at least until the deadline computed from that start.
 
 use std::time::Duration;
 
@@ -115,34 +123,95 @@ pub(crate) fn mismatch<'a>(replies: impl IntoIterator<Item = &'a Reply>) -> Opti
     })
 }
 
-/// The nodes a granted holder gives back, once every answer of its round is in
-/// (`(node, reply)` in arrival order): it keeps its `q` grants on the least loaded nodes
-/// (the lowest load a node reported with its grant; ties go to the earlier answer) and
-/// gives back every other grant and every unknown answer (failed or timed out: the
-/// request may have added the entry). Refusals hold nothing of ours.
+/// A set of nodes by index (0 to 63: a client has at most 64 nodes), one bit each.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub(crate) struct NodeSet(u64);
+
+impl NodeSet {
+    /// The set with node `i` added (an index beyond 63 adds nothing).
+    pub(crate) fn with(self, i: usize) -> NodeSet {
+        let bit = u32::try_from(i)
+            .ok()
+            .and_then(|i| 1u64.checked_shl(i))
+            .unwrap_or(0);
+        NodeSet(self.0 | bit)
+    }
+
+    /// Whether node `i` is in the set.
+    pub(crate) fn contains(self, i: usize) -> bool {
+        self.with(i) == self && i < 64
+    }
+
+    /// How many nodes the set holds.
+    pub(crate) fn len(self) -> usize {
+        self.0.count_ones() as usize
+    }
+}
+
+impl FromIterator<usize> for NodeSet {
+    fn from_iter<I: IntoIterator<Item = usize>>(iter: I) -> NodeSet {
+        iter.into_iter().fold(NodeSet::default(), NodeSet::with)
+    }
+}
+
+/// Where a granted holder's entries end up, once every answer of its round is in: the
+/// nodes it keeps, and those it gives back. Disjoint: a give-back never touches a kept node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Placement {
+    /// The `q` least loaded grants (fewer only if fewer granted).
+    pub(crate) kept: NodeSet,
+    /// Every other grant and every unknown answer, by node index, ascending.
+    pub(crate) back: Vec<usize>,
+}
+
+/// The placement of a granted holder (`(node, reply)` in arrival order): it keeps its `q`
+/// grants on the least loaded nodes (the lowest load a node reported with its grant; ties
+/// go to the earlier answer) and gives back every other grant and every unknown answer
+/// (failed or timed out: the request may have added the entry). Refusals hold nothing of
+/// ours.
 ///
 /// Keeping the least loaded nodes keeps the load balanced (no two nodes' loads differ by
 /// more than one, when holders come one at a time), and only balanced loads reach the
 /// capacity: `⌊c·N / Q⌋` holders need their entries spread over every node.
-pub(crate) fn give_back<'a>(
+pub(crate) fn place<'a>(
     answers: impl IntoIterator<Item = (usize, &'a Reply)>,
     q: usize,
-) -> Vec<usize> {
+) -> Placement {
     let mut grants: Vec<(u64, usize, usize)> = Vec::new();
-    let mut out = Vec::new();
+    let mut back = Vec::new();
     for (k, (i, r)) in answers.into_iter().enumerate() {
         match (r, r.ballot()) {
             (Reply::Admitted { load }, _) => grants.push((*load, k, i)),
             // A grant that did not say its load counts as the fullest.
             (_, Ballot::Granted) => grants.push((u64::MAX, k, i)),
-            (_, Ballot::Failed) => out.push(i),
+            (_, Ballot::Failed) => back.push(i),
             (_, Ballot::Refused) => {}
         }
     }
     grants.sort_unstable();
-    out.extend(grants.iter().skip(q).map(|&(_, _, i)| i));
-    out.sort_unstable();
-    out
+    let kept: NodeSet = grants.iter().take(q).map(|&(_, _, i)| i).collect();
+    back.extend(grants.iter().skip(q).map(|&(_, _, i)| i));
+    back.retain(|&i| !kept.contains(i));
+    back.sort_unstable();
+    back.dedup();
+    Placement { kept, back }
+}
+
+/// The count of a kept permit's extension (by the caller, or the watchdog): only its kept
+/// nodes vote, and it needs `q` of them, so every kept node must confirm. A node outside
+/// the kept set may still hold an entry the give-back has not removed yet, or is about
+/// to: counting it would move the deadline on an entry that does not last.
+///
+/// The lost rule then reads: one kept node answering that our entry is gone leaves fewer
+/// than `q` live entries, and an extension never re-creates one.
+pub(crate) fn extension_tally(kept: NodeSet, q: usize) -> Tally {
+    Tally::new(kept.len(), q)
+}
+
+/// Whether node `i`'s answer to an extension counts ([`extension_tally`]): `kept` is the
+/// permit's kept set, `None` for every other kind of lock (every node counts).
+pub(crate) fn counts(kept: Option<NodeSet>, i: usize) -> bool {
+    kept.is_none_or(|k| k.contains(i))
 }
 
 #[cfg(test)]
@@ -191,10 +260,15 @@ mod tests {
         // Kept: node 5 (load 1) and node 4 (load 2, answered before node 2). Given back:
         // node 3 (load 3), node 2 (load 2, later), the timed-out node 1.
         let arrivals = [(3, &g3), (0, &r), (4, &g2), (1, &t), (2, &g2), (5, &g1)];
-        assert_eq!(give_back(arrivals, 2), vec![1, 2, 3]);
+        let p = place(arrivals, 2);
+        assert_eq!(p.back, vec![1, 2, 3]);
+        assert_eq!(p.kept, [4, 5].into_iter().collect());
         // A grant without a load is the first to go.
-        assert_eq!(give_back([(0, &g), (1, &g3)], 1), vec![0]);
-        assert_eq!(give_back([(0, &g1)], 1), Vec::<usize>::new());
+        assert_eq!(place([(0, &g), (1, &g3)], 1).back, vec![0]);
+        assert_eq!(place([(0, &g1)], 1).back, Vec::<usize>::new());
+        assert!(NodeSet::default().with(63).contains(63));
+        assert!(!NodeSet::default().with(64).contains(64));
+        assert_eq!(NodeSet::default().with(64), NodeSet::default());
         let m = Reply::Mismatch("1:1:2:3".into());
         assert_eq!(mismatch([&g1, &m, &r]), Some("1:1:2:3"));
         assert_eq!(mismatch([&g1, &r]), None);
@@ -353,7 +427,7 @@ mod tests {
             prop_assert!(load.iter().all(|&l| l <= c));
         }
 
-        /// give_back keeps min(q, grants) grants, the least loaded ones, and returns every
+        /// place keeps min(q, grants) grants, the least loaded ones, and returns every
         /// other grant and every unknown answer, never a refusal.
         #[test]
         fn give_back_rule(kinds in prop::collection::vec((0u8..3, 0u64..4), 0..10), q in 1usize..6) {
@@ -362,10 +436,14 @@ mod tests {
                 1 => Reply::HeldBy(None),
                 _ => Reply::TimedOut,
             }).collect();
-            let back = give_back(replies.iter().enumerate(), q);
+            let Placement { kept: set, back } = place(replies.iter().enumerate(), q);
             let granted = replies.iter().filter(|r| r.ballot() == Ballot::Granted).count();
             let failed = replies.iter().filter(|r| r.ballot() == Ballot::Failed).count();
             prop_assert_eq!(back.len(), granted.saturating_sub(q) + failed);
+            prop_assert_eq!(set.len(), granted.min(q));
+            // Disjoint: a give-back, however late it lands, never touches a kept node.
+            prop_assert!(back.iter().all(|&i| !set.contains(i)));
+            prop_assert!((0..replies.len()).filter(|&i| set.contains(i)).all(|i| replies[i].ballot() == Ballot::Granted));
             let load = |i: usize| match replies[i] { Reply::Admitted { load } => load, _ => 0 };
             let kept: Vec<usize> = (0..replies.len())
                 .filter(|i| replies[*i].ballot() == Ballot::Granted && !back.contains(i))
@@ -396,7 +474,7 @@ mod tests {
                 if granted < q {
                     break;
                 }
-                let back = give_back(replies.iter().enumerate(), q);
+                let back = place(replies.iter().enumerate(), q).back;
                 for (i, r) in replies.iter().enumerate() {
                     if r.ballot() == Ballot::Granted && !back.contains(&i) {
                         load[i] += 1;
@@ -407,6 +485,47 @@ mod tests {
                 prop_assert!(hi.unwrap_or(0) - lo.unwrap_or(0) <= 1);
             }
             prop_assert_eq!(holders, capacity(c as u32, n, q));
+        }
+
+        /// A kept permit's extension counts its kept nodes only: whatever the other nodes
+        /// answer and in whatever order, it is confirmed only once every kept node
+        /// confirmed (its entries then all live on), and one kept node that lost our entry
+        /// makes it lost. (Counting a node outside the kept set is the bug this rules out:
+        /// its entry may be given back right after it confirmed.)
+        #[test]
+        fn a_kept_permit_is_extended_only_by_all_its_kept_nodes(
+            (n, q, _p) in small(),
+            loads in prop::collection::vec(0u64..4, 9),
+            ballots in prop::collection::vec(0u8..3, 9),
+            order in Just(()).prop_perturb(|_, mut rng| {
+                let mut o: Vec<usize> = (0..9).collect();
+                for k in (1..o.len()).rev() { o.swap(k, rng.random_range(0..=k)); }
+                o
+            }),
+        ) {
+            // Every node granted the acquire; the permit keeps the q least loaded.
+            let grants: Vec<Reply> = loads.iter().take(n).map(|&load| Reply::Admitted { load }).collect();
+            let Placement { kept, .. } = place(grants.iter().enumerate(), q);
+            prop_assert_eq!(kept.len(), q);
+            let ballot = |b: u8| match b { 0 => Ballot::Granted, 1 => Ballot::Refused, _ => Ballot::Failed };
+            let mut t = extension_tally(kept, q);
+            let mut decided = None;
+            for &i in order.iter().filter(|&&i| i < n) {
+                if counts(Some(kept), i) {
+                    t.record(ballot(ballots[i]));
+                }
+                if decided.is_none() {
+                    decided = t.decision();
+                }
+            }
+            let d = decided.unwrap_or_else(|| t.final_decision());
+            let all_kept_granted = (0..n).filter(|&i| kept.contains(i)).all(|i| ballots[i] == 0);
+            prop_assert_eq!(d == Decision::Reached, all_kept_granted);
+            let kept_refused = (0..n).any(|i| kept.contains(i) && ballots[i] == 1);
+            let v = verdict::extend(d, &t, Duration::from_secs(1), Duration::ZERO, true);
+            prop_assert_eq!(v == Verdict::Lost(super::super::verdict::Loss::NotHeld), kept_refused);
+            // Every other kind counts every node.
+            prop_assert!((0..n).all(|i| counts(None, i)));
         }
     }
 }

@@ -9,13 +9,18 @@
 -- second field keeps the shape of the release scripts, which count listeners).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Expiries as integer text: Redis prints a large score with an exponent, which
+-- PEXPIREAT refuses.
+local function ms(x)
+  return string.format('%.0f', tonumber(x))
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local removed = redis.call('ZREM', KEYS[1], ARGV[1])
 local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 if #last > 0 then
-  redis.call('PEXPIREAT', KEYS[1], last[2])
+  redis.call('PEXPIREAT', KEYS[1], ms(last[2]))
   if #KEYS > 1 then
-    redis.call('PEXPIREAT', KEYS[2], last[2])
+    redis.call('PEXPIREAT', KEYS[2], ms(last[2]))
   end
 elseif #KEYS > 1 then
   redis.call('DEL', KEYS[2])

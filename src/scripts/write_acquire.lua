@@ -14,21 +14,27 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local fenced = ARGV[5] == '1'
+-- Every check comes before the first write. The intents' expiry is written as integer
+-- text (Redis prints a large score with an exponent, which PEXPIREAT refuses).
+local lease = tonumber(ARGV[4])
+if ARGV[3] ~= '' and (not lease or lease < 1 or lease ~= math.floor(lease) or now + lease > 9e18) then
+  return redis.error_reply('ERR intent lease out of range')
+end
 local busy = redis.call('EXISTS', KEYS[1]) == 1
 if not busy then
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-  busy = redis.call('ZCARD', KEYS[2]) > 0
+  -- Counted, not purged: the fence check below may still refuse, and writes nothing then.
+  busy = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf') > 0
 end
 local function fix(key)
   local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
   if #last > 0 then
-    redis.call('PEXPIREAT', key, last[2])
+    redis.call('PEXPIREAT', key, string.format('%.0f', tonumber(last[2])))
   end
 end
 if busy then
   if ARGV[3] ~= '' then
     redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-    redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), ARGV[3])
+    redis.call('ZADD', KEYS[3], string.format('%.0f', now + lease), ARGV[3])
     fix(KEYS[3])
   end
   if fenced then
