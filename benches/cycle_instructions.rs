@@ -11,7 +11,9 @@
 //!
 //! * `QL_IMPL`: `quorumlock` (default), `floor` or `rslock`;
 //! * `QL_TASKS`: tasks sharing the one client (default 1);
-//! * `QL_CYCLES`: cycles in all (default 1000).
+//! * `QL_CYCLES`: cycles in all (default 1000);
+//! * `QL_NOTIFY=0`: quorumlock built with `.notify(false)` (no release announcements, no
+//!   subscriptions), to count what notify waiting costs an uncontended cycle.
 //!
 //! `scripts/bench-cycle-instructions.sh` runs it at two cycle counts per implementation and
 //! subtracts, which cancels start-up and shut-down: what is left is the per-cycle cost.
@@ -59,6 +61,7 @@ fn main() {
             "quorumlock" => Impl::Quorumlock(
                 Redlock::builder(urls.clone())
                     .node_timeout(Duration::from_secs(2))
+                    .notify(std::env::var("QL_NOTIFY").map_or(true, |v| v != "0"))
                     .build()
                     .await
                     .expect("build the client"),
