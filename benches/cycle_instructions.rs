@@ -94,7 +94,8 @@ fn main() {
             }));
         }
         for r in running {
-            r.await.expect("cycle task (a panic means a cycle was not granted)");
+            r.await
+                .expect("cycle task (a panic means a cycle was not granted)");
         }
         if let Impl::Quorumlock(q) = &imp {
             q.flush(Duration::from_secs(5)).await;

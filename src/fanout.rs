@@ -20,8 +20,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-use futures::{FutureExt, StreamExt};
 use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use tokio::sync::{oneshot, watch};
 
 use crate::background::spawn;
@@ -231,9 +231,7 @@ impl InFlight {
 
     /// The round's requests still running (those that already finished are collected
     /// first, without waiting), and the mask of their nodes.
-    fn unsettled(
-        round: &mut Round,
-    ) -> (u64, FuturesUnordered<NodeFuture>, Vec<(usize, Reply)>) {
+    fn unsettled(round: &mut Round) -> (u64, FuturesUnordered<NodeFuture>, Vec<(usize, Reply)>) {
         let (pending, settled) = round.take_unsettled();
         let mask = round
             .replies
@@ -270,6 +268,11 @@ impl InFlight {
             landed(late).await;
         });
         spawned.then_some(InFlight { rx })
+    }
+
+    /// Whether node `i`'s acquire has finished already.
+    pub(crate) fn done(&self, i: usize) -> bool {
+        *self.rx.borrow() & bit(i) == 0
     }
 
     /// Waits until node `i`'s acquire has finished.

@@ -597,7 +597,8 @@ async fn ordered(
     node: crate::node::Node,
     call: Arc<Request>,
 ) -> Reply {
-    let Some(inflight) = inflight else {
+    // A node whose acquire has already finished needs no waiting (nor a second timer).
+    let Some(inflight) = inflight.filter(|f| !f.done(i)) else {
         return node.send(&call, timeout).await;
     };
     node.send_after(async move { inflight.wait(i).await }, call, timeout)
