@@ -133,6 +133,10 @@ def syscalls(path):
         return False
     return Counter(name for pid, name in calls if not is_server(pid))
 
+# The runtime's and the thread's own frames, which include everything.
+SCAFFOLD = ("start_thread", "std::", "<std::", "core::ops::function", "tokio::runtime::",
+            "<tokio::runtime::", "cycle_instructions::main")
+
 results = defaultdict(dict)
 profiles = {}
 for spec in sys.argv[3:]:
@@ -169,6 +173,8 @@ for key, prof in profiles.items():
     for v, f in prof:
         if shown >= 45:
             break
+        if f.startswith(SCAFFOLD):
+            continue
         print(f"  {v:>10,.0f}  {f[:150]}")
         shown += 1
 json.dump({"cycles": [short, long], "results": results,
