@@ -191,9 +191,8 @@ impl Attempt {
         let span = tracing::Span::current();
         span.record("outcome", verdict.label("acquired"));
         self.inner.metrics.acquire(verdict, elapsed);
-        let mut votes = self.round.votes(&self.inner.nodes);
         if !span.is_disabled() {
-            span.record("votes", votes.per_node());
+            span.record("votes", self.round.votes(&self.inner.nodes).per_node());
         }
         if let Verdict::Held { validity } = verdict {
             self.armed = false;
@@ -220,6 +219,7 @@ impl Attempt {
                 None => lock,
             });
         }
+        let mut votes = self.round.votes(&self.inner.nodes);
         votes.largest_holder = largest_holder(self.round.replies().map(|(_, r)| r));
         votes.holder_ids = holder_ids(self.round.replies().map(|(_, r)| r));
         let mismatch = semaphore::mismatch(self.round.replies().map(|(_, r)| r));

@@ -21,8 +21,8 @@ use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use tokio::sync::{Notify, oneshot, watch};
 
 use crate::background::spawn;
@@ -177,11 +177,25 @@ impl Round {
         std::mem::take(&mut self.pending)
     }
 
+    /// Takes the requests that are still running, after collecting, without waiting,
+    /// those that have already finished (their answers, in arrival order). The answers are
+    /// not counted: the round was decided before. Finishing them here, rather than in a
+    /// background task, spares that task when every node has already answered, which on
+    /// a fast network is the common case.
+    fn take_unsettled(&mut self) -> (FuturesUnordered<NodeFuture>, Vec<(usize, Reply)>) {
+        let mut pending = self.take_pending();
+        let mut settled = Vec::new();
+        while let Some(Some(answer)) = pending.next().now_or_never() {
+            settled.push(answer);
+        }
+        (pending, settled)
+    }
+
     /// Lets the requests still running finish in the background. Dropping them would be
     /// safe too (a sent command still runs), but finishing them keeps their connection's
     /// queue free of abandoned replies and lets tracing see them.
     pub(crate) fn detach(&mut self) {
-        let mut pending = self.take_pending();
+        let (mut pending, _) = self.take_unsettled();
         if pending.is_empty() {
             return;
         }
@@ -213,7 +227,8 @@ impl InFlight {
     /// Drains the round's pending requests in the background and tracks which nodes are
     /// done. Returns `None` when nothing is pending.
     pub(crate) fn track(round: &mut Round) -> Option<InFlight> {
-        InFlight::track_then(round, |_| async {})
+        let (mask, pending, _) = InFlight::unsettled(round);
+        InFlight::spawn_tracker(mask, pending, |_| async {})
     }
 
     /// As [`track`](InFlight::track), and once every pending request has finished, runs
@@ -224,15 +239,43 @@ impl InFlight {
         F: FnOnce(Vec<(usize, Reply)>) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
+        let (mask, pending, settled) = InFlight::unsettled(round);
+        if pending.is_empty() || mask == 0 {
+            spawn(landed(settled));
+            return None;
+        }
+        InFlight::spawn_tracker(mask, pending, move |mut late: Vec<(usize, Reply)>| {
+            late.splice(0..0, settled);
+            landed(late)
+        })
+    }
+
+    /// The round's requests still running (those that already finished are collected
+    /// first, without waiting), and the mask of their nodes.
+    fn unsettled(round: &mut Round) -> (u64, FuturesUnordered<NodeFuture>, Vec<(usize, Reply)>) {
+        let (pending, settled) = round.take_unsettled();
         let mask = round
             .replies
             .iter()
             .enumerate()
-            .filter(|(_, r)| r.is_none())
+            .filter(|(i, r)| r.is_none() && !settled.iter().any(|(j, _)| j == i))
             .fold(0u64, |m, (i, _)| m | bit(i));
-        let mut pending = round.take_pending();
+        (mask, pending, settled)
+    }
+
+    /// Drains `pending` in the background, clearing each node's bit of `mask` as its
+    /// request finishes, then runs `landed` with their answers. `None` (and nothing
+    /// spawned) when nothing is pending.
+    fn spawn_tracker<F, Fut>(
+        mask: u64,
+        mut pending: FuturesUnordered<NodeFuture>,
+        landed: F,
+    ) -> Option<InFlight>
+    where
+        F: FnOnce(Vec<(usize, Reply)>) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
         if pending.is_empty() || mask == 0 {
-            spawn(landed(Vec::new()));
             return None;
         }
         let (tx, rx) = watch::channel(mask);
@@ -246,6 +289,11 @@ impl InFlight {
             landed(late).await;
         });
         spawned.then_some(InFlight { rx })
+    }
+
+    /// Whether node `i`'s acquire has finished already.
+    pub(crate) fn done(&self, i: usize) -> bool {
+        *self.rx.borrow() & bit(i) == 0
     }
 
     /// Waits until node `i`'s acquire has finished.

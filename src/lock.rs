@@ -436,22 +436,24 @@ impl Lock {
         let decision = round.decide().await;
         let (elapsed, validity) = round.measure(ttl, inner.config.drift_factor);
         let span = tracing::Span::current();
-        let votes = round.votes(&inner.nodes);
         if !span.is_disabled() {
-            span.record("votes", votes.per_node());
+            span.record("votes", round.votes(&inner.nodes).per_node());
         }
         let tally = *round.tally();
         let started = round.started();
-        round.detach();
         let min = inner.config.min_validity;
         let verdict = verdict::extend(decision, &tally, validity, min, self.is_valid());
         span.record("outcome", verdict.label("extended"));
         self.inner.metrics.extend(verdict, elapsed);
         if let Verdict::Held { validity } = verdict {
+            round.detach();
             self.deadline = verdict::extended_deadline(self.deadline, started, validity);
             self.ttl = ttl;
             return Ok(());
         }
+        // Only a failure reports every node's vote.
+        let votes = round.votes(&inner.nodes);
+        round.detach();
         match verdict {
             Verdict::Timeout => Err(Error::no_validity(elapsed, votes)),
             Verdict::Lost(Loss::NotHeld) => {
@@ -540,18 +542,23 @@ impl Lock {
             let queued = release_queued(single, self.waiter.is_some(), herald_answered);
             n.released(&self.res, listeners, queued);
         }
-        let votes = round.votes(&inner.nodes);
         if !span.is_disabled() {
-            span.record("votes", votes.per_node());
+            span.record("votes", round.votes(&inner.nodes).per_node());
         }
         let tally = *round.tally();
         span.record("granted", tally.granted());
         let elapsed = round.elapsed();
         span.record("elapsed_us", crate::time::log_us(elapsed));
-        round.detach();
         let verdict = verdict::release(decision, &tally, expired);
         span.record("outcome", verdict.label("released"));
         self.inner.metrics.release(verdict, elapsed);
+        if verdict == Verdict::Released {
+            round.detach();
+            return Ok(());
+        }
+        // Only a failure reports every node's vote.
+        let votes = round.votes(&inner.nodes);
+        round.detach();
         match verdict {
             Verdict::Lost(Loss::Expired) => Err(Error::lost(LostReason::Expired, Some(votes))),
             Verdict::Released => Ok(()),
@@ -630,7 +637,8 @@ async fn ordered(
     node: crate::node::Node,
     call: Arc<Request>,
 ) -> Reply {
-    let Some(inflight) = inflight else {
+    // A node whose acquire has already finished needs no waiting (nor a second timer).
+    let Some(inflight) = inflight.filter(|f| !f.done(i)) else {
         return node.send(&call, timeout).await;
     };
     node.send_after(async move { inflight.wait(i).await }, call, timeout)

@@ -29,6 +29,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -408,7 +409,10 @@ impl Node {
     /// Sends one command, bounded by `timeout`.
     pub(crate) async fn query(&self, cmd: &Cmd, timeout: Duration) -> Reply {
         let mut conn = self.conn.clone();
-        match tokio::time::timeout(timeout, conn.send_packed_command(cmd)).await {
+        // Boxed: the connection manager's future is large, and every future that awaits
+        // this one would otherwise copy it as it is built.
+        let send = Box::pin(conn.send_packed_command(cmd));
+        match tokio::time::timeout(timeout, send).await {
             Ok(r) => Reply::from_result(r),
             Err(_) => Reply::TimedOut,
         }
@@ -442,7 +446,7 @@ impl Node {
     async fn eval(&self, call: &Arc<ScriptCall>, timeout: Duration) -> Reply {
         let mut conn = self.conn.clone();
         let call2 = call.clone();
-        let run = async move {
+        let run = Box::pin(async move {
             let mut tries = if call2.idempotent { 2 } else { 1 };
             loop {
                 tries -= 1;
@@ -465,7 +469,7 @@ impl Node {
                     other => return other,
                 }
             }
-        };
+        });
         wait_or_finish_late(run, timeout, call.idempotent).await
     }
 }
@@ -473,11 +477,14 @@ impl Node {
 /// Waits at most `timeout` for a request; if it is not done by then, the caller gets
 /// [`Reply::TimedOut`] and, when `finish_late`, the request goes on in the background
 /// (for at most [`LATE_LIMIT`]) instead of being dropped.
-pub(crate) async fn wait_or_finish_late<F>(run: F, timeout: Duration, finish_late: bool) -> Reply
-where
-    F: Future<Output = Reply> + Send + 'static,
-{
-    let mut run = Box::pin(run);
+///
+/// The request comes boxed (so that it can go on alone), boxed where it is built: a large
+/// future moved into a box later is copied once more on the way.
+pub(crate) async fn wait_or_finish_late(
+    mut run: Pin<Box<dyn Future<Output = Reply> + Send + 'static>>,
+    timeout: Duration,
+    finish_late: bool,
+) -> Reply {
     tokio::select! {
         r = &mut run => r,
         () = tokio::time::sleep(timeout) => {
@@ -956,10 +963,10 @@ impl Node {
         let late = matches!(&req.wire, Wire::Script(s) if s.idempotent);
         let (node, sent) = (self.clone(), req.clone());
         let timer = Timer::start();
-        let run = async move {
+        let run = Box::pin(async move {
             ready.await;
             node.send_raw(&sent, timeout).await
-        };
+        });
         let reply = req.decode(wait_or_finish_late(run, timeout, late).await);
         self.metrics.request(timer, req.op(), &reply);
         reply
