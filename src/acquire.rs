@@ -121,6 +121,7 @@ pub(crate) async fn acquire_as(
         outcome = field::Empty,
         votes = field::Empty,
     );
+    let own_span = span.clone();
     async move {
         let (request, fence) = ask.request(res, &token, ttl, config.fencing);
         let request = Arc::new(request);
@@ -137,6 +138,7 @@ pub(crate) async fn acquire_as(
             node_timeout,
             round,
             armed: true,
+            span: own_span,
         };
         let decision = attempt.round.decide().await;
         let fencing_token = match fence {
@@ -171,6 +173,9 @@ pub(crate) struct Attempt {
     node_timeout: Duration,
     round: Round,
     armed: bool,
+    /// The attempt's own span, where its fields are recorded (never `Span::current()`:
+    /// with this span disabled, that is the caller's span).
+    span: tracing::Span,
 }
 
 impl Attempt {
@@ -182,13 +187,13 @@ impl Attempt {
         fencing_token: Option<u64>,
     ) -> Result<Lock, Error> {
         let config = &self.inner.config;
-        let (elapsed, validity) = self.round.measure(ttl, config.drift_factor);
+        let (elapsed, validity) = self.round.measure(ttl, config.drift_factor, &self.span);
         let tally = self.round.tally();
         let verdict = match self.ask.kind {
             Kind::Permit(_) => semaphore::acquire(decision, tally, validity, config.min_validity),
             _ => verdict::acquire(decision, tally, validity, config.min_validity),
         };
-        let span = tracing::Span::current();
+        let span = &self.span;
         span.record("outcome", verdict.label("acquired"));
         self.inner.metrics.acquire(verdict, elapsed);
         if !span.is_disabled() {
@@ -297,7 +302,7 @@ impl Attempt {
 
     /// Gives the attempt up with `err` (the fencing commit missed its quorum).
     async fn abandon(self, err: Error) -> Result<Lock, Error> {
-        tracing::Span::current().record("outcome", "abandoned");
+        self.span.record("outcome", "abandoned");
         crate::metrics::acquire_ended(crate::metrics::Ended::Abandoned, self.round.started());
         self.fail(err).await
     }

@@ -108,13 +108,17 @@ impl Round {
     }
 
     /// Measures a decided round: the time it took and the validity left for `ttl`
-    /// (`protocol::tally::validity`), recorded on the current span (`granted`,
-    /// `elapsed_us`, `validity_ms`).
-    pub(crate) fn measure(&self, ttl: Duration, drift_factor: f64) -> (Duration, Duration) {
+    /// (`protocol::tally::validity`), recorded on `span`, the operation's own span
+    /// (`granted`, `elapsed_us`, `validity_ms`).
+    pub(crate) fn measure(
+        &self,
+        ttl: Duration,
+        drift_factor: f64,
+        span: &tracing::Span,
+    ) -> (Duration, Duration) {
         use crate::protocol::tally::{drift, validity};
         let elapsed = self.elapsed();
         let validity = validity(ttl, elapsed, drift(ttl, drift_factor));
-        let span = tracing::Span::current();
         span.record("granted", self.tally.granted());
         span.record("elapsed_us", crate::time::log_us(elapsed));
         span.record("validity_ms", crate::time::log_ms(validity));

@@ -407,10 +407,12 @@ impl Lock {
             outcome = field::Empty,
             votes = field::Empty,
         );
-        self.extend_inner(ttl).instrument(span).await
+        self.extend_inner(ttl, &span).instrument(span.clone()).await
     }
 
-    async fn extend_inner(&mut self, ttl: Duration) -> Result<(), Error> {
+    /// The extension round; its fields are recorded on `span`, the extension's own span
+    /// (never `Span::current()`: with the span disabled that is the caller's).
+    async fn extend_inner(&mut self, ttl: Duration, span: &tracing::Span) -> Result<(), Error> {
         let inner = self.inner.clone();
         let node_timeout = inner.config.node_timeout_for(ttl);
         let call = Arc::new(self.extend_request(ttl));
@@ -428,14 +430,13 @@ impl Lock {
                 None => {
                     // Never decided: nothing was sent; the old deadline stands.
                     let none = Round::start_on(&inner.nodes, NodeSet::default(), self.quorum, send);
-                    tracing::Span::current().record("outcome", "kept nodes undecided");
+                    span.record("outcome", "kept nodes undecided");
                     return Err(Error::NoQuorum(none.votes(&inner.nodes)));
                 }
             },
         };
         let decision = round.decide().await;
-        let (elapsed, validity) = round.measure(ttl, inner.config.drift_factor);
-        let span = tracing::Span::current();
+        let (elapsed, validity) = round.measure(ttl, inner.config.drift_factor, span);
         if !span.is_disabled() {
             span.record("votes", round.votes(&inner.nodes).per_node());
         }

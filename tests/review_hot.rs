@@ -63,11 +63,17 @@ async fn keys_left_on(c: &LocalCluster, i: usize, names: &[&str]) -> Vec<String>
     left
 }
 
+/// The tests of this file run one at a time: tracing caches each callsite's interest for
+/// the subscribers alive when it is computed, so a test with a DEBUG subscriber running
+/// beside one with an INFO subscriber (or none) could find quorumlock's spans disabled.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A lock released as soon as it is granted by the quorum, while the slow node's acquire
 /// is still on its way: the release to that node must wait for the acquire's `EVAL`, or
 /// the key stays there until its TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_right_after_the_quorum_never_overtakes_the_slow_nodes_acquire() {
+    let _serial = SERIAL.lock().await;
     let c = slow_node_without_acquire_script().await;
     let locks = client(c.urls(), NODE_TIMEOUT, false).await;
     // Connections open before the delay, so the acquire is the first thing that is slow.
@@ -102,6 +108,7 @@ async fn a_release_right_after_the_quorum_never_overtakes_the_slow_nodes_acquire
 /// then dropped instead of released (the background release).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_extension_then_a_drop_right_after_the_quorum_never_overtake_the_slow_nodes_acquire() {
+    let _serial = SERIAL.lock().await;
     let c = slow_node_without_acquire_script().await;
     let locks = client(c.urls(), NODE_TIMEOUT, false).await;
     let warm = locks.try_lock("warm", TTL).await.expect("warm-up");
@@ -173,6 +180,7 @@ where
 /// the per-node votes are then also built on every success.
 #[tokio::test(flavor = "current_thread")]
 async fn a_disabled_quorumlock_span_never_writes_into_the_callers_span() {
+    let _serial = SERIAL.lock().await;
     let recorded = Recorded::default();
     let subscriber = tracing_subscriber::registry()
         .with(LevelFilter::INFO)
@@ -213,6 +221,7 @@ async fn a_disabled_quorumlock_span_never_writes_into_the_callers_span() {
 /// outcome and every node's vote, on success too.
 #[tokio::test(flavor = "current_thread")]
 async fn an_enabled_span_records_every_nodes_vote_on_success() {
+    let _serial = SERIAL.lock().await;
     let recorded = Recorded::default();
     let subscriber = tracing_subscriber::registry()
         .with(LevelFilter::DEBUG)
