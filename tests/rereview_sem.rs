@@ -180,7 +180,8 @@ async fn a_mixed_round_counts_each_permit_on_its_own_kept_nodes() {
         .expect("start redis-server nodes");
     let a = client(&c.urls(), Duration::from_millis(200)).await;
     let b = client(&c.urls(), Duration::from_millis(200)).await;
-    let ttl = Duration::from_millis(2_000);
+    // Long enough for the set-up below on a loaded machine (it took over 2 s once in CI).
+    let ttl = Duration::from_millis(4_000);
     // P = 1 on 3 nodes: c = 1, Q = 2, each permit kept on two nodes.
     let sa = a.semaphore("rereview:mix-a", 1).expect("semaphore");
     let sb = a.semaphore("rereview:mix-b", 1).expect("semaphore");
@@ -190,6 +191,7 @@ async fn a_mixed_round_counts_each_permit_on_its_own_kept_nodes() {
     assert_eq!(kept_a.len(), 2, "a kept on Q nodes: {kept_a:?}");
     let (x, y) = (kept_a[0], kept_a[1]);
     let z = (0..3).find(|i| !kept_a.contains(i)).expect("a third node");
+    pa.extend(ttl).await.expect("extend a during the set-up");
     // Another holder fills semaphore b on x: b is kept on y and z.
     let now = node_ms(&c, x).await;
     let mut conn = raw(&c, x).await;
