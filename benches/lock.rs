@@ -20,7 +20,7 @@
 //!   acquire latency, fairness, split votes.
 //! * `metrics`: the one-task cycle with the `metrics` feature's cost: built with
 //!   `--features testkit,metrics`, rounds alternate between recording into a Prometheus
-//!   recorder and the facade's no-op; built without it, the plain cycle.
+//!   recorder and the same handles switched off; built without it, the plain cycle.
 //!   `scripts/bench-metrics.py` runs the two builds alternately and compares them.
 //! * `readers_16`: 16 tasks, each with its own client, taking (`try_read_lock`) and
 //!   releasing read locks on ONE resource, beside 16 such tasks on the mutex of one
@@ -987,7 +987,7 @@ fn bench_semaphore(rt: &Runtime, stats: &split_votes::Stats, summary: &Summary, 
 }
 
 /// The `metrics` section's variants in this build: with the feature, recording into a
-/// Prometheus recorder and not recording (the facade's no-op); without it, the plain cycle.
+/// Prometheus recorder and not recording (the same handles, switched off); without it, the plain cycle.
 fn metrics_variants() -> Vec<(&'static str, bool)> {
     if cfg!(feature = "metrics") {
         vec![("metrics-recording", true), ("metrics-noop", false)]
@@ -1096,13 +1096,16 @@ fn bench_metrics(rt: &Runtime, c: &mut Criterion, summary: &Summary, urls: &[Str
 
 /// A global recorder that records into a Prometheus recorder (with the buckets the
 /// operations guide recommends) only while switched on, so that rounds with and without
-/// recording can alternate in one process. Off, it hands out the facade's no-op handles.
+/// recording can alternate in one process. Off, its handles drop every value (one atomic load).
 #[cfg(feature = "metrics")]
 mod switch {
     use std::sync::atomic::{AtomicBool, Ordering};
 
+    use std::sync::Arc;
+
     use metrics::{
-        Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+        Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata,
+        Recorder, SharedString, Unit,
     };
     use metrics_exporter_prometheus::{
         Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
@@ -1122,25 +1125,61 @@ mod switch {
         fn describe_histogram(&self, k: KeyName, u: Option<Unit>, d: SharedString) {
             self.0.describe_histogram(k, u, d);
         }
+        // The switch acts where a value is recorded, not where a handle is registered:
+        // the library registers each handle once per client and recorder, and keeps it.
         fn register_counter(&self, key: &Key, m: &Metadata<'_>) -> Counter {
-            if ON.load(Ordering::Relaxed) {
-                self.0.register_counter(key, m)
-            } else {
-                Counter::noop()
-            }
+            Counter::from_arc(Arc::new(Gated(self.0.register_counter(key, m))))
         }
         fn register_gauge(&self, key: &Key, m: &Metadata<'_>) -> Gauge {
-            if ON.load(Ordering::Relaxed) {
-                self.0.register_gauge(key, m)
-            } else {
-                Gauge::noop()
-            }
+            Gauge::from_arc(Arc::new(Gated(self.0.register_gauge(key, m))))
         }
         fn register_histogram(&self, key: &Key, m: &Metadata<'_>) -> Histogram {
-            if ON.load(Ordering::Relaxed) {
-                self.0.register_histogram(key, m)
-            } else {
-                Histogram::noop()
+            Histogram::from_arc(Arc::new(Gated(self.0.register_histogram(key, m))))
+        }
+    }
+
+    /// A handle that records only while the switch is on.
+    struct Gated<H>(H);
+
+    fn on() -> bool {
+        ON.load(Ordering::Relaxed)
+    }
+
+    impl CounterFn for Gated<Counter> {
+        fn increment(&self, value: u64) {
+            if on() {
+                self.0.increment(value);
+            }
+        }
+        fn absolute(&self, value: u64) {
+            if on() {
+                self.0.absolute(value);
+            }
+        }
+    }
+
+    impl GaugeFn for Gated<Gauge> {
+        fn increment(&self, value: f64) {
+            if on() {
+                self.0.increment(value);
+            }
+        }
+        fn decrement(&self, value: f64) {
+            if on() {
+                self.0.decrement(value);
+            }
+        }
+        fn set(&self, value: f64) {
+            if on() {
+                self.0.set(value);
+            }
+        }
+    }
+
+    impl HistogramFn for Gated<Histogram> {
+        fn record(&self, value: f64) {
+            if on() {
+                self.0.record(value);
             }
         }
     }
