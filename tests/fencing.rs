@@ -622,14 +622,17 @@ async fn a_node_stalling_between_the_rounds_does_not_fail_the_attempt() {
     cluster.delay(0, Duration::from_millis(150)).unwrap();
     cluster.delay(1, Duration::from_millis(150)).unwrap();
     cluster.delay(3, Duration::from_millis(400)).unwrap();
+    // Connected before the attempt starts, so that watching node 2 begins at once (a
+    // connection opened on a loaded machine after the attempt could come too late).
+    let mut c2 = raw(&cluster, 2).await;
     let attempt = tokio::spawn(async move {
         let r = locks.try_lock("stall", ttl).await;
         (locks, r)
     });
     // Node 2 grants first (its link is fast); the decision needs 0 and 1, ~300 ms later.
-    let mut c2 = raw(&cluster, 2).await;
+    let watch_until = std::time::Instant::now() + Duration::from_secs(5);
     let mut granted = false;
-    for _ in 0..2000 {
+    while std::time::Instant::now() < watch_until {
         let v: Option<String> = c2.get(lock_key("stall")).await.unwrap();
         if v.is_some() {
             granted = true;
