@@ -303,7 +303,9 @@ impl Attempt {
     /// Gives the attempt up with `err` (the fencing commit missed its quorum).
     async fn abandon(self, err: Error) -> Result<Lock, Error> {
         self.span.record("outcome", "abandoned");
-        crate::metrics::acquire_ended(crate::metrics::Ended::Abandoned, self.round.started());
+        self.inner
+            .metrics
+            .acquire_ended(crate::metrics::Ended::Abandoned, self.round.started());
         self.fail(err).await
     }
 
@@ -335,7 +337,9 @@ impl Attempt {
 impl Drop for Attempt {
     fn drop(&mut self) {
         if self.armed {
-            crate::metrics::acquire_ended(crate::metrics::Ended::Cancelled, self.round.started());
+            self.inner
+                .metrics
+                .acquire_ended(crate::metrics::Ended::Cancelled, self.round.started());
             tracing::debug!(resource = %self.res.label(), token = %self.token,
                 "quorumlock: attempt cancelled; releasing in the background");
             drop(self.clean_up(false));

@@ -163,6 +163,15 @@ impl ClientMetrics {
         let _ = (verdict, elapsed);
     }
 
+    /// An acquisition attempt started at `started` that ended without a verdict.
+    #[inline(always)]
+    pub(crate) fn acquire_ended(&self, how: Ended, started: Instant) {
+        #[cfg(feature = "metrics")]
+        imp::acquire_ended(&self.cache, how, started.elapsed());
+        #[cfg(not(feature = "metrics"))]
+        let _ = (how, started);
+    }
+
     /// A `Lock::extend` round decided by `verdict` after `elapsed`.
     #[inline(always)]
     pub(crate) fn extend(&self, verdict: Verdict, elapsed: Duration) {
@@ -180,15 +189,6 @@ impl ClientMetrics {
         #[cfg(not(feature = "metrics"))]
         let _ = (verdict, elapsed);
     }
-}
-
-/// An acquisition attempt started at `started` that ended without a verdict.
-#[inline(always)]
-pub(crate) fn acquire_ended(how: Ended, started: Instant) {
-    #[cfg(feature = "metrics")]
-    imp::acquire_ended(how, started.elapsed());
-    #[cfg(not(feature = "metrics"))]
-    let _ = (how, started);
 }
 
 /// A `Lock` dropped without `release`.
@@ -660,13 +660,6 @@ mod imp {
         }
     }
 
-    fn round(seconds: &[Key; 10], total: &[Key; 10], i: usize, elapsed: Duration) {
-        if let (Some(s), Some(n)) = (seconds.get(i), total.get(i)) {
-            histogram(s, elapsed);
-            count(n);
-        }
-    }
-
     /// A round of a client: `base` is its kind's first slot in the client's cache.
     fn cached_round(
         c: &Cache,
@@ -701,12 +694,12 @@ mod imp {
         }
     }
 
-    pub(super) fn acquire_ended(how: Ended, elapsed: Duration) {
+    pub(super) fn acquire_ended(c: &Cache, how: Ended, elapsed: Duration) {
         let i = match how {
             Ended::Abandoned => ABANDONED,
             Ended::Cancelled => CANCELLED,
         };
-        round(&ACQUIRE_S, &ACQUIRE_N, i, elapsed);
+        cached_round(c, 0, (&ACQUIRE_S, &ACQUIRE_N), i, elapsed);
     }
 
     pub(super) fn extend(c: &Cache, verdict: Verdict, elapsed: Duration) {
