@@ -13,37 +13,12 @@ use std::time::{Duration, Instant};
 use quorumlock::testkit::LocalCluster;
 use quorumlock::{Error, Redlock, Watchdog};
 use redis::AsyncCommands;
-use support::raw;
+use support::{client, node_ms, proxied, raw};
 
 const FLUSH: Duration = Duration::from_secs(5);
 
-async fn cluster_with_proxies(n: usize) -> LocalCluster {
-    LocalCluster::builder(n)
-        .proxies(true)
-        .launch()
-        .await
-        .expect("start redis-server nodes")
-}
-
-async fn client(urls: &[String], node_timeout: Duration) -> Redlock {
-    Redlock::builder(urls)
-        .node_timeout(node_timeout)
-        .build()
-        .await
-        .expect("build")
-}
-
 fn holders(name: &str) -> String {
     format!("quorumlock:sem:{name}")
-}
-
-/// Node `i`'s clock in milliseconds (TIME).
-async fn node_ms(c: &LocalCluster, i: usize) -> u64 {
-    let (s, us): (u64, u64) = redis::cmd("TIME")
-        .query_async(&mut raw(c, i).await)
-        .await
-        .expect("TIME");
-    s * 1000 + us / 1000
 }
 
 /// The nodes among `nodes` where `member` is in `key` at all (live or lapsed).
@@ -74,8 +49,8 @@ async fn warm_up(a: &Redlock) {
 /// waits for that node's acquire, and the give-back never counts on it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_permit_let_go_before_its_give_back_leaves_nothing_behind() {
-    let c = cluster_with_proxies(3).await;
-    let a = client(&c.urls(), Duration::from_secs(2)).await;
+    let c = proxied(3).await;
+    let a = client(c.urls(), Duration::from_secs(2), false).await;
     let name = "rereview:let-go";
     let s = a.semaphore(name, 3).expect("semaphore");
     assert_eq!((s.per_node_limit(), s.quorum()), (2, 2));
@@ -104,8 +79,8 @@ async fn a_permit_let_go_before_its_give_back_leaves_nothing_behind() {
 /// its `Q` kept nodes, which its extensions then reach.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_that_lands_after_its_timeout_is_given_back() {
-    let c = cluster_with_proxies(3).await;
-    let a = client(&c.urls(), Duration::from_millis(150)).await;
+    let c = proxied(3).await;
+    let a = client(c.urls(), Duration::from_millis(150), false).await;
     let name = "rereview:late-landing";
     let s = a.semaphore(name, 3).expect("semaphore");
     warm_up(&a).await;
@@ -132,8 +107,8 @@ async fn a_grant_that_lands_after_its_timeout_is_given_back() {
 /// succeeds on the kept nodes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_extension_cancelled_while_it_waits_for_the_kept_nodes_sends_nothing() {
-    let c = cluster_with_proxies(3).await;
-    let a = client(&c.urls(), Duration::from_secs(2)).await;
+    let c = proxied(3).await;
+    let a = client(c.urls(), Duration::from_secs(2), false).await;
     let name = "rereview:cancelled-extend";
     let key = holders(name);
     let s = a.semaphore(name, 3).expect("semaphore");
@@ -178,8 +153,8 @@ async fn a_mixed_round_counts_each_permit_on_its_own_kept_nodes() {
     let c = LocalCluster::launch(3)
         .await
         .expect("start redis-server nodes");
-    let a = client(&c.urls(), Duration::from_millis(200)).await;
-    let b = client(&c.urls(), Duration::from_millis(200)).await;
+    let a = client(c.urls(), Duration::from_millis(200), false).await;
+    let b = client(c.urls(), Duration::from_millis(200), false).await;
     // Long enough for the set-up below on a loaded machine (it took over 2 s once in CI).
     let ttl = Duration::from_millis(4_000);
     // P = 1 on 3 nodes: c = 1, Q = 2, each permit kept on two nodes.

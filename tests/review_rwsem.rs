@@ -10,34 +10,9 @@ use std::time::{Duration, Instant};
 use quorumlock::testkit::LocalCluster;
 use quorumlock::{Error, Redlock};
 use redis::AsyncCommands;
-use support::raw;
+use support::{client, node_ms, proxied, raw};
 
 const FLUSH: Duration = Duration::from_secs(5);
-
-async fn cluster_with_proxies(n: usize) -> LocalCluster {
-    LocalCluster::builder(n)
-        .proxies(true)
-        .launch()
-        .await
-        .expect("start redis-server nodes")
-}
-
-async fn client(urls: &[String], node_timeout: Duration) -> Redlock {
-    Redlock::builder(urls)
-        .node_timeout(node_timeout)
-        .build()
-        .await
-        .expect("build")
-}
-
-/// Node `i`'s clock in milliseconds (TIME).
-async fn node_ms(c: &LocalCluster, i: usize) -> u64 {
-    let (s, us): (u64, u64) = redis::cmd("TIME")
-        .query_async(&mut raw(c, i).await)
-        .await
-        .expect("TIME");
-    s * 1000 + us / 1000
-}
 
 /// The nodes among `nodes` where `member` is a live member of `key` (score > node now).
 async fn live_on(c: &LocalCluster, nodes: &[usize], key: &str, member: &str) -> Vec<usize> {
@@ -90,8 +65,8 @@ async fn warm_up(a: &Redlock) {
 /// TTL the holder is valid with live entries on both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_extension_racing_the_give_back_keeps_a_quorum_of_entries() {
-    let c = cluster_with_proxies(3).await;
-    let a = client(&c.urls(), Duration::from_secs(2)).await;
+    let c = proxied(3).await;
+    let a = client(c.urls(), Duration::from_secs(2), false).await;
     let name = "review:giveback";
     let key = format!("quorumlock:sem:{name}");
     let s = a.semaphore(name, 3).expect("semaphore");
@@ -165,8 +140,8 @@ async fn an_extension_racing_the_give_back_keeps_a_quorum_of_entries() {
 /// back: then node 0 is not kept, and the permit lives on its other kept nodes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_racing_the_give_back_keeps_a_quorum_of_entries() {
-    let c = cluster_with_proxies(5).await;
-    let a = client(&c.urls(), Duration::from_secs(2)).await;
+    let c = proxied(5).await;
+    let a = client(c.urls(), Duration::from_secs(2), false).await;
     let name = "review:giveback-watchdog";
     let key = format!("quorumlock:sem:{name}");
     let s = a.semaphore(name, 3).expect("semaphore");
@@ -248,7 +223,7 @@ async fn a_kept_permit_reports_lost_before_its_deadline_when_a_kept_node_dies() 
     let c = LocalCluster::launch(3)
         .await
         .expect("start redis-server nodes");
-    let a = client(&c.urls(), Duration::from_millis(200)).await;
+    let a = client(c.urls(), Duration::from_millis(200), false).await;
     let name = "review:kept-node-killed";
     let key = format!("quorumlock:sem:{name}");
     let s = a.semaphore(name, 3).expect("semaphore");

@@ -74,13 +74,25 @@ where
 
 /// A 5-node cluster with proxies (so links can be cut).
 pub async fn cluster5() -> LocalCluster {
-    LocalCluster::builder(5)
+    proxied(5).await
+}
+
+/// `n` local nodes, each behind a fault proxy.
+pub async fn proxied(n: usize) -> LocalCluster {
+    LocalCluster::builder(n)
         .proxies(true)
         .launch()
         .await
-        .expect(
-            "start 5 redis-server nodes (is redis-server installed? run scripts/install-deps.sh)",
-        )
+        .expect("start redis-server nodes (is redis-server installed? run scripts/install-deps.sh)")
+}
+
+/// Node `i`'s clock in milliseconds (`TIME`), the clock its sorted-set scores are read on.
+pub async fn node_ms(cluster: &LocalCluster, i: usize) -> u64 {
+    let (s, us): (u64, u64) = redis::cmd("TIME")
+        .query_async(&mut raw(cluster, i).await)
+        .await
+        .expect("TIME");
+    s * 1000 + us / 1000
 }
 
 /// A client of `urls` with a fixed per-node timeout (tests about order, not latency, do not
