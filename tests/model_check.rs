@@ -48,12 +48,36 @@ fn deep() -> bool {
 /// Explores `protocol` completely: no safety property may be violated, and every witness
 /// (a `sometimes` property) must be reached.
 fn check_in_contract(name: &str, protocol: Protocol) {
-    let model = LockModel(protocol);
+    explore(name, LockModel(protocol), &SAFETY, print_path);
+}
+
+/// Explores `protocol` until `property` is violated and asserts that it is; prints the
+/// counterexample (found breadth-first, so it is among the shortest).
+fn find_counterexample(name: &str, protocol: Protocol, property: &'static str) {
+    let holds = match property {
+        MUTUAL_EXCLUSION => model::mutual_exclusion,
+        TOKENS_RISE => model::tokens_rise,
+        _ => model::remaining_backed,
+    };
+    counterexample(name, LockModel(protocol), property, print_path, holds);
+}
+
+/// A path through a model: each state with the action taken from it.
+type Path<M> = [(<M as Model>::State, Option<<M as Model>::Action>)];
+
+/// Explores `model` completely: none of `safety` may be violated, and every other property
+/// (a witness) must be reached.
+fn explore<M>(name: &str, model: M, safety: &[&'static str], print: fn(&Path<M>))
+where
+    M: Model + Send + Sync + 'static,
+    M::State: Clone + PartialEq + std::hash::Hash + Send + Sync + std::fmt::Debug,
+    M::Action: Clone + PartialEq + Send + Sync + std::fmt::Debug,
+{
     let witnesses: Vec<&str> = model
         .properties()
         .iter()
         .map(|p| p.name)
-        .filter(|n| !SAFETY.contains(n))
+        .filter(|n| !safety.contains(n))
         .collect();
     let started = Instant::now();
     let checker = model.checker().spawn_bfs().join();
@@ -66,9 +90,9 @@ fn check_in_contract(name: &str, protocol: Protocol) {
         started.elapsed()
     );
     assert!(checker.is_done(), "{name}: the exploration did not finish");
-    for property in SAFETY {
+    for property in safety {
         if let Some(path) = checker.discovery(property) {
-            print_path(&path.into_vec());
+            print(&path.into_vec());
             panic!("{name}: {property:?} violated (path above)");
         }
     }
@@ -80,10 +104,20 @@ fn check_in_contract(name: &str, protocol: Protocol) {
     }
 }
 
-/// Explores `protocol` until `property` is violated and asserts that it is; prints the
-/// counterexample (found breadth-first, so it is among the shortest).
-fn find_counterexample(name: &str, protocol: Protocol, property: &'static str) {
-    let model = LockModel(protocol);
+/// Explores `model` until `property` is violated and asserts that it is (`holds` must say
+/// the counterexample's last state violates it); prints the counterexample (found
+/// breadth-first, so it is among the shortest).
+fn counterexample<M>(
+    name: &str,
+    model: M,
+    property: &'static str,
+    print: fn(&Path<M>),
+    holds: fn(&M::State) -> bool,
+) where
+    M: Model + Send + Sync + 'static,
+    M::State: Clone + PartialEq + std::hash::Hash + Send + Sync + std::fmt::Debug,
+    M::Action: Clone + PartialEq + Send + Sync + std::fmt::Debug,
+{
     let started = Instant::now();
     let checker = model
         .checker()
@@ -104,15 +138,9 @@ fn find_counterexample(name: &str, protocol: Protocol, property: &'static str) {
         checker.state_count(),
         checker.unique_state_count(),
     );
-    print_path(&steps);
-    let last = path.last_state();
-    let holds = match property {
-        MUTUAL_EXCLUSION => model::mutual_exclusion(last),
-        TOKENS_RISE => model::tokens_rise(last),
-        _ => model::remaining_backed(last),
-    };
+    print(&steps);
     assert!(
-        !holds,
+        !holds(path.last_state()),
         "{name}: the counterexample's last state satisfies {property:?}"
     );
 }
@@ -486,73 +514,24 @@ fn handoff_protocol() -> Protocol {
 /// Explores the hand-off model of `protocol` completely: no safety property may be
 /// violated, and every witness must be reached.
 fn check_handoff(name: &str, protocol: Protocol) {
-    let model = HandoffModel::new(protocol);
     let safety = [MUTUAL_EXCLUSION, REMAINING_BACKED];
-    let witnesses: Vec<&str> = model
-        .properties()
-        .iter()
-        .map(|p| p.name)
-        .filter(|n| !safety.contains(n))
-        .collect();
-    let started = Instant::now();
-    let checker = model.checker().spawn_bfs().join();
-    println!(
-        "{name}{}: {} states, {} unique, depth {}, {:.2?}",
-        if deep() { " (deep)" } else { "" },
-        checker.state_count(),
-        checker.unique_state_count(),
-        checker.max_depth(),
-        started.elapsed()
+    explore(
+        name,
+        HandoffModel::new(protocol),
+        &safety,
+        print_handoff_path,
     );
-    assert!(checker.is_done(), "{name}: the exploration did not finish");
-    for property in safety {
-        if let Some(path) = checker.discovery(property) {
-            print_handoff_path(&path.into_vec());
-            panic!("{name}: {property:?} violated (path above)");
-        }
-    }
-    for witness in witnesses {
-        let Some(path) = checker.discovery(witness) else {
-            panic!("{name}: no state reaches the witness {witness:?}: the model cannot do it");
-        };
-        println!("  witness {witness:?}: {} steps", path.into_actions().len());
-    }
 }
 
 /// Explores the hand-off model of `protocol` until `property` is violated and asserts
 /// that it is.
 fn handoff_counterexample(name: &str, protocol: Protocol, property: &'static str) {
-    let model = HandoffModel::new(protocol);
-    let started = Instant::now();
-    let checker = model
-        .checker()
-        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
-        .spawn_bfs()
-        .join();
-    let elapsed = started.elapsed();
-    let Some(path) = checker.discovery(property) else {
-        panic!(
-            "{name}: no counterexample to {property:?} in {} states: the checker cannot see this bug",
-            checker.unique_state_count()
-        );
-    };
-    let steps = path.clone().into_vec();
-    println!(
-        "{name}: counterexample to {property:?} in {} steps, after {} states ({} unique), {elapsed:.2?}",
-        steps.len() - 1,
-        checker.state_count(),
-        checker.unique_state_count(),
-    );
-    print_handoff_path(&steps);
-    let last = path.last_state();
     let holds = match property {
-        MUTUAL_EXCLUSION => handoff::mutual_exclusion(last),
-        _ => handoff::remaining_backed(last),
+        MUTUAL_EXCLUSION => handoff::mutual_exclusion,
+        _ => handoff::remaining_backed,
     };
-    assert!(
-        !holds,
-        "{name}: the counterexample's last state satisfies {property:?}"
-    );
+    let model = HandoffModel::new(protocol);
+    counterexample(name, model, property, print_handoff_path, holds);
 }
 
 fn print_handoff_path(steps: &[(handoff::State, Option<handoff::Action>)]) {
