@@ -564,6 +564,24 @@ impl HandoffModel {
         }
     }
 
+    /// Client `c` sends an attempt (`claim`: a fallback claim) with token `tok` to every
+    /// node and decides at once if the outcome is already certain.
+    fn attempt(&self, s: &mut State, c: usize, tok: u8, claim: bool) {
+        let votes = std::array::from_fn(|n| {
+            if Self::send(s, c, n, Req::Set { tok }) {
+                Vote::Pending
+            } else {
+                Vote::Failed
+            }
+        });
+        s.clients[c].phase = Phase::Attempt {
+            age: 0,
+            claim,
+            votes,
+        };
+        self.decide(s, c);
+    }
+
     /// An attempt decides what it can.
     fn decide(&self, s: &mut State, c: usize) {
         let Phase::Attempt { age, claim, votes } = s.clients[c].phase else {
@@ -1044,19 +1062,7 @@ impl Model for HandoffModel {
                 let cl = &mut s.clients[c];
                 cl.attempts_left -= 1;
                 cl.tok = tok;
-                let votes = std::array::from_fn(|n| {
-                    if Self::send(&mut s, c, n, Req::Set { tok }) {
-                        Vote::Pending
-                    } else {
-                        Vote::Failed
-                    }
-                });
-                s.clients[c].phase = Phase::Attempt {
-                    age: 0,
-                    claim: false,
-                    votes,
-                };
-                self.decide(&mut s, c);
+                self.attempt(&mut s, c, tok, false);
             }
             Action::Join(c) => self.join(&mut s, c),
             Action::Renew(c, n) => {
@@ -1073,19 +1079,7 @@ impl Model for HandoffModel {
             Action::Claim(c) => {
                 let tok = s.clients[c].tok;
                 s.clients[c].claims_left -= 1;
-                let votes = std::array::from_fn(|n| {
-                    if Self::send(&mut s, c, n, Req::Set { tok }) {
-                        Vote::Pending
-                    } else {
-                        Vote::Failed
-                    }
-                });
-                s.clients[c].phase = Phase::Attempt {
-                    age: 0,
-                    claim: true,
-                    votes,
-                };
-                self.decide(&mut s, c);
+                self.attempt(&mut s, c, tok, true);
             }
             Action::GiveUp(c) => {
                 if let Phase::Attempt { votes, .. } = &mut s.clients[c].phase {
