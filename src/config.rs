@@ -141,6 +141,12 @@ impl Retry {
     /// contenders from retrying in lock-step). `max` must be positive and `min ≤ max`.
     /// The default is 10 ms to 100 ms.
     ///
+    /// One exception: a waiting writer of a read-write lock retries at least every third
+    /// of [`QUEUE_LEASE`](crate::QUEUE_LEASE) (1 s), whatever `max` says, so that its
+    /// intent, which holds new readers back, never lapses while it waits. With
+    /// [`attempts`](Retry::attempts) set, such a writer therefore gives up after at most
+    /// `n` delays of at most 1 s each.
+    ///
     /// # Example
     ///
     /// ```
