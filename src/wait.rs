@@ -81,7 +81,7 @@ use crate::acquire::{Ask, acquire_as, acquire_once};
 use crate::config::Retry;
 use crate::error::{Error, Timeout, TimeoutBudget, Votes};
 use crate::lock::Lock;
-use crate::node::{Node, QueueJoin, Request};
+use crate::node::{EntryKind, JoinArgs, Node, QueueJoin, Request};
 use crate::notifier::{Interest, Wake};
 pub(crate) use crate::protocol::contention::POLITE_DELAY;
 pub use crate::protocol::contention::QUEUE_LEASE;
@@ -485,8 +485,9 @@ async fn listen(
 struct Ticket {
     inner: Arc<Inner>,
     res: Resources,
-    keys: [Vec<u8>; 2],
+    keys: [Vec<u8>; 3],
     id: Vec<u8>,
+    ttl: Duration,
     /// This waiter's arrival score on each herald (by node index), as that herald assigned
     /// it at the first join (its own clock: the clients' clocks play no part in the order);
     /// re-joins after a lost place send it back, so the place is kept.
@@ -507,6 +508,7 @@ impl Ticket {
             res: res.clone(),
             keys: res.queue_keys(),
             id,
+            ttl,
             scores: HashMap::new(),
             timeout: inner.config.node_timeout_for(ttl),
             joined_at: tokio::time::Instant::now(),
@@ -542,7 +544,18 @@ impl Ticket {
             .map(|(i, n)| {
                 // The score this herald gave us, or none yet: it assigns one (its time).
                 let score = self.scores.get(&i).map_or(&[][..], Vec::as_slice);
-                let join = QueueJoin::new(&self.keys, &self.id, score, QUEUE_LEASE);
+                // A name-only entry: a release names it, and it tries. Such an entry may be
+                // added again after it was popped (nothing is transferred to it).
+                let args = JoinArgs {
+                    token: &self.id,
+                    ticket: score,
+                    lease: QUEUE_LEASE,
+                    ttl: self.ttl,
+                    kind: EntryKind::NameOnly,
+                    first: true,
+                };
+                let lock = self.res.lock_keys().first().map_or(&[][..], Vec::as_slice);
+                let join = QueueJoin::new(&self.keys, lock, &args);
                 async move { (i, n.join_queue(&join, timeout).await) }
             })
             .collect();

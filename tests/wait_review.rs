@@ -140,10 +140,12 @@ async fn skewed_peer(
         subs.push(p.into_on_message());
     }
     let mut messages = futures::stream::select_all(subs);
-    let (queue, leases, key) = (
+    let (queue, leases, attrs, key, fence) = (
         format!("quorumlock:queue:{resource}"),
         format!("quorumlock:qlease:{resource}"),
+        format!("quorumlock:qattrs:{resource}"),
         format!("quorumlock:lock:{resource}"),
+        format!("quorumlock:fence:{resource}"),
     );
     let id = format!("{:016x}", rand::random::<u64>());
     let mut round = 0u64;
@@ -188,13 +190,11 @@ async fn skewed_peer(
             }
             let releases = conns.iter().enumerate().map(|(i, c)| {
                 let mut c = c.clone();
-                let ch = if won && hs.contains(&i) {
-                    channel.clone()
-                } else {
-                    String::new()
-                };
+                // Heralds announce and name (the hand-over script runs on every node).
+                let loud = if won && hs.contains(&i) { "1" } else { "0" };
                 let mut call = release.key(&key);
-                call.key(&queue).key(&leases).arg(&token).arg(ch).arg(&id);
+                call.key(&queue).key(&leases).key(&attrs).key(&fence);
+                call.arg(&token).arg(&channel).arg(&id).arg(loud);
                 async move { call.invoke_async::<redis::Value>(&mut c).await }
             });
             for r in futures::future::join_all(releases).await {
@@ -206,12 +206,18 @@ async fn skewed_peer(
         let _clock = std::time::SystemTime::now().checked_sub(skew_back);
         for h in hs {
             let score = scores.get(&h).cloned().unwrap_or_default();
+            // A name-only entry, joined or renewed (re-added if it was popped).
             let reply: Vec<redis::Value> = enqueue
                 .key(&queue)
                 .key(&leases)
+                .key(&attrs)
+                .key(&key)
                 .arg(&id)
                 .arg(score)
                 .arg(3000)
+                .arg(10_000)
+                .arg("n")
+                .arg("1")
                 .invoke_async(&mut conns[h])
                 .await?;
             if let Some(redis::Value::BulkString(s)) = reply.get(2) {

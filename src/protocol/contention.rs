@@ -186,7 +186,7 @@ pub(crate) fn joined<'a>(answers: impl IntoIterator<Item = Option<&'a QueuePlace
     let mut answered = false;
     for place in answers.into_iter().flatten() {
         answered = true;
-        j.lost |= place.added;
+        j.lost |= place.state != super::reply::QueueState::Queued;
         j.ahead = j.ahead.max(place.ahead);
     }
     j.lost |= !answered;
@@ -486,10 +486,15 @@ mod tests {
 
     #[test]
     fn joining() {
-        let place = |added, ahead| QueuePlace {
-            added,
+        let place = |added: bool, ahead| QueuePlace {
+            state: if added {
+                crate::protocol::reply::QueueState::Added
+            } else {
+                crate::protocol::reply::QueueState::Queued
+            },
             ahead,
             score: None,
+            holds: false,
         };
         let (a, b) = (place(false, 2), place(true, 1));
         assert_eq!(
