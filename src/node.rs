@@ -1391,6 +1391,12 @@ mod tests {
             decode_join(queued).map(|p| p.state),
             Some(QueueState::Queued)
         );
+    }
+
+    /// A join's answer of any other shape reads as no answer.
+    #[test]
+    fn decoding_bad_joins() {
+        let arr = |a: Vec<Value>| Reply::Value(Value::Array(a));
         assert_eq!(
             decode_join(arr(vec![
                 Value::Int(0),

@@ -2,7 +2,9 @@
 //! connection per node, shared by every waiter of the client, started on first use.
 //!
 //! Every release on a resource's heralds publishes `<release id>[:<waiter>…]` on the
-//! resource's channel (`quorumlock:released:{name}`). Each node's subscription task turns
+//! resource's channel (`quorumlock:released:{name}`); a release that transferred the lock
+//! to a queued token (on any node) publishes `<release id>:>:<token>[:<fence>]`, which
+//! names that token. Each node's subscription task turns
 //! messages into wake-ups: what a message means (a new release, the same one again from
 //! the other herald, an old one; whose turn it is) is decided by the protocol
 //! ([`protocol::contention::Releases`](crate::protocol::contention::Releases)); this module

@@ -60,7 +60,9 @@
 //! A waiting writer's fairness comes from its intent instead (see `rwlock`).
 //!
 //! The queue is only a hint for *who tries first*: an acquisition is always the ordinary
-//! Redlock vote, whatever the queue says.
+//! Redlock vote, whatever the queue says. (The release script can also *transfer* the lock
+//! to a queued transfer entry on every node, a one-round hand-off; these waiters join
+//! name-only entries and do not use it yet: see docs/safety.md, "Direct hand-off".)
 //!
 //! The hand-over is in arrival order: with no faults and a scheduler that keeps up, a
 //! waiter that arrived while `k` others were queued is served after exactly those `k`.
