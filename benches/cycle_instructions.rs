@@ -13,7 +13,13 @@
 //! * `QL_TASKS`: tasks sharing the one client (default 1);
 //! * `QL_CYCLES`: cycles in all (default 1000);
 //! * `QL_NOTIFY=0`: quorumlock built with `.notify(false)` (no release announcements, no
-//!   subscriptions), to count what notify waiting costs an uncontended cycle.
+//!   subscriptions), to count what notify waiting costs an uncontended cycle;
+//! * `QL_NODE_TIMEOUT_MS`: quorumlock's per-node timeout (default 2000: under valgrind the
+//!   client runs tens of times slower; run natively, 0 keeps the library's default).
+//!
+//! It also prints, per timed cycle, the wall time and the CPU time of the client process
+//! and of the nodes (user + system, `getrusage` and `/proc/PID/stat`): run natively with
+//! many cycles, that is what a CPU-bound run on a shared machine pays per cycle.
 //!
 //! `scripts/bench-cycle-instructions.sh` runs it at two cycle counts per implementation and
 //! subtracts, which cancels start-up and shut-down: what is left is the per-cycle cost.
@@ -22,12 +28,12 @@
 mod support;
 
 use std::sync::atomic::AtomicU64;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use quorumlock::Redlock;
 use quorumlock::testkit::LocalCluster;
 
-use support::{Floor, Impl};
+use support::{Floor, Impl, cpu_time, proc_cpu_time};
 
 /// Used by `support`'s split-vote layer (not by this bench).
 pub static ACQ_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -59,12 +65,15 @@ fn main() {
         let imp = match which.as_str() {
             // Generous timeouts: under valgrind the client runs tens of times slower.
             "quorumlock" => Impl::Quorumlock(
-                Redlock::builder(urls.clone())
-                    .node_timeout(Duration::from_secs(2))
-                    .notify(std::env::var("QL_NOTIFY").map_or(true, |v| v != "0"))
-                    .build()
-                    .await
-                    .expect("build the client"),
+                match env_usize("QL_NODE_TIMEOUT_MS", 2000) {
+                    0 => Redlock::builder(urls.clone()),
+                    ms => Redlock::builder(urls.clone())
+                        .node_timeout(Duration::from_millis(ms as u64)),
+                }
+                .notify(std::env::var("QL_NOTIFY").map_or(true, |v| v != "0"))
+                .build()
+                .await
+                .expect("build the client"),
             ),
             "floor" => Impl::Floor(Floor::connect(&urls).await.expect("floor connect")),
             "rslock" => Impl::Rslock(rslock::LockManager::new(urls.clone())),
@@ -83,6 +92,11 @@ fn main() {
         for w in warm {
             w.await.expect("warm-up task");
         }
+        let pids: Vec<u32> = (0..cluster.len())
+            .filter_map(|i| cluster.pid(i).ok().flatten())
+            .collect();
+        let servers_cpu = || -> f64 { pids.iter().map(|&p| proc_cpu_time(p)).sum() };
+        let (t0, client0, servers0) = (Instant::now(), cpu_time(), servers_cpu());
         let mut running = Vec::new();
         for t in 0..tasks {
             let imp = imp.clone();
@@ -97,6 +111,21 @@ fn main() {
             r.await
                 .expect("cycle task (a panic means a cycle was not granted)");
         }
+        // Wall time and CPU time of the timed cycles (the client process, all its threads,
+        // user + system; the nodes' processes), per cycle: what a CPU-bound run pays.
+        let n = per_task.saturating_mul(tasks).max(1) as f64;
+        let (wall, client, servers) = (
+            t0.elapsed().as_secs_f64(),
+            cpu_time() - client0,
+            servers_cpu() - servers0,
+        );
+        println!(
+            "per cycle: wall {:.1} µs, client CPU {:.1} µs, nodes' CPU {:.1} µs ({:.0} cycles/s)",
+            wall / n * 1e6,
+            client / n * 1e6,
+            servers / n * 1e6,
+            n / wall
+        );
         if let Impl::Quorumlock(q) = &imp {
             q.flush(Duration::from_secs(5)).await;
         }

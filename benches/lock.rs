@@ -17,7 +17,8 @@
 //!   N = 5 with one node paused (SIGSTOP).
 //! * `held_10k`: 10,000 held locks, memory and CPU.
 //! * `contended_16`: 16 tasks, each with its own client, on one resource: throughput,
-//!   acquire latency, fairness, split votes.
+//!   acquire latency, fairness (same-task re-acquisitions; per acquisition, the overtakes
+//!   by later waiters and the hand-offs waited), split votes.
 //! * `metrics`: the one-task cycle with the `metrics` feature's cost: built with
 //!   `--features testkit,metrics`, rounds alternate between recording into a Prometheus
 //!   recorder and the same handles switched off; built without it, the plain cycle.
@@ -48,6 +49,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput};
 use futures::StreamExt;
 use quorumlock::testkit::LocalCluster;
+use quorumlock::testkit::fairness::{self, Distribution, Grant, Wait};
 use quorumlock::{Redlock, Semaphore, Watchdog};
 use tokio::runtime::Runtime;
 
@@ -500,6 +502,9 @@ struct Contended {
     window: Duration,
     latencies: Vec<Duration>,
     order: Vec<u8>,
+    /// Every acquisition granted within the window: when its `lock()` call started, when it
+    /// got the lock, and its place in the order of acquisitions ([`ACQ_SEQ`]).
+    waits: Vec<Wait>,
     timeouts: u64,
 }
 
@@ -520,12 +525,14 @@ async fn run_contended(
 ) -> Contended {
     let ttl = Duration::from_secs(2);
     let order = Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let waits = Arc::new(std::sync::Mutex::new(Vec::<Wait>::new()));
     let timeouts = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let stop = start + window;
     let mut tasks = Vec::new();
     for (id, who) in contenders.into_iter().enumerate() {
         let order = order.clone();
+        let waits = waits.clone();
         let timeouts = timeouts.clone();
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
@@ -535,10 +542,18 @@ async fn run_contended(
                     Contender::Quorumlock(ql) => match ql.lock(resource, ttl).await {
                         Ok(l) => {
                             let d = t.elapsed();
-                            ACQ_SEQ.fetch_add(1, Ordering::SeqCst);
-                            if Instant::now() < stop {
+                            let grant = Grant {
+                                seq: ACQ_SEQ.fetch_add(1, Ordering::SeqCst),
+                                at: Instant::now(),
+                            };
+                            if grant.at < stop {
                                 lat.push(d);
                                 order.lock().unwrap().push(id as u8);
+                                waits.lock().unwrap().push(Wait {
+                                    contender: id,
+                                    started: t,
+                                    grant: Some(grant),
+                                });
                             }
                             l.release().await.expect("release");
                         }
@@ -550,10 +565,18 @@ async fn run_contended(
                     Contender::Rslock(rs) => match rs.acquire_no_guard(resource, ttl).await {
                         Ok(l) => {
                             let d = t.elapsed();
-                            ACQ_SEQ.fetch_add(1, Ordering::SeqCst);
-                            if Instant::now() < stop {
+                            let grant = Grant {
+                                seq: ACQ_SEQ.fetch_add(1, Ordering::SeqCst),
+                                at: Instant::now(),
+                            };
+                            if grant.at < stop {
                                 lat.push(d);
                                 order.lock().unwrap().push(id as u8);
+                                waits.lock().unwrap().push(Wait {
+                                    contender: id,
+                                    started: t,
+                                    grant: Some(grant),
+                                });
                             }
                             rs.unlock(&l).await;
                         }
@@ -569,11 +592,13 @@ async fn run_contended(
         latencies.extend(t.await.expect("contender"));
     }
     let order = std::mem::take(&mut *order.lock().unwrap());
+    let waits = std::mem::take(&mut *waits.lock().unwrap());
     Contended {
         acquisitions: order.len(),
         window,
         latencies,
         order,
+        waits,
         timeouts: timeouts.load(Ordering::Relaxed),
     }
 }
@@ -634,6 +659,41 @@ fn bench_contended(summary: &Summary, urls: &[String]) {
             per_task[id as usize] += 1;
         }
         let is_ql = name.starts_with("quorumlock");
+        // Per acquisition: acquisitions granted during its wait to tasks that started waiting
+        // after it (overtakes), and to any other task (hand-offs waited). Each task's first
+        // wait is left out: the 16 start together, before anyone is queued.
+        let scores = fairness::scores(&result.waits);
+        let mut seen = [false; TASKS];
+        let later: Vec<(usize, &fairness::Score)> = result
+            .waits
+            .iter()
+            .zip(&scores)
+            .enumerate()
+            .filter(|(_, (w, _))| std::mem::replace(&mut seen[w.contender], true))
+            .map(|(i, (_, s))| (i, s))
+            .collect();
+        let overtakes = Distribution::of(later.iter().map(|(_, s)| s.overtakes));
+        let hand_offs = Distribution::of(later.iter().map(|(_, s)| s.hand_offs));
+        let first_round = Distribution::of(scores.iter().map(|s| s.overtakes)); // all waits
+        let over_2: Vec<(usize, usize, usize)> = later
+            .iter()
+            .filter(|(_, s)| s.overtakes > 2)
+            .map(|(i, s)| (result.waits[*i].contender, *i, s.overtakes))
+            .collect();
+        println!(
+            "[contended_16] {name:<18} after the first round: overtakes p50 {} p99 {} max {} mean {:.3}  hand-offs waited p50 {} p99 {} max {} mean {:.2}  (with the first round: overtakes max {}); overtaken > 2: {} waits {:?}",
+            overtakes.p50,
+            overtakes.p99,
+            overtakes.max,
+            overtakes.mean(),
+            hand_offs.p50,
+            hand_offs.p99,
+            hand_offs.max,
+            hand_offs.mean(),
+            first_round.max,
+            over_2.len(),
+            &over_2[..over_2.len().min(8)]
+        );
         println!(
             "[contended_16] {name:<18} {ops:>7.0} ops/s  acquire p50 {p50:>9.1} µs  p99 {p99:>9.1} µs  max {max:>9.1} µs  same-task re-acquire {fair_same_pct:.1}%  per task {per_task:?}  timeouts {}{}",
             result.timeouts,
@@ -663,11 +723,20 @@ fn bench_contended(summary: &Summary, urls: &[String]) {
             String::new()
         };
         summary.line(&format!(
-            r#"{{"section":"contended_16","impl":"{name}","ops_per_s":{ops:.0},"acquisitions":{},"p50_us":{p50:.1},"p99_us":{p99:.1},"max_us":{max:.1},"same_task_pct":{fair_same_pct:.2},"min_task_share":{},"max_task_share":{},"timeouts":{}{split_json}}}"#,
+            r#"{{"section":"contended_16","impl":"{name}","ops_per_s":{ops:.0},"acquisitions":{},"p50_us":{p50:.1},"p99_us":{p99:.1},"max_us":{max:.1},"same_task_pct":{fair_same_pct:.2},"min_task_share":{},"max_task_share":{},"timeouts":{},"overtakes_p50":{},"overtakes_p99":{},"overtakes_max":{},"overtakes_mean":{:.3},"hand_offs_p50":{},"hand_offs_p99":{},"hand_offs_max":{},"hand_offs_mean":{:.3},"overtakes_max_first_round":{}{split_json}}}"#,
             result.acquisitions,
             per_task.iter().min().unwrap(),
             per_task.iter().max().unwrap(),
-            result.timeouts
+            result.timeouts,
+            overtakes.p50,
+            overtakes.p99,
+            overtakes.max,
+            overtakes.mean(),
+            hand_offs.p50,
+            hand_offs.p99,
+            hand_offs.max,
+            hand_offs.mean(),
+            first_round.max
         ));
         samples.insert(name, result.latencies);
     }

@@ -210,6 +210,9 @@ async fn long_run_keeps_the_lock() {
         );
         match locks.try_lock("long", Duration::from_secs(1)).await {
             Err(e) if e.is_held() => probes += 1,
+            // A probe whose nodes did not all answer in time (a loaded machine) says
+            // nothing either way; only the probes that saw the lock held are counted.
+            Err(e) if e.is_retryable() => {}
             Err(e) => panic!("probe failed with {e}"),
             Ok(lock) => {
                 // Only acceptable if the run has just finished and released.

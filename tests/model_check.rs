@@ -17,6 +17,12 @@
 //! token, a fencing token without its commit round) must produce a counterexample: a
 //! checker that cannot fail proves nothing.
 //!
+//! The one-round direct hand-off (`tests/model/handoff.rs`: queue entries on every node,
+//! release with transfer, announcements, counting with confirmation times, the fallback
+//! claim and retiring a token) is checked the same way, with three mutations of its rules
+//! that must each be flagged (counting a retired token, `s_i` from the latest request sent,
+//! re-adding a popped token).
+//!
 //! The default sizes fit a debug build; `QUORUMLOCK_MODEL_DEEP=1` explores larger ones
 //! (best with `--release`). docs/testing.md lists both, with state counts and times.
 
@@ -25,6 +31,7 @@ mod model;
 use std::collections::BTreeSet;
 use std::time::Instant;
 
+use model::handoff::{self, Handoff, HandoffModel};
 use model::{
     Action, Client, Key, LockModel, MAJORITY, MUTUAL_EXCLUSION, Node, Phase, Protocol, Queue,
     REMAINING_BACKED, Req, State, TOKENS_RISE, Vote,
@@ -234,7 +241,7 @@ fn mutation_extension_that_can_shorten_breaks_remaining() {
     p.extends = 1;
     p.extend_ttls = &[2, 3];
     p.extend_gt = false;
-    find_counterexample("extension without GT", p, REMAINING_BACKED);
+    find_counterexample("extension without GT", p, handoff_broken());
 }
 
 #[test]
@@ -261,7 +268,7 @@ fn mutation_immediate_restart_without_persistence_breaks_fencing() {
 fn mutation_release_without_token_check_breaks_remaining() {
     let mut p = Protocol::in_contract();
     p.release_checks_token = false;
-    find_counterexample("release without token check", p, REMAINING_BACKED);
+    find_counterexample("release without token check", p, handoff_broken());
 }
 
 /// The clock assumption: a wall clock ahead by the restart delay (node 0, 2 ticks) puts
@@ -465,4 +472,217 @@ fn symmetry_reduction_is_a_function_of_the_class() {
         frontier.extend(actions.into_iter().filter_map(|a| model.next_state(&s, a)));
     }
     assert_eq!(checked, 3_000);
+}
+
+// --- The one-round direct hand-off (transfer) -----------------------------------------
+
+/// The real protocol inside the deployment contract with the hand-off on.
+fn handoff_protocol() -> Protocol {
+    let mut p = Protocol::in_contract();
+    p.handoff = Some(Handoff::design());
+    p
+}
+
+/// Explores the hand-off model of `protocol` completely: no safety property may be
+/// violated, and every witness must be reached.
+fn check_handoff(name: &str, protocol: Protocol) {
+    let model = HandoffModel::new(protocol);
+    let safety = [MUTUAL_EXCLUSION, REMAINING_BACKED];
+    let witnesses: Vec<&str> = model
+        .properties()
+        .iter()
+        .map(|p| p.name)
+        .filter(|n| !safety.contains(n))
+        .collect();
+    let started = Instant::now();
+    let checker = model.checker().spawn_bfs().join();
+    println!(
+        "{name}{}: {} states, {} unique, depth {}, {:.2?}",
+        if deep() { " (deep)" } else { "" },
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed()
+    );
+    assert!(checker.is_done(), "{name}: the exploration did not finish");
+    for property in safety {
+        if let Some(path) = checker.discovery(property) {
+            print_handoff_path(&path.into_vec());
+            panic!("{name}: {property:?} violated (path above)");
+        }
+    }
+    for witness in witnesses {
+        let Some(path) = checker.discovery(witness) else {
+            panic!("{name}: no state reaches the witness {witness:?}: the model cannot do it");
+        };
+        println!("  witness {witness:?}: {} steps", path.into_actions().len());
+    }
+}
+
+/// Explores the hand-off model of `protocol` until `property` is violated and asserts
+/// that it is.
+fn handoff_counterexample(name: &str, protocol: Protocol, property: &'static str) {
+    let model = HandoffModel::new(protocol);
+    let started = Instant::now();
+    let checker = model
+        .checker()
+        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
+        .spawn_bfs()
+        .join();
+    let elapsed = started.elapsed();
+    let Some(path) = checker.discovery(property) else {
+        panic!(
+            "{name}: no counterexample to {property:?} in {} states: the checker cannot see this bug",
+            checker.unique_state_count()
+        );
+    };
+    let steps = path.clone().into_vec();
+    println!(
+        "{name}: counterexample to {property:?} in {} steps, after {} states ({} unique), {elapsed:.2?}",
+        steps.len() - 1,
+        checker.state_count(),
+        checker.unique_state_count(),
+    );
+    print_handoff_path(&steps);
+    let last = path.last_state();
+    let holds = match property {
+        MUTUAL_EXCLUSION => handoff::mutual_exclusion(last),
+        _ => handoff::remaining_backed(last),
+    };
+    assert!(
+        !holds,
+        "{name}: the counterexample's last state satisfies {property:?}"
+    );
+}
+
+fn print_handoff_path(steps: &[(handoff::State, Option<handoff::Action>)]) {
+    for (state, action) in steps {
+        println!("      {}", handoff::describe(state));
+        if let Some(action) = action {
+            println!("    {action}");
+        }
+    }
+}
+
+/// Hand-off under delays, reordering, pauses and fast clocks: client 0 acquires once,
+/// client 1 queues once, renews once and claims once; when deep, client 0 acquires twice
+/// and an entry may lapse.
+#[test]
+fn handoff_with_delays_reordering_pauses_and_fast_clocks() {
+    let mut p = handoff_protocol();
+    if deep() {
+        p.attempts = 2;
+        p.handoff = Some(Handoff {
+            lapses: 1,
+            ..Handoff::design()
+        });
+    }
+    check_handoff("hand-off: delays, reordering, pauses, fast clocks", p);
+}
+
+// --- Hand-off mutations: each must produce a counterexample -------------------------
+
+/// The design with one change (`mutate`), in the smallest scope that shows it.
+fn handoff_mutation(mutate: impl FnOnce(&mut Handoff)) -> Protocol {
+    let mut p = handoff_protocol();
+    let mut h = Handoff::design();
+    mutate(&mut h);
+    p.handoff = Some(h);
+    if deep() {
+        p.attempts = 2;
+    }
+    p
+}
+
+/// The property a hand-off mutation breaks first: `remaining()` backed by a quorum (the
+/// waiter believes longer than a quorum holds its token); when deep, with a second attempt
+/// of the holder, mutual exclusion itself.
+fn handoff_broken() -> &'static str {
+    if deep() {
+        MUTUAL_EXCLUSION
+    } else {
+        REMAINING_BACKED
+    }
+}
+
+/// (a) A retired token's announcements are still counted: a transfer announced before
+/// the clean-up ran on its node but heard after it.
+#[test]
+fn handoff_mutation_counting_a_retired_token_breaks_mutual_exclusion() {
+    let p = handoff_mutation(|h| {
+        h.count_retired = true;
+        h.renewals = 0;
+    });
+    handoff_counterexample("hand-off: counting a retired token", p, handoff_broken());
+}
+
+/// (b) `s_i` taken from the latest request sent, which may have left after the transfer.
+#[test]
+fn handoff_mutation_s_from_the_latest_request_sent_breaks_mutual_exclusion() {
+    let p = handoff_mutation(|h| {
+        h.s_from_latest_sent = true;
+        h.renewals = 2;
+        h.claims = 0;
+    });
+    handoff_counterexample(
+        "hand-off: s_i from the latest request sent",
+        p,
+        handoff_broken(),
+    );
+}
+
+/// (c) A renewal re-adds a popped token: a late announcement of the first transfer is
+/// counted with an `s_i` confirmed after it.
+#[test]
+fn handoff_mutation_re_adding_a_popped_token_breaks_mutual_exclusion() {
+    let p = handoff_mutation(|h| {
+        h.readd_gone = true;
+        h.renewals = 2;
+        h.claims = 0;
+    });
+    handoff_counterexample("hand-off: re-adding a popped token", p, handoff_broken());
+}
+
+/// A lost request, reply or announcement (one in all); when deep, two, and a second token
+/// for the waiter.
+#[test]
+fn handoff_with_a_lost_message() {
+    let mut p = handoff_protocol();
+    p.losses = 1;
+    p.handoff = Some(Handoff {
+        claims: 0,
+        ..Handoff::design()
+    });
+    if deep() {
+        p.losses = 2;
+        p.handoff = Some(Handoff {
+            joins: 2,
+            ..Handoff::design()
+        });
+    }
+    check_handoff("hand-off: a lost message", p);
+}
+
+/// A crash, with persistence or restarted empty after the TTL; when deep, with a lost
+/// message and two renewals.
+#[test]
+fn handoff_with_a_crash_and_restart() {
+    let mut p = handoff_protocol();
+    p.crashes = 1;
+    p.handoff = Some(Handoff {
+        claims: 0,
+        renewals: 0,
+        ..Handoff::design()
+    });
+    if deep() {
+        p.losses = 1;
+        p.handoff = Some(Handoff {
+            renewals: 2,
+            ..Handoff::design()
+        });
+    }
+    check_handoff(
+        "hand-off: a crash, persisted or restarted empty after the TTL",
+        p,
+    );
 }

@@ -18,6 +18,7 @@
 //! | the same faults on the Docker Compose harness (`compose/`) | [`compose::ComposeCluster`], through the [`Faults`] trait |
 //! | scripted or seeded random fault schedules (a minority faulty at a time, or more with `allow_majority`) | [`nemesis::Schedule`], [`nemesis::RandomNemesis`] ([`allow_majority`](nemesis::RandomNemesis::allow_majority)) |
 //! | what clients did and believed, on one clock | [`History`], [`ClientRecorder`] |
+//! | were waiters served in the order they came? (overtakes and hand-offs waited per `lock()` call) | [`fairness::scores`], [`fairness::Distribution`] |
 //! | did two holders overlap? a reader with a writer? more semaphore holders than permits? work outside a hold? fencing tokens going down? | [`checker::check`] → [`checker::Report`] ([`HoldMode`] says how each hold shares its resource) |
 //!
 //! # Requirements
@@ -68,6 +69,7 @@
 pub mod checker;
 pub mod cluster;
 pub mod compose;
+pub mod fairness;
 pub mod history;
 pub mod nemesis;
 pub mod proxy;

@@ -61,13 +61,17 @@
 //!
 //! Not modelled: several resources (one script per node makes a multi-resource lock
 //! behave as one key), the watchdog (it extends with the same script and deadline rule),
-//! waiting and queueing (a failed attempt simply ends), a request overtaking an earlier
-//! one on the same connection, and a wall-clock step on a node (outside the contract).
+//! waiting and queueing (a failed attempt simply ends; the one-round hand-off, its queue
+//! entries and release with transfer are in [`handoff`], selected by
+//! [`Protocol::handoff`]), a request overtaking an earlier one on the same connection, and
+//! a wall-clock step on a node (outside the contract).
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
 
 use stateright::{Model, Property};
+
+pub mod handoff;
 
 /// Nodes in the model.
 pub const N: usize = 3;
@@ -128,6 +132,10 @@ pub struct Protocol {
     /// The fencing commit round runs (the real protocol); `false`: the token is the
     /// largest grant of round 1, returned without a commit.
     pub fence_commit: bool,
+    /// The one-round direct hand-off (queue entries, release with transfer, counting):
+    /// `Some` selects [`handoff::HandoffModel`], which runs its own state; the lock model
+    /// refuses it.
+    pub handoff: Option<handoff::Handoff>,
 }
 
 impl Protocol {
@@ -154,6 +162,7 @@ impl Protocol {
             extend_gt: true,
             release_checks_token: true,
             fence_commit: true,
+            handoff: None,
         }
     }
 
@@ -705,6 +714,10 @@ impl LockModel {
         assert!(
             p.ttl > p.drift,
             "a TTL within the drift allowance is refused"
+        );
+        assert!(
+            p.handoff.is_none(),
+            "the hand-off runs in handoff::HandoffModel"
         );
         p.fast_nodes
             .iter()
