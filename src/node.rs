@@ -582,10 +582,6 @@ impl Request {
     /// A queued waiter's acquire of one key with its own queued token (`claim.lua`): as
     /// `SET … NX PX GET`, and a key that already holds `token` (transferred to it) counts
     /// as granted, its expiry set to `ttl`. Several keys: the ordinary acquire.
-    #[allow(
-        dead_code,
-        reason = "the transfer waiter (epoch tokens) is not wired in yet; the simulator and tests use it"
-    )]
     pub(crate) fn claim(keys: &[Vec<u8>], token: &Token, ttl: Duration) -> Request {
         match keys {
             [key] => Request::script(
@@ -804,10 +800,6 @@ impl Request {
 
 /// The kind of a wait-queue entry: what a release does when it pops it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(
-    dead_code,
-    reason = "the waiters join name-only entries until the transfer waiter is wired in"
-)]
 pub(crate) enum EntryKind {
     /// The release transfers the lock to the entry's token (`t`).
     Transfer,

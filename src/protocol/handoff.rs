@@ -59,6 +59,107 @@ pub(crate) fn holds(validity: Option<Duration>, min_validity: Duration) -> bool 
     validity.is_some_and(|v| v > min_validity)
 }
 
+/// What a queue reply (`enqueue.lua`'s state and `holds`) means for a waiter's token on
+/// that node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// The token is (still) queued there: the request's send time is the node's new
+    /// confirmation time.
+    Confirm,
+    /// The key there holds the token (a transfer whose announcement we may have missed):
+    /// count the node.
+    Count,
+    /// The token is gone there and the key does not hold it, on a node not counted: the
+    /// token is retired.
+    Retire,
+    /// Nothing to do (no answer; or gone on a node already counted).
+    Nothing,
+}
+
+/// A queue reply's state (`enqueue.lua`: 0 queued, 1 added, 2 gone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    Queued,
+    Added,
+    Gone,
+}
+
+/// What a reply to a join or renewal of the waiter's current token on one node means
+/// (`None`: no answer, or an unreadable one). `counted`: that node was already counted.
+/// A reply saying the key holds the token counts, whatever the state; a `gone` without it
+/// retires the token unless the node was counted (a transfer heard there, and its key
+/// then lapsed or was passed on: nothing to learn).
+pub(crate) fn on_reply(reply: Option<(State, bool)>, counted: bool) -> Reply {
+    match reply {
+        None => Reply::Nothing,
+        Some((_, true)) => Reply::Count,
+        Some((State::Queued | State::Added, false)) => Reply::Confirm,
+        Some((State::Gone, false)) if counted => Reply::Nothing,
+        Some((State::Gone, false)) => Reply::Retire,
+    }
+}
+
+/// What a transfer announcement naming one of this waiter's tokens means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Heard {
+    /// The current token, on a node it was sent to, no attempt in flight: count the node.
+    Count,
+    /// The current token while an attempt with it is in flight: noted (counted after the
+    /// attempt only if the token is not retired by then).
+    Note,
+    /// A retired token (or one never sent to that node): release it on that node at once,
+    /// so the transfer is passed on.
+    PassOn,
+}
+
+/// What an announcement of a transfer to `current` (else a retired token of this waiter)
+/// means; `sent`: a queue request with the current token went to that node.
+pub(crate) fn on_transfer(current: bool, sent: bool, in_flight: bool) -> Heard {
+    match (current && sent, in_flight) {
+        (false, _) => Heard::PassOn,
+        (true, true) => Heard::Note,
+        (true, false) => Heard::Count,
+    }
+}
+
+/// Whether a waiter with `counted` of `q` nodes counted makes its own claim now: when the
+/// fallback timer fired, or when some but fewer than `q` were counted and the hand-off
+/// window since the first count passed (a release that reached only some nodes, or
+/// announcements lost).
+pub(crate) fn claims(counted: usize, q: usize, window_passed: bool, fallback: bool) -> bool {
+    if counted >= q && q > 0 {
+        return false;
+    }
+    fallback || (counted > 0 && window_passed)
+}
+
+/// Whether a failed claim with the current token retires it. Not when every node answered
+/// and refused: then no node granted and no clean-up release was sent anywhere, so the
+/// token's queue entries and confirmation times are exactly as before the claim (a claim
+/// is not a queue request). Any grant, failure or timeout sends a release of the token to
+/// that node (the attempt's clean-up), which drops its entry there: retired.
+pub(crate) fn retires_after_claim(all_refused: bool) -> bool {
+    !all_refused
+}
+
+/// Parses a transfer announcement, `<release id>:>:<token>[:<fence>]`: the token and the
+/// fence value (absent, or unreadable, for an unfenced transfer). `None` for any other
+/// announcement.
+pub(crate) fn parse_transfer(payload: &[u8]) -> Option<(&[u8], Option<u64>)> {
+    let mut parts = payload.split(|b| *b == b':');
+    let _id = parts.next()?;
+    if parts.next()? != b">" {
+        return None;
+    }
+    let token = parts.next().filter(|t| !t.is_empty())?;
+    let fence = parts
+        .next()
+        .and_then(|f| std::str::from_utf8(f).ok())
+        .and_then(|f| f.parse::<u64>().ok())
+        .filter(|f| *f > 0);
+    Some((token, fence))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,7 +200,65 @@ mod tests {
         assert_eq!(validity(&s, 1, ms(250), ms(1000), 0.0), Some(ms(998)));
     }
 
+    #[test]
+    fn replies() {
+        use State::*;
+        assert_eq!(on_reply(None, false), Reply::Nothing);
+        assert_eq!(on_reply(Some((Queued, false)), false), Reply::Confirm);
+        assert_eq!(on_reply(Some((Added, false)), false), Reply::Confirm);
+        assert_eq!(on_reply(Some((Gone, true)), false), Reply::Count);
+        assert_eq!(on_reply(Some((Gone, false)), false), Reply::Retire);
+        assert_eq!(on_reply(Some((Gone, false)), true), Reply::Nothing);
+    }
+
+    #[test]
+    fn transfers_and_claims() {
+        assert_eq!(on_transfer(true, true, false), Heard::Count);
+        assert_eq!(on_transfer(true, true, true), Heard::Note);
+        assert_eq!(on_transfer(false, true, false), Heard::PassOn);
+        assert_eq!(on_transfer(true, false, false), Heard::PassOn);
+        assert!(!claims(0, 2, true, false));
+        assert!(claims(1, 2, true, false));
+        assert!(!claims(1, 2, false, false));
+        assert!(claims(0, 2, false, true));
+        assert!(!claims(2, 2, true, true));
+        assert!(retires_after_claim(false));
+        assert!(!retires_after_claim(true));
+        assert_eq!(
+            parse_transfer(b"abcdefgh:>:tok:42"),
+            Some((&b"tok"[..], Some(42)))
+        );
+        assert_eq!(parse_transfer(b"abcdefgh:>:tok"), Some((&b"tok"[..], None)));
+        assert_eq!(
+            parse_transfer(b"abcdefgh:>:tok:0"),
+            Some((&b"tok"[..], None))
+        );
+        assert_eq!(parse_transfer(b"abcdefgh:tok"), None);
+        assert_eq!(parse_transfer(b"abcdefgh"), None);
+        assert_eq!(parse_transfer(b"abcdefgh:>:"), None);
+    }
+
     proptest! {
+
+        /// A reply saying the key holds the token always counts; a counted node is never a
+        /// reason to retire; a node is never both confirmed and counted by one reply.
+        #[test]
+        fn replies_never_retire_a_counted_node(state in 0u8..3, holds in any::<bool>(), counted in any::<bool>(), none in any::<bool>()) {
+            let st = match state { 0 => State::Queued, 1 => State::Added, _ => State::Gone };
+            let r = on_reply((!none).then_some((st, holds)), counted);
+            if none { prop_assert_eq!(r, Reply::Nothing); }
+            if holds && !none { prop_assert_eq!(r, Reply::Count); }
+            if counted { prop_assert_ne!(r, Reply::Retire); }
+            if r == Reply::Confirm { prop_assert!(st != State::Gone && !holds); }
+        }
+
+        /// A claim is never made once a quorum is counted, and an announcement of a token
+        /// that is not current (retired) is never counted.
+        #[test]
+        fn no_claim_at_quorum_no_count_when_retired(counted in 0usize..6, q in 1usize..6, w in any::<bool>(), f in any::<bool>(), sent in any::<bool>(), fl in any::<bool>()) {
+            if counted >= q { prop_assert!(!claims(counted, q, w, f)); }
+            prop_assert_eq!(on_transfer(false, sent, fl), Heard::PassOn);
+        }
         /// Safety: the validity never exceeds what some q counted keys guarantee together
         /// (ttl − (now − min s_i over those q) − drift: each key lasts until its own
         /// s_i + ttl − drift); and it is exactly the best such guarantee.
