@@ -215,10 +215,6 @@ mod lock;
 mod rwlock;
 mod semaphore;
 mod shared;
-#[allow(
-    dead_code,
-    reason = "the transfer waiter is built but not yet wired into `wait::acquire_waiting`: the old naming tests in tests/wait.rs still assert name-only behaviour"
-)]
 mod transfer;
 mod wait;
 // Kept locks and scoped use:

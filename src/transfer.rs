@@ -49,9 +49,9 @@ use crate::protocol::reply::QueueState;
 use crate::protocol::time::earlier_of_overflow;
 use crate::resource::{Kind, Resources};
 use crate::shared::Inner;
+use crate::time::jitter;
 use crate::time::later;
 use crate::token::Token;
-use crate::wait::jitter;
 
 /// What the waiter knows of its current token on each node.
 struct Epoch {
@@ -420,7 +420,15 @@ pub(crate) async fn acquire(
                 Err(e) if !e.is_retryable() => return crate::metrics::waited(start, Err(e)),
                 Err(e) => {
                     last = e.votes().cloned();
-                    let split = last.as_ref().is_some_and(crate::wait::is_split);
+                    let split = last.as_ref().is_some_and(|v| {
+                        contention::is_split(
+                            v.len(),
+                            v.granted(),
+                            v.held(),
+                            v.largest_holder(),
+                            v.quorum(),
+                        )
+                    });
                     crate::metrics::split_vote(split);
                     if w.epoch.sent_anywhere()
                         && handoff::retires_after_claim(all_refused(last.as_ref()))

@@ -92,16 +92,8 @@ use crate::protocol::contention::{
 };
 use crate::resource::Resources;
 use crate::shared::Inner;
+pub(crate) use crate::time::jitter;
 use crate::time::later;
-
-/// A random delay in `min..=max`.
-pub(crate) fn jitter(min: Duration, max: Duration) -> Duration {
-    if max <= min {
-        return min;
-    }
-    let span = u64::try_from((max - min).as_nanos()).unwrap_or(u64::MAX);
-    min.saturating_add(Duration::from_nanos(rand::rng().random_range(0..=span)))
-}
 
 /// Whether a failed attempt's votes show that no one holds a quorum
 /// ([`contention::is_split`]).
@@ -277,6 +269,14 @@ pub(crate) async fn acquire_waiting(
     ttl: Duration,
     retry: &Retry,
 ) -> Result<Lock, Error> {
+    if res.len() == 1
+        && let Some(n) = &inner.notifier
+    {
+        // A single resource with notify waiting: hand-off by transfer.
+        let yield_first = n.should_yield(res);
+        let interest = n.interest(res);
+        return crate::transfer::acquire(inner, res, ttl, retry, interest, yield_first).await;
+    }
     let start = Instant::now();
     let mut w = Waiter {
         inner,
