@@ -81,8 +81,10 @@ pub(crate) static ACQUIRE_MANY: Lua = lua!("scripts/acquire.lua", idempotent: fa
 pub(crate) static RELEASE: Lua = lua!("scripts/release.lua", idempotent: true);
 /// Compare-and-delete of one key, handing over to the wait queue's head.
 pub(crate) static RELEASE_ONE: Lua = lua!("scripts/release_one.lua", idempotent: true);
-/// Join a wait queue.
-static ENQUEUE: Lua = lua!("scripts/enqueue.lua", idempotent: true);
+/// Join a wait queue. Never finished late nor retried (as an acquire): a first join landing
+/// after the waiter's leave release would queue a token no one waits with, and the next
+/// release would transfer the lock to it (found by `faults::row06b_…`).
+static ENQUEUE: Lua = lua!("scripts/enqueue.lua", idempotent: false);
 /// Leave a wait queue.
 static DEQUEUE: Lua = lua!("scripts/dequeue.lua", idempotent: true);
 /// A queued waiter's acquire of one key: its own token there counts as granted.
