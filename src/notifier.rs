@@ -4,7 +4,10 @@
 //! Every release on a resource's heralds publishes `<release id>[:<waiter>…]` on the
 //! resource's channel (`quorumlock:released:{name}`); a release that transferred the lock
 //! to a queued token (on any node) publishes `<release id>:>:<token>[:<fence>]`, which
-//! names that token. Each node's subscription task turns
+//! names that token: each node's subscription task also hands such an announcement, with
+//! the node's index, to the transfer waiter that registered that token
+//! ([`Notifier::route`]; current and retired tokens alike: the waiter counts the node, or
+//! passes a retired token's transfer on). Each node's subscription task turns
 //! messages into wake-ups: what a message means (a new release, the same one again from
 //! the other herald, an old one; whose turn it is) is decided by the protocol
 //! ([`protocol::contention::Releases`](crate::protocol::contention::Releases)); this module

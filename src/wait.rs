@@ -59,10 +59,16 @@
 //! readers remain; a permit frees one slot of many), so there is nothing to listen for.
 //! A waiting writer's fairness comes from its intent instead (see `rwlock`).
 //!
-//! The queue is only a hint for *who tries first*: an acquisition is always the ordinary
-//! Redlock vote, whatever the queue says. (The release script can also *transfer* the lock
-//! to a queued transfer entry on every node, a one-round hand-off; these waiters join
-//! name-only entries and do not use it yet: see docs/safety.md, "Direct hand-off".)
+//! **A single resource with notify waiting** does not use the loop below: it waits by
+//! *transfer* ([`transfer`](crate::transfer)): its queue entry on every node is the token
+//! it will hold, a release hands the key to the queue's head inside the release script,
+//! and the waiter holds once it knows a quorum of nodes did so, with no acquire round of
+//! its own (docs/safety.md, "Direct hand-off"). The rules above (naming, turns, the chase
+//! back-off, the queue on the heralds only) now serve multi-resource waiters, whose entries
+//! are name-only.
+//!
+//! For those, the queue is only a hint for *who tries first*: an acquisition is always the
+//! ordinary Redlock vote, whatever the queue says.
 //!
 //! The hand-over is in arrival order: with no faults and a scheduler that keeps up, a
 //! waiter that arrived while `k` others were queued is served after exactly those `k`.
