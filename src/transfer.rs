@@ -112,7 +112,8 @@ struct Waiter {
     retired: Vec<Token>,
     tx: mpsc::UnboundedSender<Transfer>,
     renew_at: tokio::time::Instant,
-    /// The current token is kept by a returned lock: leave without releasing it.
+    /// The current token is kept by a returned lock, or was released on leaving: the drop
+    /// releases nothing.
     kept: bool,
 }
 
@@ -293,10 +294,34 @@ impl Waiter {
         Some(lock)
     }
 
+    /// Leaves without holding: releases the current token on every node and waits for it
+    /// (bounded by the node timeout), so that a process that exits right after giving up
+    /// leaves no queued entry a release could transfer to.
+    async fn leave(&mut self) {
+        if self.kept || !self.epoch.sent_anywhere() {
+            return;
+        }
+        let token = self.epoch.token.clone();
+        let req = Request::release(&self.res, &token, false, token.as_bytes());
+        let timeout = self.timeout;
+        let all: FuturesUnordered<_> = self
+            .inner
+            .nodes
+            .iter()
+            .map(|n| n.send(&req, timeout))
+            .collect();
+        all.collect::<Vec<_>>().await;
+        // Released (if this future is dropped before, the drop releases it again).
+        self.kept = true;
+    }
+
     /// Keeps the current token for a returned lock: its other entries leave in the
     /// background (the lock's release drops them too).
     fn keep(&mut self) {
         self.kept = true;
+        if !self.epoch.sent_anywhere() {
+            return;
+        }
         let leave = Arc::new(Request::dequeue(&self.keys, self.epoch.token.as_bytes()));
         let nodes = self.inner.nodes.clone();
         let timeout = self.timeout;
@@ -417,7 +442,10 @@ pub(crate) async fn acquire(
                     lock.set_waiter(w.epoch.token.as_bytes().to_vec());
                     return crate::metrics::waited(start, Ok(lock));
                 }
-                Err(e) if !e.is_retryable() => return crate::metrics::waited(start, Err(e)),
+                Err(e) if !e.is_retryable() => {
+                    w.leave().await;
+                    return crate::metrics::waited(start, Err(e));
+                }
                 Err(e) => {
                     last = e.votes().cloned();
                     let split = last.as_ref().is_some_and(|v| {
@@ -488,6 +516,7 @@ pub(crate) async fn acquire(
             () = tokio::time::sleep_until(give_up) => {}
         }
     }
+    w.leave().await;
     let gave_up = Error::Timeout(Timeout {
         budget: TimeoutBudget::MaxWait,
         waited: start.elapsed(),
