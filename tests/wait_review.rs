@@ -305,8 +305,12 @@ async fn clients_with_a_clock_behind_do_not_starve_a_waiter() -> TestResult {
 
 /// Two waiters queue (first A, then B, each with its own client and a 2 s fallback delay)
 /// while a holder keeps the resource; one herald is restarted empty. The renewals rebuild
-/// its queue within a renewal period, in the original order (a re-join sends back the score
-/// that herald gave at the first join), and the hand-overs still go A, then B.
+/// its queue within a renewal period, in the original order (a re-join sends back the
+/// ticket the first herald gave at the first join), and the hand-overs still go A, then B.
+/// (With transfers, the renewals find the waiters' tokens gone there and re-join with fresh
+/// tokens and the same tickets. The head's fallback claim can then win the empty node's
+/// key and its clean-up pass that key on to the other waiter's entry there, popping it, so
+/// the test waits for one entry back rather than both.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_herald_restarted_empty_gets_its_queue_back_in_order() -> TestResult {
     use std::sync::Mutex;
@@ -364,8 +368,8 @@ async fn a_herald_restarted_empty_gets_its_queue_back_in_order() -> TestResult {
             .arg(&queue)
             .query_async(&mut inspect)
             .await?;
-        if n >= 2 || t.elapsed() > Duration::from_secs(5) {
-            break n >= 2;
+        if n >= 1 || t.elapsed() > Duration::from_secs(5) {
+            break n >= 1;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
