@@ -43,6 +43,10 @@ pub(crate) struct Ask {
     pub(crate) intent: Vec<u8>,
     /// A semaphore's configuration text (`"P:c:Q:N"`) and per-node limit `c`.
     pub(crate) permit: Option<(String, u32)>,
+    /// A queued waiter's own token (its epoch token, the one its queue entries carry): the
+    /// attempt uses it instead of a fresh one, and a key that already holds it (transferred
+    /// to it) counts as granted (`claim.lua`; fenced: `acquire_fenced.lua` on one key).
+    pub(crate) own: Option<Token>,
 }
 
 impl Ask {
@@ -53,6 +57,7 @@ impl Ask {
             quorum,
             intent: Vec::new(),
             permit: None,
+            own: None,
         }
     }
 
@@ -68,6 +73,9 @@ impl Ask {
             Kind::Exclusive if fencing => {
                 let (request, keys) = crate::fencing::request(res, token, ttl);
                 (request, Some(keys))
+            }
+            Kind::Exclusive if self.own.is_some() => {
+                (Request::claim(res.lock_keys(), token, ttl), None)
             }
             Kind::Exclusive => (Request::acquire(res.lock_keys(), token, ttl), None),
             Kind::Read(k) => (Request::read_acquire(k, token, ttl), None),
@@ -104,7 +112,10 @@ pub(crate) async fn acquire_as(
     attempt: u32,
 ) -> Result<Lock, Error> {
     let config = &inner.config;
-    let token = Token::generate()?;
+    let token = match &ask.own {
+        Some(t) => t.clone(),
+        None => Token::generate()?,
+    };
     let node_timeout = config.node_timeout_for(ttl);
     let span = tracing::debug_span!(
         "quorumlock.acquire",

@@ -125,3 +125,31 @@ pub(crate) fn commit<'a>(
         }
     }
 }
+
+/// The commit round of a lock a waiter holds by transfer (no round 1 of its own): commits
+/// `t` (the largest counter the counted transfers announced) on every node, exactly as
+/// [`commit`] does after a fenced acquire; `t` once a quorum confirmed, else
+/// [`Error::NoQuorum`] with the commit's votes.
+pub(crate) async fn commit_transfer(
+    inner: &Inner,
+    res: &Resources,
+    token: &Token,
+    t: u64,
+    node_timeout: Duration,
+) -> Result<u64, Error> {
+    let mut keys = res.lock_keys().to_vec();
+    keys.extend(res.fence_keys());
+    let call = Arc::new(Request::commit_fence(keys, token, t));
+    let mut round = Round::start(&inner.nodes, inner.quorum, |_, node| {
+        let node = node.clone();
+        let call = call.clone();
+        async move { node.send(&call, node_timeout).await }
+    });
+    let committed = fencing::committed(round.decide().await);
+    let votes = (!committed).then(|| round.votes(&inner.nodes));
+    round.detach();
+    match votes {
+        None => Ok(t),
+        Some(votes) => Err(Error::NoQuorum(votes)),
+    }
+}

@@ -215,6 +215,7 @@ mod lock;
 mod rwlock;
 mod semaphore;
 mod shared;
+mod transfer;
 mod wait;
 // Kept locks and scoped use:
 mod watchdog;

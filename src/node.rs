@@ -40,7 +40,7 @@ pub(crate) use crate::addr::NodeAddr;
 use crate::error::Error;
 use crate::metrics::{NodeKeys, Op, Timer};
 use crate::protocol::fencing;
-use crate::protocol::reply::{Holder, QueuePlace, Reply as Typed};
+use crate::protocol::reply::{Holder, QueuePlace, QueueState, Reply as Typed};
 use crate::resource::{Kind, Resources, RwKeys, SemKeys};
 use crate::token::Token;
 
@@ -81,10 +81,14 @@ pub(crate) static ACQUIRE_MANY: Lua = lua!("scripts/acquire.lua", idempotent: fa
 pub(crate) static RELEASE: Lua = lua!("scripts/release.lua", idempotent: true);
 /// Compare-and-delete of one key, handing over to the wait queue's head.
 pub(crate) static RELEASE_ONE: Lua = lua!("scripts/release_one.lua", idempotent: true);
-/// Join a wait queue.
-static ENQUEUE: Lua = lua!("scripts/enqueue.lua", idempotent: true);
+/// Join a wait queue. Never finished late nor retried (as an acquire): a first join landing
+/// after the waiter's leave release would queue a token no one waits with, and the next
+/// release would transfer the lock to it (found by `faults::row06b_…`).
+static ENQUEUE: Lua = lua!("scripts/enqueue.lua", idempotent: false);
 /// Leave a wait queue.
 static DEQUEUE: Lua = lua!("scripts/dequeue.lua", idempotent: true);
+/// A queued waiter's acquire of one key: its own token there counts as granted.
+pub(crate) static CLAIM: Lua = lua!("scripts/claim.lua", idempotent: false);
 /// Compare-and-extend.
 pub(crate) static EXTEND: Lua = lua!("scripts/extend.lua", idempotent: true);
 /// The fenced acquire (round 1): every lock key or none, and the fence counters raised.
@@ -577,6 +581,21 @@ impl Request {
         }
     }
 
+    /// A queued waiter's acquire of one key with its own queued token (`claim.lua`): as
+    /// `SET … NX PX GET`, and a key that already holds `token` (transferred to it) counts
+    /// as granted, its expiry set to `ttl`. Several keys: the ordinary acquire.
+    pub(crate) fn claim(keys: &[Vec<u8>], token: &Token, ttl: Duration) -> Request {
+        match keys {
+            [key] => Request::script(
+                &CLAIM,
+                vec![key.clone()],
+                vec![token.as_bytes().to_vec(), millis_arg(ttl)],
+                Answer::Acquire,
+            ),
+            _ => Request::acquire(keys, token, ttl),
+        }
+    }
+
     fn script(script: &'static Lua, keys: Vec<Vec<u8>>, args: Vec<Vec<u8>>, a: Answer) -> Request {
         Request {
             wire: Wire::Script(Arc::new(ScriptCall::new(script, keys, args))),
@@ -604,9 +623,11 @@ impl Request {
         Request::script(&EXTEND, keys, args, Answer::Compare)
     }
 
-    /// Compare-and-delete. One resource: the hand-over script (it also pops the wait
-    /// queue's head and names it as `waiter`'s successor); several: the plain one. The
-    /// release is announced only when `announce`.
+    /// Compare-and-delete. One resource: the transfer script (`release_one.lua`: it
+    /// removes this holder's own queue entries, `token` and `waiter`, and hands the key to
+    /// the wait queue's head when that is a transfer entry, announcing the transfer);
+    /// `announce` says whether a plain release is announced and a name-only entry named.
+    /// Several resources: the plain one, announced only when `announce`.
     pub(crate) fn release(
         res: &Resources,
         token: &Token,
@@ -614,16 +635,18 @@ impl Request {
         waiter: &[u8],
     ) -> Request {
         if res.len() == 1 {
-            let [queue, expiry] = res.queue_keys();
+            let [queue, leases, attrs] = res.queue_keys();
             let mut keys = res.lock_keys().to_vec();
-            keys.push(queue);
-            keys.push(expiry);
-            let channel = if announce {
-                res.channels().into_iter().next().unwrap_or_default()
-            } else {
-                Vec::new()
-            };
-            let args = vec![token.as_bytes().to_vec(), channel, waiter.to_vec()];
+            keys.extend([queue, leases, attrs]);
+            keys.extend(res.fence_keys());
+            let channel = res.channels().into_iter().next().unwrap_or_default();
+            let loud = if announce { b"1" } else { b"0" };
+            let args = vec![
+                token.as_bytes().to_vec(),
+                channel,
+                waiter.to_vec(),
+                loud.to_vec(),
+            ];
             return Request::script(&RELEASE_ONE, keys, args, Answer::Release);
         }
         let mut args = vec![token.as_bytes().to_vec()];
@@ -633,8 +656,9 @@ impl Request {
         Request::script(&RELEASE, res.lock_keys().to_vec(), args, Answer::Release)
     }
 
-    /// Leaves a wait queue (`keys`: the queue and its leases) as waiter `id`. Answers 1.
-    pub(crate) fn dequeue(keys: &[Vec<u8>; 2], id: &[u8]) -> Request {
+    /// Leaves a wait queue (`keys`: the queue, its leases, its attributes) as waiter `id`.
+    /// Answers 1.
+    pub(crate) fn dequeue(keys: &[Vec<u8>; 3], id: &[u8]) -> Request {
         let args = vec![id.to_vec()];
         Request::script(&DEQUEUE, keys.to_vec(), args, Answer::Compare)
     }
@@ -776,41 +800,101 @@ impl Request {
     }
 }
 
-/// A wait-queue join (or renewal) on one herald: the waiter's id, the arrival score that
-/// herald gave it before (empty on a first join: the herald assigns one from its clock),
-/// and the lease.
-pub(crate) struct QueueJoin {
-    call: Arc<ScriptCall>,
+/// The kind of a wait-queue entry: what a release does when it pops it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EntryKind {
+    /// The release transfers the lock to the entry's token (`t`).
+    Transfer,
+    /// The same, raising the fence counter as a fenced grant does (`f`).
+    FencedTransfer,
+    /// The release deletes the key and names the entry (`n`): the waiter then tries.
+    NameOnly,
 }
 
-impl QueueJoin {
-    /// Joins the queue (`keys`: the queue and its leases) as `id`, for `lease`.
-    pub(crate) fn new(keys: &[Vec<u8>; 2], id: &[u8], score: &[u8], lease: Duration) -> QueueJoin {
-        let lease = millis_ceil(lease).to_string().into_bytes();
-        let args = vec![id.to_vec(), score.to_vec(), lease];
-        QueueJoin {
-            call: Arc::new(ScriptCall::new(&ENQUEUE, keys.to_vec(), args)),
+impl EntryKind {
+    fn code(self) -> &'static [u8] {
+        match self {
+            EntryKind::Transfer => b"t",
+            EntryKind::FencedTransfer => b"f",
+            EntryKind::NameOnly => b"n",
         }
     }
 }
 
-/// Decodes a join's answer, `{added, ahead, score}`: `None` for a failure or any other
-/// shape (the queue is only a hint: an unreadable answer is an absent one).
+/// A wait-queue join (or renewal) on one node (`enqueue.lua`).
+pub(crate) struct QueueJoin {
+    call: Arc<ScriptCall>,
+}
+
+/// What a wait-queue join says about the waiter, besides its keys.
+pub(crate) struct JoinArgs<'a> {
+    /// The waiter's token (its entry, and the lock token a transfer sets).
+    pub(crate) token: &'a [u8],
+    /// Its ticket, as a node printed it; empty to have the node assign one (its clock).
+    pub(crate) ticket: &'a [u8],
+    /// The entry's lease.
+    pub(crate) lease: Duration,
+    /// The TTL a transfer sets the key with.
+    pub(crate) ttl: Duration,
+    /// What a release does when it pops the entry.
+    pub(crate) kind: EntryKind,
+    /// The first join of this token on this node (only a first join adds it; a renewal
+    /// of a token that is gone answers so and never adds it back).
+    pub(crate) first: bool,
+}
+
+impl QueueJoin {
+    /// Joins or renews on the queue `keys` (the queue, its leases, its attributes) of the
+    /// lock key `lock`.
+    pub(crate) fn new(keys: &[Vec<u8>; 3], lock: &[u8], a: &JoinArgs<'_>) -> QueueJoin {
+        let mut ks = keys.to_vec();
+        ks.push(lock.to_vec());
+        let first = if a.first { b"1" } else { b"0" };
+        let args = vec![
+            a.token.to_vec(),
+            a.ticket.to_vec(),
+            millis_arg(a.lease),
+            millis_arg(a.ttl),
+            a.kind.code().to_vec(),
+            first.to_vec(),
+        ];
+        QueueJoin {
+            call: Arc::new(ScriptCall::new(&ENQUEUE, ks, args)),
+        }
+    }
+}
+
+/// Decodes a join's answer, `{state, ahead, ticket, holds}`: `None` for a failure or any
+/// other shape (an unreadable answer is an absent one).
 pub(crate) fn decode_join(raw: Reply) -> Option<QueuePlace> {
     let Reply::Value(Value::Array(a)) = raw else {
         return None;
     };
-    let (Some(Value::Int(added)), Some(Value::Int(ahead))) = (a.first(), a.get(1)) else {
+    let (Some(Value::Int(state)), Some(ahead), Some(Value::Int(holds))) =
+        (a.first(), a.get(1), a.get(3))
+    else {
         return None;
+    };
+    let state = match state {
+        0 => QueueState::Queued,
+        1 => QueueState::Added,
+        2 => QueueState::Gone,
+        _ => return None,
+    };
+    let ahead = match ahead {
+        Value::Int(n) => u64::try_from(*n).ok()?,
+        Value::Nil => 0,
+        _ => return None,
     };
     let score = match a.get(2) {
         Some(Value::BulkString(s)) => Some(s.clone()),
         _ => None,
     };
     Some(QueuePlace {
-        added: *added == 1,
-        ahead: u64::try_from(*ahead).ok()?,
+        state,
+        ahead,
         score,
+        holds: *holds == 1,
     })
 }
 
@@ -846,8 +930,15 @@ pub(crate) fn decode(answer: Answer, raw: Reply) -> Typed {
             (Some(Value::Int(1)), Some(Value::Int(t))) => fencing::token_of(*t).map(Typed::Fenced),
             _ => None,
         },
-        (Answer::Release, Value::Array(a)) => match (a.first(), a.get(1)) {
-            (Some(Value::Int(d)), Some(Value::Int(l))) => Some(Typed::Released {
+        (Answer::Release, Value::Array(a)) => match (a.first(), a.get(1), a.get(2)) {
+            // A transfer (`release_one.lua`): the key left our token, to the queue's head.
+            (Some(Value::Int(2)), Some(Value::Int(l)), Some(Value::Int(_))) => {
+                Some(Typed::Released {
+                    deleted: 1,
+                    listeners: u64::try_from(*l).unwrap_or(0),
+                })
+            }
+            (Some(Value::Int(d)), Some(Value::Int(l)), None) => Some(Typed::Released {
                 deleted: u64::try_from(*d).unwrap_or(0),
                 listeners: u64::try_from(*l).unwrap_or(0),
             }),
@@ -1251,30 +1342,105 @@ mod tests {
         ));
     }
 
-    /// A join's `{added, ahead, score}`; anything else reads as no answer.
+    /// A join's `{state, ahead, ticket, holds}`; anything else reads as no answer.
     #[test]
     fn decoding_joins() {
         let arr = |a: Vec<Value>| Reply::Value(Value::Array(a));
         let score = Value::BulkString(b"1700000000000001".to_vec());
         assert_eq!(
-            decode_join(arr(vec![Value::Int(1), Value::Int(2), score])),
+            decode_join(arr(vec![
+                Value::Int(1),
+                Value::Int(2),
+                score,
+                Value::Int(0)
+            ])),
             Some(QueuePlace {
-                added: true,
+                state: QueueState::Added,
                 ahead: 2,
-                score: Some(b"1700000000000001".to_vec())
+                score: Some(b"1700000000000001".to_vec()),
+                holds: false,
             })
         );
         assert_eq!(
-            decode_join(arr(vec![Value::Int(0), Value::Int(0), Value::Nil])),
+            decode_join(arr(vec![
+                Value::Int(2),
+                Value::Nil,
+                Value::Nil,
+                Value::Int(1)
+            ])),
             Some(QueuePlace {
-                added: false,
+                state: QueueState::Gone,
                 ahead: 0,
-                score: None
+                score: None,
+                holds: true,
             })
         );
-        assert_eq!(decode_join(arr(vec![Value::Int(0), Value::Int(-1)])), None);
-        assert_eq!(decode_join(arr(vec![Value::Int(0)])), None);
+        let queued = arr(vec![
+            Value::Int(0),
+            Value::Int(0),
+            Value::Nil,
+            Value::Int(0),
+        ]);
+        assert_eq!(
+            decode_join(queued).map(|p| p.state),
+            Some(QueueState::Queued)
+        );
+    }
+
+    /// A join's answer of any other shape reads as no answer.
+    #[test]
+    fn decoding_bad_joins() {
+        let arr = |a: Vec<Value>| Reply::Value(Value::Array(a));
+        assert_eq!(
+            decode_join(arr(vec![
+                Value::Int(0),
+                Value::Int(-1),
+                Value::Nil,
+                Value::Int(0)
+            ])),
+            None
+        );
+        assert_eq!(
+            decode_join(arr(vec![
+                Value::Int(3),
+                Value::Int(0),
+                Value::Nil,
+                Value::Int(0)
+            ])),
+            None
+        );
+        assert_eq!(decode_join(arr(vec![Value::Int(0), Value::Int(0)])), None);
         assert_eq!(decode_join(Reply::TimedOut), None);
+    }
+
+    /// The transfer release's answers: a transfer is a release for its releaser.
+    #[test]
+    fn decoding_transfers() {
+        let arr = |a: Vec<Value>| Reply::Value(Value::Array(a));
+        assert_eq!(
+            decode(
+                Answer::Release,
+                arr(vec![Value::Int(2), Value::Int(3), Value::Int(77)])
+            ),
+            Typed::Released {
+                deleted: 1,
+                listeners: 3
+            }
+        );
+        assert_eq!(
+            decode(Answer::Release, arr(vec![Value::Int(0), Value::Int(4)])),
+            Typed::Released {
+                deleted: 0,
+                listeners: 4
+            }
+        );
+        assert!(matches!(
+            decode(
+                Answer::Release,
+                arr(vec![Value::Int(1), Value::Int(3), Value::Int(7)])
+            ),
+            Typed::Failed(_)
+        ));
     }
 
     /// Each script's hash is computed from its one copy of the source, as Redis computes it.
@@ -1286,6 +1452,7 @@ mod tests {
             &RELEASE_ONE,
             &ENQUEUE,
             &DEQUEUE,
+            &CLAIM,
             &EXTEND,
             &ACQUIRE_FENCED,
             &COMMIT_FENCE,
@@ -1301,11 +1468,31 @@ mod tests {
         assert_ne!(RELEASE.hash(), RELEASE_ONE.hash());
     }
 
-    /// A queue join's lease travels as whole milliseconds, rounded up.
+    /// A queue join's lease and TTL travel as whole milliseconds, rounded up, with the
+    /// kind and the first-join flag.
     #[test]
     fn join_lease_in_millis() {
-        let keys = [b"q".to_vec(), b"l".to_vec()];
-        let j = QueueJoin::new(&keys, b"id", b"", Duration::from_micros(2_500));
-        assert_eq!(j.call.args, vec![b"id".to_vec(), Vec::new(), b"3".to_vec()]);
+        let keys = [b"q".to_vec(), b"l".to_vec(), b"a".to_vec()];
+        let args = JoinArgs {
+            token: b"id",
+            ticket: b"",
+            lease: Duration::from_micros(2_500),
+            ttl: Duration::from_millis(10),
+            kind: EntryKind::FencedTransfer,
+            first: true,
+        };
+        let j = QueueJoin::new(&keys, b"k", &args);
+        assert_eq!(
+            j.call.args,
+            vec![
+                b"id".to_vec(),
+                Vec::new(),
+                b"3".to_vec(),
+                b"10".to_vec(),
+                b"f".to_vec(),
+                b"1".to_vec()
+            ]
+        );
+        assert_eq!(j.call.keys.len(), 4);
     }
 }

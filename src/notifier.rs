@@ -2,7 +2,12 @@
 //! connection per node, shared by every waiter of the client, started on first use.
 //!
 //! Every release on a resource's heralds publishes `<release id>[:<waiter>…]` on the
-//! resource's channel (`quorumlock:released:{name}`). Each node's subscription task turns
+//! resource's channel (`quorumlock:released:{name}`); a release that transferred the lock
+//! to a queued token (on any node) publishes `<release id>:>:<token>[:<fence>]`, which
+//! names that token: each node's subscription task also hands such an announcement, with
+//! the node's index, to the transfer waiter that registered that token
+//! ([`Notifier::route`]; current and retired tokens alike: the waiter counts the node, or
+//! passes a retired token's transfer on). Each node's subscription task turns
 //! messages into wake-ups: what a message means (a new release, the same one again from
 //! the other herald, an old one; whose turn it is) is decided by the protocol
 //! ([`protocol::contention::Releases`](crate::protocol::contention::Releases)); this module
@@ -25,6 +30,7 @@ use crate::node::{NodeAddr, NodeSpec};
 use crate::protocol::contention::{
     self, Announced, Heard, POLITE_WINDOW, Releases, Turn, parse_announcement,
 };
+use crate::protocol::handoff;
 use crate::resource::Resources;
 use crate::time::later;
 
@@ -48,6 +54,18 @@ struct Shared {
     /// Channels this client released while others listened, until when it yields.
     polite: Mutex<HashMap<Vec<u8>, Instant>>,
     nodes: Vec<mpsc::UnboundedSender<SubCmd>>,
+    /// Transfer waiters by token (current and retired tokens alike): each transfer
+    /// announcement naming one is routed to its waiter with the node that published it.
+    transfers: Mutex<HashMap<Vec<u8>, mpsc::UnboundedSender<Transfer>>>,
+}
+
+/// A transfer announcement heard from one node: node `node` handed the lock to `token`
+/// (`fence`: the counter it raised, for a fenced entry).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Transfer {
+    pub(crate) node: usize,
+    pub(crate) token: Vec<u8>,
+    pub(crate) fence: Option<u64>,
 }
 
 /// One resource channel of this client.
@@ -113,13 +131,14 @@ impl Notifier {
             channels: Mutex::new(HashMap::new()),
             polite: Mutex::new(HashMap::new()),
             nodes: senders,
+            transfers: Mutex::new(HashMap::new()),
         });
-        for (spec, rx) in specs.iter().zip(receivers) {
+        for (index, (spec, rx)) in specs.iter().zip(receivers).enumerate() {
             let client = redis::Client::open(spec.info.clone()).ok();
             let weak = Arc::downgrade(&shared);
             let addr = spec.addr.clone();
             if let Some(client) = client {
-                crate::background::spawn_daemon(subscriber(client, addr, weak, rx));
+                crate::background::spawn_daemon(subscriber(client, addr, index, weak, rx));
             }
         }
         Notifier { shared }
@@ -169,6 +188,20 @@ impl Notifier {
             }
         }
         yield_
+    }
+
+    /// Routes the transfer announcements naming `token` to `to` (until [`Notifier::unroute`]).
+    pub(crate) fn route(&self, token: &[u8], to: mpsc::UnboundedSender<Transfer>) {
+        if let Ok(mut m) = self.shared.transfers.lock() {
+            m.insert(token.to_vec(), to);
+        }
+    }
+
+    /// Stops routing the transfer announcements naming `token`.
+    pub(crate) fn unroute(&self, token: &[u8]) {
+        if let Ok(mut m) = self.shared.transfers.lock() {
+            m.remove(token);
+        }
     }
 
     /// Registers interest in a lock's resources (subscribing on every node if new).
@@ -340,6 +373,22 @@ impl Shared {
     /// A release was announced on `channel` (by any node): wake its waiters, once per
     /// release however many nodes announce it ([`Releases::hear`]).
     fn announce(&self, channel: &[u8], payload: &[u8]) {
+        self.announce_from(channel, payload, None);
+    }
+
+    /// As [`Shared::announce`], from node `node` (a subscription): a transfer naming a
+    /// routed token is also handed to its waiter, with the node.
+    fn announce_from(&self, channel: &[u8], payload: &[u8], node: Option<usize>) {
+        if let (Some(node), Some((token, fence))) = (node, handoff::parse_transfer(payload))
+            && let Ok(m) = self.transfers.lock()
+            && let Some(to) = m.get(token)
+        {
+            let _ = to.send(Transfer {
+                node,
+                token: token.to_vec(),
+                fence,
+            });
+        }
         let (id, heads) = parse_announcement(payload);
         let Ok(mut map) = self.channels.lock() else {
             return;
@@ -393,6 +442,7 @@ impl Shared {
 async fn subscriber(
     client: redis::Client,
     addr: NodeAddr,
+    index: usize,
     shared: Weak<Shared>,
     mut cmds: mpsc::UnboundedReceiver<SubCmd>,
 ) {
@@ -415,6 +465,7 @@ async fn subscriber(
         let mut link = Link {
             sink,
             shared: shared.clone(),
+            index,
             epoch,
             subscribed: HashSet::new(),
         };
@@ -438,6 +489,8 @@ enum Served {
 struct Link {
     sink: redis::aio::PubSubSink,
     shared: Weak<Shared>,
+    /// The node's index (whose transfers this link hears).
+    index: usize,
     epoch: u64,
     subscribed: HashSet<Vec<u8>>,
 }
@@ -477,7 +530,7 @@ impl Link {
                 msg = stream.next() => {
                     let Some(msg) = msg else { return Served::Lost };
                     let Some(s) = self.shared.upgrade() else { return Served::Done };
-                    s.announce(msg.get_channel_name().as_bytes(), msg.get_payload_bytes());
+                    s.announce_from(msg.get_channel_name().as_bytes(), msg.get_payload_bytes(), Some(self.index));
                 }
                 cmd = cmds.recv() => {
                     let Some(SubCmd::Subscribe(ch)) = cmd else { return Served::Done };

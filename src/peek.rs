@@ -54,7 +54,7 @@ fn commands(pipe: &mut redis::Pipeline, res: &Resources, herald: bool) {
         .cmd("GET")
         .arg(fence);
     if herald {
-        let [queue, _lease] = res.queue_keys();
+        let [queue, _lease, _attrs] = res.queue_keys();
         pipe.cmd("ZCARD").arg(queue);
     }
 }

@@ -7,7 +7,7 @@
 //! | --- | --- |
 //! | `quorumlock:lock:{name}` | the lock token, with the TTL |
 //! | `quorumlock:fence:{name}` | the fence counter (fencing only; never expires; the largest fencing token issued or committed on this node, in microseconds since the Unix epoch or above) |
-//! | `quorumlock:queue:{name}`, `quorumlock:qlease:{name}` | waiters in arrival order, and when each one's lease lapses (notify waiting; on the resource's two herald nodes only; vanish with the last lease) |
+//! | `quorumlock:queue:{name}`, `quorumlock:qlease:{name}`, `quorumlock:qattrs:{name}` | waiters by ticket, when each one's lease lapses, and what a release does with each entry (`<ttl ms>:<kind>`: transfer, fenced transfer, name-only) (notify waiting; vanish with the last lease) |
 //! | `quorumlock:released:{name}` | the pub/sub channel announcing releases |
 //! | `quorumlock:rw:{name}` | a read-write lock's writer token, with the TTL |
 //! | `quorumlock:readers:{name}` | a read-write lock's readers: a sorted set, member = reader token, score = its expiry in ms by this node's clock |
@@ -37,6 +37,7 @@ const FENCE_PREFIX: &[u8] = b"quorumlock:fence:";
 const CHANNEL_PREFIX: &[u8] = b"quorumlock:released:";
 const QUEUE_PREFIX: &[u8] = b"quorumlock:queue:";
 const QUEUE_LEASE_PREFIX: &[u8] = b"quorumlock:qlease:";
+const QUEUE_ATTRS_PREFIX: &[u8] = b"quorumlock:qattrs:";
 const RW_PREFIX: &[u8] = b"quorumlock:rw:";
 const READERS_PREFIX: &[u8] = b"quorumlock:readers:";
 const INTENT_PREFIX: &[u8] = b"quorumlock:wintent:";
@@ -114,9 +115,13 @@ impl Resources {
     }
 
     /// The wait queue and its leases (single-resource locks use the first name).
-    pub(crate) fn queue_keys(&self) -> [Vec<u8>; 2] {
+    pub(crate) fn queue_keys(&self) -> [Vec<u8>; 3] {
         let name = self.names.first().map(String::as_str).unwrap_or("");
-        [key(QUEUE_PREFIX, name), key(QUEUE_LEASE_PREFIX, name)]
+        [
+            key(QUEUE_PREFIX, name),
+            key(QUEUE_LEASE_PREFIX, name),
+            key(QUEUE_ATTRS_PREFIX, name),
+        ]
     }
     pub(crate) fn channels(&self) -> Vec<Vec<u8>> {
         self.names.iter().map(|n| channel(n)).collect()

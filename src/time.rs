@@ -52,6 +52,16 @@ pub(crate) fn log_us(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
+/// A random delay in `min..=max`.
+pub(crate) fn jitter(min: Duration, max: Duration) -> Duration {
+    if max <= min {
+        return min;
+    }
+    let span = u64::try_from((max - min).as_nanos()).unwrap_or(u64::MAX);
+    let drawn = rand::Rng::random_range(&mut rand::rng(), 0..=span);
+    min.saturating_add(Duration::from_nanos(drawn))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -59,8 +59,16 @@
 //! readers remain; a permit frees one slot of many), so there is nothing to listen for.
 //! A waiting writer's fairness comes from its intent instead (see `rwlock`).
 //!
-//! The queue is only a hint for *who tries first*: an acquisition is always the ordinary
-//! Redlock vote, whatever the queue says.
+//! **A single resource with notify waiting** does not use the loop below: it waits by
+//! *transfer* ([`transfer`](crate::transfer)): its queue entry on every node is the token
+//! it will hold, a release hands the key to the queue's head inside the release script,
+//! and the waiter holds once it knows a quorum of nodes did so, with no acquire round of
+//! its own (docs/safety.md, "Direct hand-off"). The rules above (naming, turns, the chase
+//! back-off, the queue on the heralds only) now serve multi-resource waiters, whose entries
+//! are name-only.
+//!
+//! For those, the queue is only a hint for *who tries first*: an acquisition is always the
+//! ordinary Redlock vote, whatever the queue says.
 //!
 //! The hand-over is in arrival order: with no faults and a scheduler that keeps up, a
 //! waiter that arrived while `k` others were queued is served after exactly those `k`.
@@ -81,7 +89,7 @@ use crate::acquire::{Ask, acquire_as, acquire_once};
 use crate::config::Retry;
 use crate::error::{Error, Timeout, TimeoutBudget, Votes};
 use crate::lock::Lock;
-use crate::node::{Node, QueueJoin, Request};
+use crate::node::{EntryKind, JoinArgs, Node, QueueJoin, Request};
 use crate::notifier::{Interest, Wake};
 pub(crate) use crate::protocol::contention::POLITE_DELAY;
 pub use crate::protocol::contention::QUEUE_LEASE;
@@ -90,16 +98,8 @@ use crate::protocol::contention::{
 };
 use crate::resource::Resources;
 use crate::shared::Inner;
+pub(crate) use crate::time::jitter;
 use crate::time::later;
-
-/// A random delay in `min..=max`.
-pub(crate) fn jitter(min: Duration, max: Duration) -> Duration {
-    if max <= min {
-        return min;
-    }
-    let span = u64::try_from((max - min).as_nanos()).unwrap_or(u64::MAX);
-    min.saturating_add(Duration::from_nanos(rand::rng().random_range(0..=span)))
-}
 
 /// Whether a failed attempt's votes show that no one holds a quorum
 /// ([`contention::is_split`]).
@@ -275,6 +275,14 @@ pub(crate) async fn acquire_waiting(
     ttl: Duration,
     retry: &Retry,
 ) -> Result<Lock, Error> {
+    if res.len() == 1
+        && let Some(n) = &inner.notifier
+    {
+        // A single resource with notify waiting: hand-off by transfer.
+        let yield_first = n.should_yield(res);
+        let interest = n.interest(res);
+        return crate::transfer::acquire(inner, res, ttl, retry, interest, yield_first).await;
+    }
     let start = Instant::now();
     let mut w = Waiter {
         inner,
@@ -485,8 +493,9 @@ async fn listen(
 struct Ticket {
     inner: Arc<Inner>,
     res: Resources,
-    keys: [Vec<u8>; 2],
+    keys: [Vec<u8>; 3],
     id: Vec<u8>,
+    ttl: Duration,
     /// This waiter's arrival score on each herald (by node index), as that herald assigned
     /// it at the first join (its own clock: the clients' clocks play no part in the order);
     /// re-joins after a lost place send it back, so the place is kept.
@@ -507,6 +516,7 @@ impl Ticket {
             res: res.clone(),
             keys: res.queue_keys(),
             id,
+            ttl,
             scores: HashMap::new(),
             timeout: inner.config.node_timeout_for(ttl),
             joined_at: tokio::time::Instant::now(),
@@ -542,7 +552,18 @@ impl Ticket {
             .map(|(i, n)| {
                 // The score this herald gave us, or none yet: it assigns one (its time).
                 let score = self.scores.get(&i).map_or(&[][..], Vec::as_slice);
-                let join = QueueJoin::new(&self.keys, &self.id, score, QUEUE_LEASE);
+                // A name-only entry: a release names it, and it tries. Such an entry may be
+                // added again after it was popped (nothing is transferred to it).
+                let args = JoinArgs {
+                    token: &self.id,
+                    ticket: score,
+                    lease: QUEUE_LEASE,
+                    ttl: self.ttl,
+                    kind: EntryKind::NameOnly,
+                    first: true,
+                };
+                let lock = self.res.lock_keys().first().map_or(&[][..], Vec::as_slice);
+                let join = QueueJoin::new(&self.keys, lock, &args);
                 async move { (i, n.join_queue(&join, timeout).await) }
             })
             .collect();

@@ -64,6 +64,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "acquire",
             "fencing",
             "wait",
+            "transfer",
             "inspect",
             "rwlock",
             "semaphore",

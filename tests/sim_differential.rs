@@ -47,9 +47,10 @@ struct Scripts {
     release_one: redis::Script,
     enqueue: redis::Script,
     dequeue: redis::Script,
+    claim: redis::Script,
 }
 
-const SOURCES: [&str; 8] = [
+const SOURCES: [&str; 9] = [
     include_str!("../src/scripts/acquire.lua"),
     include_str!("../src/scripts/acquire_fenced.lua"),
     include_str!("../src/scripts/commit_fence.lua"),
@@ -58,6 +59,7 @@ const SOURCES: [&str; 8] = [
     include_str!("../src/scripts/release_one.lua"),
     include_str!("../src/scripts/enqueue.lua"),
     include_str!("../src/scripts/dequeue.lua"),
+    include_str!("../src/scripts/claim.lua"),
 ];
 
 impl Scripts {
@@ -71,6 +73,7 @@ impl Scripts {
             release_one,
             enqueue,
             dequeue,
+            claim,
         ] = SOURCES.map(redis::Script::new);
         Scripts {
             acquire,
@@ -81,6 +84,7 @@ impl Scripts {
             release_one,
             enqueue,
             dequeue,
+            claim,
         }
     }
 }
@@ -138,6 +142,17 @@ fn fence_key(r: &str) -> Vec<u8> {
 }
 fn queue_key(r: &str) -> Vec<u8> {
     format!("Q:{{{r}}}").into_bytes()
+}
+fn attrs_key(r: &str) -> Vec<u8> {
+    format!("A:{{{r}}}").into_bytes()
+}
+/// A token or, often, a waiter's token (which a transfer may have set the key to).
+fn token_or_waiter(rng: &mut ChaCha8Rng) -> Vec<u8> {
+    if rng.random_bool(0.5) {
+        WAITERS[rng.random_range(0..3)].as_bytes().to_vec()
+    } else {
+        token(rng)
+    }
 }
 fn lease_key(r: &str) -> Vec<u8> {
     format!("H:{{{r}}}").into_bytes()
@@ -210,7 +225,15 @@ enum Step {
 fn gen_step(rng: &mut ChaCha8Rng, now_us: u64, last_top: u64, arrivals: &Arrivals) -> Step {
     let step = rng.random_range(0..110);
     let req = match step {
-        0..=11 => {
+        0..=3 => {
+            let r = RESOURCES[rng.random_range(0..3)];
+            Request::Claim {
+                key: key_or_stray(rng, lock_key(r)),
+                token: token_or_waiter(rng),
+                ttl_ms: ttl(rng),
+            }
+        }
+        4..=11 => {
             let r = RESOURCES[rng.random_range(0..3)];
             Request::SetNxPxGet {
                 key: key_or_stray(rng, lock_key(r)),
@@ -281,17 +304,16 @@ fn gen_step(rng: &mut ChaCha8Rng, now_us: u64, last_top: u64, arrivals: &Arrival
                 key: key_or_stray(rng, lock_key(r)),
                 queue: key_or_stray(rng, queue_key(r)),
                 leases: key_or_stray(rng, lease_key(r)),
-                token: token(rng),
-                channel: if rng.random_bool(0.8) {
-                    channel(r)
-                } else {
-                    Vec::new()
-                },
+                attrs: key_or_stray(rng, attrs_key(r)),
+                fence: key_or_stray(rng, fence_key(r)),
+                token: token_or_waiter(rng),
+                channel: channel(r),
                 waiter: if rng.random_bool(0.4) {
                     WAITERS[rng.random_range(0..3)].as_bytes().to_vec()
                 } else {
                     Vec::new()
                 },
+                loud: rng.random_bool(0.7),
             }
         }
         76..=87 => {
@@ -314,6 +336,8 @@ fn gen_step(rng: &mut ChaCha8Rng, now_us: u64, last_top: u64, arrivals: &Arrival
             Request::Enqueue {
                 queue,
                 leases: key_or_stray(rng, lease_key(r)),
+                attrs: key_or_stray(rng, attrs_key(r)),
+                key: key_or_stray(rng, lock_key(r)),
                 waiter,
                 arrival,
                 wait_ms: match rng.random_range(0..20) {
@@ -321,6 +345,12 @@ fn gen_step(rng: &mut ChaCha8Rng, now_us: u64, last_top: u64, arrivals: &Arrival
                     1..=4 => rng.random_range(60..=150),
                     _ => LONG_TTL,
                 },
+                ttl_ms: match rng.random_range(0..10) {
+                    0 => 0,
+                    _ => ttl(rng),
+                },
+                kind: [b't', b'f', b'n', b'x'][rng.random_range(0..4)],
+                first: rng.random_bool(0.6),
             }
         }
         88..=92 => {
@@ -328,6 +358,7 @@ fn gen_step(rng: &mut ChaCha8Rng, now_us: u64, last_top: u64, arrivals: &Arrival
             Request::Dequeue {
                 queue: key_or_stray(rng, queue_key(r)),
                 leases: key_or_stray(rng, lease_key(r)),
+                attrs: key_or_stray(rng, attrs_key(r)),
                 waiter: WAITERS[rng.random_range(0..3)].as_bytes().to_vec(),
             }
         }
@@ -467,30 +498,49 @@ fn real_command(s: &Scripts, req: &Request) -> redis::Cmd {
             key,
             queue,
             leases,
+            attrs,
+            fence,
             token,
             channel,
             waiter,
+            loud,
         } => evalsha(
             &s.release_one,
-            &[key, queue, leases],
-            &[token, channel, waiter],
+            &[key, queue, leases, attrs, fence],
+            &[token, channel, waiter, if *loud { b"1" } else { b"0" }],
         ),
         Request::Enqueue {
             queue,
             leases,
+            attrs,
+            key,
             waiter,
             arrival,
             wait_ms,
+            ttl_ms,
+            kind,
+            first,
         } => evalsha(
             &s.enqueue,
-            &[queue, leases],
-            &[waiter, arrival, wait_ms.to_string().as_bytes()],
+            &[queue, leases, attrs, key],
+            &[
+                waiter,
+                arrival,
+                wait_ms.to_string().as_bytes(),
+                ttl_ms.to_string().as_bytes(),
+                &[*kind],
+                if *first { b"1" } else { b"0" },
+            ],
         ),
         Request::Dequeue {
             queue,
             leases,
+            attrs,
             waiter,
-        } => evalsha(&s.dequeue, &[queue, leases], &[waiter]),
+        } => evalsha(&s.dequeue, &[queue, leases, attrs], &[waiter]),
+        Request::Claim { key, token, ttl_ms } => {
+            evalsha(&s.claim, &[key], &[token, ttl_ms.to_string().as_bytes()])
+        }
         Request::Ping => redis::cmd("PING"),
         Request::ConfigGet(name) => {
             let mut c = redis::cmd("CONFIG");
@@ -628,7 +678,10 @@ fn pttl_close(real: &Reply, sim: &Reply, window_us: u64) -> bool {
     match (real, sim) {
         (Reply::Int(a), Reply::Int(b)) if *a >= 0 && *b >= 0 => {
             let tol = window_us / 1000 + 1 + EXPIRY_TOLERANCE_MS;
+            // A queue key whose stray "leases" key was another queue expires at a ticket
+            // (a clock reading in µs, which the model took a moment earlier).
             a.abs_diff(*b) <= tol
+                || (clock_like(i128::from(*a)) && close(i128::from(*a), i128::from(*b)))
         }
         _ => real == sim,
     }
@@ -713,6 +766,15 @@ async fn dump_real(con: &mut MultiplexedConnection) -> Vec<Dumped> {
                 .query_async(con)
                 .await
                 .expect("ZRANGE"),
+            "hash" => {
+                let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = redis::cmd("HGETALL")
+                    .arg(&key)
+                    .query_async(con)
+                    .await
+                    .expect("HGETALL");
+                pairs.sort();
+                pairs.into_iter().flat_map(|(f, v)| [f, v]).collect()
+            }
             "none" => continue,
             other => vec![other.as_bytes().to_vec()],
         };
@@ -747,6 +809,7 @@ fn dump_sim(sim: &SimNode, now_us: u64) -> Vec<Dumped> {
                     .iter()
                     .flat_map(|(score, m)| [m.clone(), format_score(*score).into_bytes()])
                     .collect(),
+                Value::Hash(h) => h.iter().flat_map(|(f, v)| [f.clone(), v.clone()]).collect(),
                 _ => vec![b"unknown".to_vec()],
             },
             expires_at_ms: expiry,

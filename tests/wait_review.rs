@@ -140,10 +140,12 @@ async fn skewed_peer(
         subs.push(p.into_on_message());
     }
     let mut messages = futures::stream::select_all(subs);
-    let (queue, leases, key) = (
+    let (queue, leases, attrs, key, fence) = (
         format!("quorumlock:queue:{resource}"),
         format!("quorumlock:qlease:{resource}"),
+        format!("quorumlock:qattrs:{resource}"),
         format!("quorumlock:lock:{resource}"),
+        format!("quorumlock:fence:{resource}"),
     );
     let id = format!("{:016x}", rand::random::<u64>());
     let mut round = 0u64;
@@ -188,13 +190,11 @@ async fn skewed_peer(
             }
             let releases = conns.iter().enumerate().map(|(i, c)| {
                 let mut c = c.clone();
-                let ch = if won && hs.contains(&i) {
-                    channel.clone()
-                } else {
-                    String::new()
-                };
+                // Heralds announce and name (the hand-over script runs on every node).
+                let loud = if won && hs.contains(&i) { "1" } else { "0" };
                 let mut call = release.key(&key);
-                call.key(&queue).key(&leases).arg(&token).arg(ch).arg(&id);
+                call.key(&queue).key(&leases).key(&attrs).key(&fence);
+                call.arg(&token).arg(&channel).arg(&id).arg(loud);
                 async move { call.invoke_async::<redis::Value>(&mut c).await }
             });
             for r in futures::future::join_all(releases).await {
@@ -206,12 +206,18 @@ async fn skewed_peer(
         let _clock = std::time::SystemTime::now().checked_sub(skew_back);
         for h in hs {
             let score = scores.get(&h).cloned().unwrap_or_default();
+            // A name-only entry, joined or renewed (re-added if it was popped).
             let reply: Vec<redis::Value> = enqueue
                 .key(&queue)
                 .key(&leases)
+                .key(&attrs)
+                .key(&key)
                 .arg(&id)
                 .arg(score)
                 .arg(3000)
+                .arg(10_000)
+                .arg("n")
+                .arg("1")
                 .invoke_async(&mut conns[h])
                 .await?;
             if let Some(redis::Value::BulkString(s)) = reply.get(2) {
@@ -299,8 +305,12 @@ async fn clients_with_a_clock_behind_do_not_starve_a_waiter() -> TestResult {
 
 /// Two waiters queue (first A, then B, each with its own client and a 2 s fallback delay)
 /// while a holder keeps the resource; one herald is restarted empty. The renewals rebuild
-/// its queue within a renewal period, in the original order (a re-join sends back the score
-/// that herald gave at the first join), and the hand-overs still go A, then B.
+/// its queue within a renewal period, in the original order (a re-join sends back the
+/// ticket the first herald gave at the first join), and the hand-overs still go A, then B.
+/// (With transfers, the renewals find the waiters' tokens gone there and re-join with fresh
+/// tokens and the same tickets. The head's fallback claim can then win the empty node's
+/// key and its clean-up pass that key on to the other waiter's entry there, popping it, so
+/// the test waits for one entry back rather than both.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_herald_restarted_empty_gets_its_queue_back_in_order() -> TestResult {
     use std::sync::Mutex;
@@ -358,8 +368,8 @@ async fn a_herald_restarted_empty_gets_its_queue_back_in_order() -> TestResult {
             .arg(&queue)
             .query_async(&mut inspect)
             .await?;
-        if n >= 2 || t.elapsed() > Duration::from_secs(5) {
-            break n >= 2;
+        if n >= 1 || t.elapsed() > Duration::from_secs(5) {
+            break n >= 1;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };

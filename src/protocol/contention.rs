@@ -186,7 +186,7 @@ pub(crate) fn joined<'a>(answers: impl IntoIterator<Item = Option<&'a QueuePlace
     let mut answered = false;
     for place in answers.into_iter().flatten() {
         answered = true;
-        j.lost |= place.added;
+        j.lost |= place.state != super::reply::QueueState::Queued;
         j.ahead = j.ahead.max(place.ahead);
     }
     j.lost |= !answered;
@@ -228,10 +228,16 @@ pub(crate) fn release_queued(single: bool, waited_in_queue: bool, herald_answere
 }
 
 /// Splits an announcement payload, `<release id>[:<waiter>[:<waiter>…]]`, into the
-/// release id and the waiters it names (empty names dropped).
+/// release id and the waiters it names (empty names dropped). A transfer,
+/// `<release id>:>:<token>[:<fence>]`, names the token it transferred to.
 pub(crate) fn parse_announcement(payload: &[u8]) -> (&[u8], Vec<Vec<u8>>) {
     let mut parts = payload.split(|b| *b == b':');
     let id = parts.next().unwrap_or_default();
+    let mut rest = parts.clone();
+    if rest.next() == Some(&b">"[..]) {
+        let heads = rest.next().filter(|t| !t.is_empty()).map(<[u8]>::to_vec);
+        return (id, heads.into_iter().collect());
+    }
     let heads = parts
         .filter(|p| !p.is_empty())
         .map(<[u8]>::to_vec)
@@ -486,10 +492,15 @@ mod tests {
 
     #[test]
     fn joining() {
-        let place = |added, ahead| QueuePlace {
-            added,
+        let place = |added: bool, ahead| QueuePlace {
+            state: if added {
+                crate::protocol::reply::QueueState::Added
+            } else {
+                crate::protocol::reply::QueueState::Queued
+            },
             ahead,
             score: None,
+            holds: false,
         };
         let (a, b) = (place(false, 2), place(true, 1));
         assert_eq!(
@@ -530,6 +541,15 @@ mod tests {
             (&b"abcd1234"[..], vec![id("w1"), id("w2")])
         );
         assert_eq!(parse_announcement(b""), (&b""[..], vec![]));
+        // A transfer names its token only (the fence value is not a waiter).
+        assert_eq!(
+            parse_announcement(b"abcd1234:>:tok:1764543600000001"),
+            (&b"abcd1234"[..], vec![id("tok")])
+        );
+        assert_eq!(
+            parse_announcement(b"abcd1234:>"),
+            (&b"abcd1234"[..], vec![])
+        );
         let mut r = Releases::<Duration>::default();
         assert_eq!(r.hear(b"r1", vec![id("w1")], MS), Announced::New);
         assert_eq!(r.heads(), [id("w1")]);

@@ -44,6 +44,11 @@
 pub(crate) mod cleanup;
 pub(crate) mod contention;
 pub(crate) mod fencing;
+#[cfg_attr(
+    not(test),
+    allow(dead_code, reason = "the transfer waiter is not wired in yet")
+)]
+pub(crate) mod handoff;
 pub(crate) mod inspect;
 pub(crate) mod keep;
 pub(crate) mod reply;

@@ -104,12 +104,26 @@ impl Reply {
 /// back on a re-join so the place is kept).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct QueuePlace {
-    /// The waiter was not queued on this herald before this join.
-    pub(crate) added: bool,
-    /// Live waiters queued ahead of it.
+    /// Whether the token was queued there, added, or gone.
+    pub(crate) state: QueueState,
+    /// Live waiters queued ahead of it (0 when it is not queued).
     pub(crate) ahead: u64,
-    /// Its arrival score, as the herald printed it.
+    /// Its ticket, as the node printed it (`None` when it is not queued).
     pub(crate) score: Option<Vec<u8>>,
+    /// The lock key on that node holds the token (a transfer to it happened there).
+    pub(crate) holds: bool,
+}
+
+/// What a join or renewal found of the token on one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum QueueState {
+    /// It was queued (a renewal; its lease renewed).
+    Queued,
+    /// It was added (a first join).
+    Added,
+    /// It is not queued and was not added: popped by a transfer or a naming, lapsed, or
+    /// (a first join) the key already holds it. A token is never queued twice on a node.
+    Gone,
 }
 
 /// The largest number of nodes one other owner holds, from the refusals (each names its

@@ -6,7 +6,8 @@
 -- issued before it went down.
 -- KEYS[1..n]: the lock keys. KEYS[n+1..2n]: the fence counters, in the same order.
 -- ARGV[1]: our token. ARGV[2]: the TTL in milliseconds.
--- Returns {0} when any lock key exists, else {1, largest counter}; an error (and no
+-- Returns {0} when any lock key exists (one key holding our token excepted, see below),
+-- else {1, largest counter}; an error (and no
 -- write) when a counter is not a plain decimal integer below 2^53.
 -- Values stay below 2^53, exact as Lua numbers; a counter is only ever written by INCR,
 -- as the decimal string built from TIME, or (by the commit) as the client's decimal t,
@@ -16,7 +17,12 @@ local n = #KEYS / 2
 local counters = {}
 for i = 1, n do
   if redis.call('EXISTS', KEYS[i]) == 1 then
-    return {0}
+    -- One key that already holds our token (transferred to our queued token) counts as
+    -- free: it is taken again, with our TTL, and the counter raised as for a fresh grant.
+    if n ~= 1 or redis.call('TYPE', KEYS[i])['ok'] ~= 'string'
+        or redis.call('GET', KEYS[i]) ~= ARGV[1] then
+      return {0}
+    end
   end
   local raw = redis.call('GET', KEYS[n + i])
   local c = 0

@@ -1,30 +1,51 @@
--- Join (or re-join, or renew) a resource's wait queue, keeping the original arrival order.
--- KEYS[1]: the queue (waiter ids by arrival). KEYS[2]: the leases (waiter ids by the server
--- time, in ms, at which each entry lapses unless its waiter renews it).
--- ARGV[1]: the waiter id. ARGV[2]: its arrival score on this node, as an earlier call
--- returned it, or '' on a first join: then the arrival is this server's time (us), so that
--- arrival order is the order in which joins reached this node, whatever the clients'
--- clocks say. ARGV[3]: the lease (ms).
--- Lapsed entries are purged first; both keys expire with the latest lease, so a queue
--- whose waiters all vanished (crashed, cut off) disappears by itself.
--- Returns {added, ahead, score}: added is 1 when the waiter was not queued here (a first
--- join, or its place was popped or lapsed), 0 when it was (a renewal); ahead is how many
--- live waiters are queued before it; score is its arrival score here, for re-joins.
+-- Join or renew a waiter's place in a resource's wait queue (single-resource mutex).
+-- KEYS[1]: the queue (tokens by ticket). KEYS[2]: the leases (tokens by the server time,
+-- in ms, at which each entry lapses unless its waiter renews it). KEYS[3]: the entries'
+-- attributes (a hash: token -> "<ttl ms>:<kind>"). KEYS[4]: the lock key.
+-- ARGV[1]: the waiter's token (the lock token it will hold). ARGV[2]: its ticket (the
+-- score), or '' to have this node assign one: this server's time in us. ARGV[3]: the
+-- lease (ms). ARGV[4]: the TTL (ms) a transfer sets the key with. ARGV[5]: the kind: 't'
+-- transfer, 'f' fenced transfer, 'n' name-only. ARGV[6]: '1' for the first join of this
+-- token on this node, '0' for a renewal.
+-- A token is added at most once per node: only a first join adds it, and not when the
+-- lock key already holds it. A renewal of a token that is not queued (popped by a
+-- transfer or a naming, or lapsed) never adds it back: it answers gone.
+-- Lapsed entries are purged first; the queue's keys expire with the latest lease.
+-- Returns {state, ahead, score, holds}: state 0 queued (renewed), 1 added, 2 gone; ahead
+-- how many live entries are queued before it (nil when not queued); score its ticket here
+-- (nil when not queued); holds 1 when the lock key holds the token.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lapsed = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
 for i = 1, #lapsed do
   redis.call('ZREM', KEYS[1], lapsed[i])
+  redis.call('HDEL', KEYS[3], lapsed[i])
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-local arrival = ARGV[2]
-if arrival == '' then
-  arrival = string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))
+local holds = 0
+if redis.call('GET', KEYS[4]) == ARGV[1] then
+  holds = 1
 end
-local added = redis.call('ZADD', KEYS[1], 'NX', arrival, ARGV[1])
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
+local state = 2
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  state = 0
+  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
+elseif ARGV[6] == '1' and holds == 0 then
+  local ticket = ARGV[2]
+  if ticket == '' then
+    ticket = string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  end
+  redis.call('ZADD', KEYS[1], ticket, ARGV[1])
+  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
+  redis.call('HSET', KEYS[3], ARGV[1], ARGV[4] .. ':' .. ARGV[5])
+  state = 1
+end
 local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', KEYS[1], last[2])
-redis.call('PEXPIREAT', KEYS[2], last[2])
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-return {added, redis.call('ZRANK', KEYS[1], ARGV[1]), score}
+if #last == 0 then
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+else
+  redis.call('PEXPIREAT', KEYS[1], last[2])
+  redis.call('PEXPIREAT', KEYS[2], last[2])
+  redis.call('PEXPIREAT', KEYS[3], last[2])
+end
+return {state, redis.call('ZRANK', KEYS[1], ARGV[1]), redis.call('ZSCORE', KEYS[1], ARGV[1]), holds}

@@ -111,9 +111,18 @@ pub(super) fn translate(req: &node::Request) -> Result<Translated, String> {
                     key: key(0)?,
                     queue: key(1)?,
                     leases: key(2)?,
+                    attrs: key(3)?,
+                    fence: key(4)?,
                     token: arg(0)?,
                     channel: arg(1)?,
                     waiter: arg(2)?,
+                    loud: arg(3)? == b"1",
+                }
+            } else if is(&node::CLAIM) {
+                SimRequest::Claim {
+                    key: keys.first().cloned().ok_or_else(bad)?,
+                    token: arg(0)?,
+                    ttl_ms: text_u64(&arg(1)?).ok_or_else(bad)?,
                 }
             } else {
                 return Err(bad());

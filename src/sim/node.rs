@@ -86,12 +86,14 @@ pub enum Script {
     Extend,
     /// `release.lua`: compare-and-delete, announcing the release.
     Release,
-    /// `release_one.lua`: compare-and-delete of one key, naming the queue's head.
+    /// `release_one.lua`: compare-and-delete of one key, transferring to the queue's head.
     ReleaseOne,
-    /// `enqueue.lua`: join a wait queue.
+    /// `enqueue.lua`: join or renew a place in a wait queue.
     Enqueue,
     /// `dequeue.lua`: leave a wait queue.
     Dequeue,
+    /// `claim.lua`: a queued waiter's acquire of one key (its own token counts as granted).
+    Claim,
 }
 
 impl Script {
@@ -112,6 +114,7 @@ impl Script {
             Script::ReleaseOne => "release_one",
             Script::Enqueue => "enqueue",
             Script::Dequeue => "dequeue",
+            Script::Claim => "claim",
         }
     }
 
@@ -203,38 +206,59 @@ pub enum Request {
         /// Channels to announce the release on (none for a silent release).
         channels: Vec<Vec<u8>>,
     },
-    /// `release_one.lua`: `[deleted, waiters]`; when it deleted and announces, lapsed
-    /// entries are purged and the queue's head is popped and named in the announcement
-    /// (`<token prefix>:<waiter>`).
+    /// `release_one.lua` (the single-resource mutex's release, on every node): our own
+    /// entries leave the queue first; then `[0, waiters]` when the key does not hold our
+    /// token; else lapsed entries are purged and the head popped: a transfer entry gets
+    /// the key (`[2, waiters left, fence]`, announced `<token prefix>:>:<token>[:<fence>]`),
+    /// a name-only entry is named when `loud` (`[1, waiters]`, `<token prefix>:<token>`);
+    /// with no live entry the key is deleted and, when `loud`, `<token prefix>` announced.
     ReleaseOne {
         /// The lock key.
         key: Vec<u8>,
-        /// The wait queue (a sorted set).
+        /// The wait queue (a sorted set: tokens by ticket).
         queue: Vec<u8>,
-        /// The waiters' leases (a sorted set: waiter id by lapse time, server ms).
+        /// The waiters' leases (a sorted set: token by lapse time, server ms).
         leases: Vec<u8>,
+        /// The entries' attributes (a hash: token -> `<ttl ms>:<kind>`).
+        attrs: Vec<u8>,
+        /// The resource's fence counter (raised by a fenced transfer).
+        fence: Vec<u8>,
         /// Our token.
         token: Vec<u8>,
-        /// The channel to announce on (empty for none).
+        /// The resource's channel.
         channel: Vec<u8>,
-        /// The queue id the holder waited under (empty for none).
+        /// The queue entry the holder waited under (empty for none).
         waiter: Vec<u8>,
+        /// Whether plain releases are announced and name-only entries named.
+        loud: bool,
     },
-    /// `enqueue.lua` (join, re-join or renew): `[added, ahead, score]`, added 1 when the
-    /// waiter was not queued, `ahead` its rank among live waiters and `score` its arrival
-    /// score as text (both nil if the queue is gone).
+    /// `enqueue.lua` (join or renew): `[state, ahead, ticket, holds]`: state 0 queued
+    /// (renewed), 1 added, 2 gone (never re-added); `ahead` its rank and `ticket` its
+    /// score as text (both nil when not queued); `holds` 1 when the lock key holds the
+    /// token.
     Enqueue {
         /// The wait queue.
         queue: Vec<u8>,
         /// The waiters' leases.
         leases: Vec<u8>,
-        /// The waiter id.
+        /// The entries' attributes.
+        attrs: Vec<u8>,
+        /// The lock key.
+        key: Vec<u8>,
+        /// The waiter's token.
         waiter: Vec<u8>,
-        /// Its arrival score as this node returned it earlier (decimal text), or empty on
-        /// a first join: the node then assigns its own clock in µs.
+        /// Its ticket (decimal text), or empty on a first join to have the node assign
+        /// its own clock in µs.
         arrival: Vec<u8>,
         /// The lease, in ms.
         wait_ms: u64,
+        /// The TTL a transfer sets the key with, in ms.
+        ttl_ms: u64,
+        /// The entry's kind: `t` transfer, `f` fenced transfer, `n` name-only.
+        kind: u8,
+        /// Whether this is the first join of this token on this node (only a first join
+        /// adds it).
+        first: bool,
     },
     /// `dequeue.lua` (also purges lapsed entries): 1.
     Dequeue {
@@ -242,8 +266,20 @@ pub enum Request {
         queue: Vec<u8>,
         /// The waiters' leases.
         leases: Vec<u8>,
-        /// The waiter id.
+        /// The entries' attributes.
+        attrs: Vec<u8>,
+        /// The waiter's token.
         waiter: Vec<u8>,
+    },
+    /// `claim.lua`: nil when granted (the key was free, or already held our token: its
+    /// expiry is then set to the TTL), else the holder's token.
+    Claim {
+        /// The lock key.
+        key: Vec<u8>,
+        /// Our token.
+        token: Vec<u8>,
+        /// The TTL in ms.
+        ttl_ms: u64,
     },
     /// `PING`: `PONG`.
     Ping,
@@ -290,6 +326,7 @@ impl Request {
             Request::ReleaseOne { .. } => Script::ReleaseOne,
             Request::Enqueue { .. } => Script::Enqueue,
             Request::Dequeue { .. } => Script::Dequeue,
+            Request::Claim { .. } => Script::Claim,
             _ => return None,
         })
     }
@@ -381,10 +418,12 @@ pub enum Value {
     String(Vec<u8>),
     /// A sorted set: `(score, member)` in Redis order (score, then member bytes).
     SortedSet(Vec<(f64, Vec<u8>)>),
+    /// A hash: `(field, value)` by field.
+    Hash(Vec<(Vec<u8>, Vec<u8>)>),
 }
 
 impl Value {
-    /// The name `TYPE` answers: `string` or `zset`.
+    /// The name `TYPE` answers: `string`, `zset` or `hash`.
     ///
     /// # Example
     ///
@@ -395,6 +434,7 @@ impl Value {
         match self {
             Value::String(_) => "string",
             Value::SortedSet(_) => "zset",
+            Value::Hash(_) => "hash",
         }
     }
 }
@@ -433,6 +473,8 @@ pub struct Published {
 type Res<T> = Result<T, String>;
 /// A sorted set's members, `(score, member)` in Redis order.
 type ZSet = Vec<(f64, Vec<u8>)>;
+/// A hash's fields and values, by field.
+type Hash = Vec<(Vec<u8>, Vec<u8>)>;
 
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
@@ -822,31 +864,31 @@ impl SimNode {
                 }
                 Ok(pair(deleted, listeners))
             }
-            Request::ReleaseOne {
-                key,
-                queue,
-                leases,
-                token,
-                channel,
-                waiter,
-            } => self.release_one(now, key, queue, leases, token, channel, waiter),
-            Request::Enqueue {
-                queue,
-                leases,
-                waiter,
-                arrival,
-                wait_ms,
-            } => self.enqueue(now_us, queue, leases, waiter, arrival, *wait_ms),
+            Request::ReleaseOne { .. } => self.release_one(now_us, req),
+            Request::Enqueue { .. } => self.enqueue(now_us, req),
             Request::Dequeue {
                 queue,
                 leases,
+                attrs,
                 waiter,
             } => {
                 self.zrem(queue, waiter, now)?;
                 self.zrem(leases, waiter, now)?;
-                self.purge_lapsed(queue, leases, now)?;
-                self.expire_with_last_lease(queue, leases, now)?;
+                self.hdel(attrs, waiter, now)?;
+                let q = [queue.as_slice(), leases, attrs];
+                self.purge_lapsed(q, now)?;
+                self.expire_with_last_lease(q, now)?;
                 Ok(Reply::Int(1))
+            }
+            Request::Claim { key, token, ttl_ms } => {
+                let at = expire_at(now, *ttl_ms, "set")?;
+                match self.get(key, now)? {
+                    Some(old) if old != token.as_slice() => Ok(Reply::Bulk(old.to_vec())),
+                    _ => {
+                        self.put(key, Value::String(token.clone()), Some(at));
+                        Ok(Reply::Nil)
+                    }
+                }
             }
             Request::Ping => Ok(Reply::Status("PONG")),
             Request::ConfigGet(name) => {
@@ -906,9 +948,14 @@ impl SimNode {
             return Err("ERR simulator: one fence counter per lock key".to_owned());
         }
         let mut counters = Vec::with_capacity(locks.len());
+        let one = locks.len() == 1;
         for (lock, fence) in locks.iter().zip(fences) {
             if self.exists(lock, now) {
-                return Ok(Reply::Array(vec![Reply::Int(0)]));
+                // One key that already holds our token counts as free (claim.lua's rule).
+                let ours = one && matches!(self.get(lock, now), Ok(Some(t)) if t == token);
+                if !ours {
+                    return Ok(Reply::Array(vec![Reply::Int(0)]));
+                }
             }
             let c = match self.get(fence, now)? {
                 None => 0.0,
@@ -987,33 +1034,49 @@ impl SimNode {
         Ok(Reply::Int(1))
     }
 
-    fn enqueue(
-        &mut self,
-        now_us: u64,
-        queue: &[u8],
-        leases: &[u8],
-        waiter: &[u8],
-        arrival: &[u8],
-        wait_ms: u64,
-    ) -> Res<Reply> {
-        let now = now_us / 1000;
-        self.purge_lapsed(queue, leases, now)?;
-        // A first join arrives at this node's clock in µs ('%.0f' of a Lua number, exact
-        // below 2^53); a re-join brings the score back as text, which ZADD reads.
-        let arrival = if arrival.is_empty() {
-            now_us as f64
-        } else {
-            lua::redis_double(arrival).ok_or_else(|| NOT_FLOAT.to_owned())?
+    fn enqueue(&mut self, now_us: u64, req: &Request) -> Res<Reply> {
+        let Request::Enqueue {
+            queue,
+            leases,
+            attrs,
+            key,
+            waiter,
+            arrival,
+            wait_ms,
+            ttl_ms,
+            kind,
+            first,
+        } = req
+        else {
+            return Err("ERR simulator: not an enqueue".to_owned());
         };
-        let added = self.zadd(queue, arrival, waiter, true, now)?;
+        let now = now_us / 1000;
+        let q = [queue.as_slice(), leases, attrs];
+        self.purge_lapsed(q, now)?;
+        let holds = self.get(key, now)? == Some(waiter.as_slice());
         // now + tonumber(ARGV[3]) is a Lua number: redis.call sends it as %.14g text.
-        let lapse = lua::format_number(now as f64 + wait_ms as f64);
+        let lapse = lua::format_number(now as f64 + *wait_ms as f64);
         let lapse = lua::redis_double(lapse.as_bytes()).ok_or_else(|| NOT_FLOAT.to_owned())?;
-        self.zadd(leases, lapse, waiter, false, now)?;
-        let last = self.zlast(leases, now)?;
-        let at = last.map_or(Err(NOT_INTEGER.to_owned()), score_as_integer)?;
-        self.pexpireat(queue, at, now)?;
-        self.pexpireat(leases, at, now)?;
+        let state = if self.zscore(queue, waiter, now)?.is_some() {
+            self.zadd(leases, lapse, waiter, false, now)?;
+            0
+        } else if *first && !holds {
+            // A first join gets this node's clock in µs ('%.0f' of a Lua number, exact
+            // below 2^53) unless it brings its ticket as text, which ZADD reads.
+            let ticket = if arrival.is_empty() {
+                now_us as f64
+            } else {
+                lua::redis_double(arrival).ok_or_else(|| NOT_FLOAT.to_owned())?
+            };
+            self.zadd(queue, ticket, waiter, false, now)?;
+            self.zadd(leases, lapse, waiter, false, now)?;
+            let attr = format!("{ttl_ms}:{}", char::from(*kind)).into_bytes();
+            self.hset(attrs, waiter, attr, now)?;
+            1
+        } else {
+            2
+        };
+        self.expire_with_last_lease(q, now)?;
         let rank = match self.zrank(queue, waiter, now)? {
             Some(r) => Reply::Int(r),
             None => Reply::Nil,
@@ -1022,12 +1085,18 @@ impl SimNode {
             Some(s) => Reply::Bulk(lua::format_score(s).into_bytes()),
             None => Reply::Nil,
         };
-        Ok(Reply::Array(vec![Reply::Int(added), rank, score]))
+        Ok(Reply::Array(vec![
+            Reply::Int(state),
+            rank,
+            score,
+            Reply::Int(i64::from(holds)),
+        ]))
     }
 
-    /// `ZRANGEBYSCORE leases -inf now`, each removed from the queue, then
-    /// `ZREMRANGEBYSCORE leases -inf now`.
-    fn purge_lapsed(&mut self, queue: &[u8], leases: &[u8], now: u64) -> Res<()> {
+    /// `ZRANGEBYSCORE leases -inf now`, each removed from the queue and the attributes,
+    /// then `ZREMRANGEBYSCORE leases -inf now`. `q`: the queue, leases and attributes.
+    fn purge_lapsed(&mut self, q: [&[u8]; 3], now: u64) -> Res<()> {
+        let [queue, leases, attrs] = q;
         let nowf = now as f64;
         let lapsed: Vec<Vec<u8>> = match self.zset(leases, now)? {
             Some(z) => z
@@ -1042,6 +1111,7 @@ impl SimNode {
         }
         for m in &lapsed {
             self.zrem(queue, m, now)?;
+            self.hdel(attrs, m, now)?;
         }
         if let Some(z) = self.zset(leases, now)? {
             z.retain(|(s, _)| *s > nowf);
@@ -1052,60 +1122,145 @@ impl SimNode {
         Ok(())
     }
 
-    /// The tail of every queue script: an empty lease set deletes both keys, otherwise
-    /// both expire at the latest lease (`PEXPIREAT` with the score's text).
-    fn expire_with_last_lease(&mut self, queue: &[u8], leases: &[u8], now: u64) -> Res<()> {
+    /// The tail of every queue script: an empty lease set deletes the queue's keys,
+    /// otherwise they expire at the latest lease (`PEXPIREAT` with the score's text).
+    fn expire_with_last_lease(&mut self, q: [&[u8]; 3], now: u64) -> Res<()> {
+        let [queue, leases, attrs] = q;
         match self.zlast(leases, now)? {
             None => {
                 self.keys.remove(queue);
                 self.keys.remove(leases);
+                self.keys.remove(attrs);
             }
             Some(last) => {
                 let at = score_as_integer(last)?;
                 self.pexpireat(queue, at, now)?;
                 self.pexpireat(leases, at, now)?;
+                self.pexpireat(attrs, at, now)?;
             }
         }
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn release_one(
-        &mut self,
-        now: u64,
-        key: &[u8],
-        queue: &[u8],
-        leases: &[u8],
-        token: &[u8],
-        channel: &[u8],
-        waiter: &[u8],
-    ) -> Res<Reply> {
-        if !self.owned(key, token, now)? {
-            return Ok(pair(0, 0));
-        }
-        self.keys.remove(key);
-        if channel.is_empty() {
-            return Ok(pair(1, 0));
-        }
+    fn release_one(&mut self, now_us: u64, req: &Request) -> Res<Reply> {
+        let Request::ReleaseOne {
+            key,
+            queue,
+            leases,
+            attrs,
+            fence,
+            token,
+            channel,
+            waiter,
+            loud,
+        } = req
+        else {
+            return Err("ERR simulator: not a release".to_owned());
+        };
+        let now = now_us / 1000;
+        let q = [queue.as_slice(), leases, attrs];
+        // Our own entries leave first, whatever the key holds.
+        self.zrem(queue, token, now)?;
+        self.zrem(leases, token, now)?;
+        self.hdel(attrs, token, now)?;
         if !waiter.is_empty() {
             self.zrem(queue, waiter, now)?;
             self.zrem(leases, waiter, now)?;
+            self.hdel(attrs, waiter, now)?;
         }
-        let mut payload = prefix8(token).to_vec();
-        let mut named = 0;
+        if !self.owned(key, token, now)? {
+            let waiting = self.zcard(queue, now)?;
+            return Ok(pair(0, waiting));
+        }
+        let prefix = prefix8(token).to_vec();
         if self.exists(leases, now) {
-            self.purge_lapsed(queue, leases, now)?;
-            if let Some(head) = self.zpopmin(queue, now)? {
-                self.zrem(leases, &head, now)?;
-                payload.push(b':');
-                payload.extend_from_slice(&head);
-                named = 1;
+            self.purge_lapsed(q, now)?;
+            let head = self
+                .zset(queue, now)?
+                .and_then(|z| z.first())
+                .map(|(_, m)| m.clone());
+            if let Some(head) = head {
+                let attr = self.hget(attrs, &head, now)?;
+                let (mut kind, ttl) = parse_attr(attr.as_deref());
+                if kind != b'n' || *loud {
+                    self.zrem(queue, &head, now)?;
+                    self.zrem(leases, &head, now)?;
+                    self.hdel(attrs, &head, now)?;
+                    let mut fenced: Option<u64> = None;
+                    if kind == b'f' {
+                        match self.raise_fence(now_us, fence)? {
+                            Some(v) => fenced = Some(v),
+                            None => kind = b'n',
+                        }
+                    }
+                    self.expire_with_last_lease(q, now)?;
+                    let left = self.zcard(queue, now)?;
+                    let mut payload = prefix;
+                    if kind == b'n' {
+                        self.keys.remove(key.as_slice());
+                        payload.push(b':');
+                        payload.extend_from_slice(&head);
+                        self.publish(channel, payload);
+                        return Ok(pair(1, left + 1));
+                    }
+                    let ttl = ttl.ok_or_else(|| NOT_INTEGER.to_owned())?;
+                    self.set_px(key, &head, ttl, now)?;
+                    payload.extend_from_slice(b":>:");
+                    payload.extend_from_slice(&head);
+                    if let Some(v) = fenced {
+                        payload.push(b':');
+                        payload.extend_from_slice(v.to_string().as_bytes());
+                    }
+                    self.publish(channel, payload);
+                    let v = fenced.map_or(0, |v| i64::try_from(v).unwrap_or(i64::MAX));
+                    return Ok(Reply::Array(vec![
+                        Reply::Int(2),
+                        Reply::Int(left),
+                        Reply::Int(v),
+                    ]));
+                }
             }
-            self.expire_with_last_lease(queue, leases, now)?;
+            self.expire_with_last_lease(q, now)?;
         }
-        self.publish(channel, payload);
-        let left = self.zcard(queue, now)?;
-        Ok(pair(1, named + left))
+        self.keys.remove(key.as_slice());
+        if *loud {
+            self.publish(channel, prefix);
+        }
+        let waiting = self.zcard(queue, now)?;
+        Ok(pair(1, waiting))
+    }
+
+    /// A fenced transfer's counter: raised as `acquire_fenced.lua` raises it (to
+    /// `max(counter + 1, clock in µs)`), the new value returned; `None` (nothing written)
+    /// when the counter is not a plain decimal integer below 2^53.
+    fn raise_fence(&mut self, now_us: u64, fence: &[u8]) -> Res<Option<u64>> {
+        let now = now_us / 1000;
+        let c = match self.get(fence, now)? {
+            None => 0.0,
+            Some(raw) => {
+                let plain = raw == b"0"
+                    || (raw.len() <= 16
+                        && raw.first().is_some_and(|d| (b'1'..=b'9').contains(d))
+                        && raw.iter().all(u8::is_ascii_digit));
+                if !plain {
+                    return Ok(None);
+                }
+                let c = lua::tonumber(raw).unwrap_or(0.0);
+                if c >= 9_007_199_254_740_992.0 {
+                    return Ok(None);
+                }
+                c
+            }
+        };
+        let floor = now_us as f64;
+        if c + 1.0 > floor {
+            let v = self.incr(fence, now)?;
+            Ok(Some(u64::try_from(v).unwrap_or(0)))
+        } else {
+            let text = format!("{}{:06}", now_us / 1_000_000, now_us % 1_000_000);
+            self.put(fence, Value::String(text.into_bytes()), None);
+            Ok(Some(now_us))
+        }
     }
 
     // ---- the commands the scripts use ----
@@ -1208,6 +1363,55 @@ impl SimNode {
         Ok(1)
     }
 
+    /// The hash at `key` (`None` when missing), `WRONGTYPE` for another type.
+    fn hash(&mut self, key: &[u8], now: u64) -> Res<Option<&mut Hash>> {
+        match self.live(key, now) {
+            None => Ok(None),
+            Some(Entry {
+                value: Value::Hash(h),
+                ..
+            }) => Ok(Some(h)),
+            Some(_) => Err(WRONGTYPE.to_owned()),
+        }
+    }
+
+    /// `HSET key field value`.
+    fn hset(&mut self, key: &[u8], field: &[u8], value: Vec<u8>, now: u64) -> Res<()> {
+        let Some(h) = self.hash(key, now)? else {
+            self.put(key, Value::Hash(vec![(field.to_vec(), value)]), None);
+            return Ok(());
+        };
+        match h.binary_search_by(|(f, _)| f.as_slice().cmp(field)) {
+            Ok(i) => {
+                if let Some(e) = h.get_mut(i) {
+                    e.1 = value;
+                }
+            }
+            Err(i) => h.insert(i, (field.to_vec(), value)),
+        }
+        Ok(())
+    }
+
+    /// `HGET key field`.
+    fn hget(&mut self, key: &[u8], field: &[u8], now: u64) -> Res<Option<Vec<u8>>> {
+        Ok(self
+            .hash(key, now)?
+            .and_then(|h| h.iter().find(|(f, _)| f.as_slice() == field))
+            .map(|(_, v)| v.clone()))
+    }
+
+    /// `HDEL key field`; an emptied hash is deleted.
+    fn hdel(&mut self, key: &[u8], field: &[u8], now: u64) -> Res<()> {
+        let Some(h) = self.hash(key, now)? else {
+            return Ok(());
+        };
+        h.retain(|(f, _)| f.as_slice() != field);
+        if h.is_empty() {
+            self.keys.remove(key);
+        }
+        Ok(())
+    }
+
     fn publish(&mut self, channel: &[u8], payload: Vec<u8>) -> i64 {
         self.published.push(Published {
             channel: channel.to_vec(),
@@ -1303,21 +1507,6 @@ impl SimNode {
             .zset(key, now)?
             .map_or(0, |z| i64::try_from(z.len()).unwrap_or(i64::MAX)))
     }
-
-    /// `ZPOPMIN key`: the lowest member; an emptied set is deleted.
-    fn zpopmin(&mut self, key: &[u8], now: u64) -> Res<Option<Vec<u8>>> {
-        let Some(z) = self.zset(key, now)? else {
-            return Ok(None);
-        };
-        if z.is_empty() {
-            return Ok(None);
-        }
-        let (_, member) = z.remove(0);
-        if z.is_empty() {
-            self.keys.remove(key);
-        }
-        Ok(Some(member))
-    }
 }
 
 fn expired(e: &Entry, now: u64) -> bool {
@@ -1349,6 +1538,30 @@ fn not_a_counter(fence: &[u8]) -> String {
         "fence counter {} is not an integer",
         String::from_utf8_lossy(fence)
     )
+}
+
+/// An entry's attributes, `<ttl ms>:<kind>` (as `release_one.lua` matches them): its kind
+/// and TTL; anything else (or a TTL of 0) reads as a name-only entry.
+fn parse_attr(attr: Option<&[u8]>) -> (u8, Option<u64>) {
+    let parsed = attr.and_then(|a| {
+        let (ttl, kind) = a.split_at(a.iter().position(|b| *b == b':')?);
+        let kind = match kind {
+            [b':', k @ (b't' | b'f' | b'n')] => *k,
+            _ => return None,
+        };
+        if ttl.is_empty() || !ttl.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let ms = lua::tonumber(ttl)?;
+        let ttl = std::str::from_utf8(ttl)
+            .ok()
+            .and_then(|t| t.parse::<u64>().ok());
+        (ms != 0.0).then_some((kind, ttl))
+    });
+    match parsed {
+        Some((kind, ttl)) => (kind, ttl),
+        None => (b'n', None),
+    }
 }
 
 fn prefix8(token: &[u8]) -> &[u8] {

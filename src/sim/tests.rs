@@ -52,22 +52,33 @@ fn ints(v: &[i64]) -> Reply {
     Reply::Array(v.iter().map(|&i| Reply::Int(i)).collect())
 }
 
+/// A name-only join (as a first join: re-adds a token that is gone).
 fn enqueue(waiter: &str, score: u64, wait_ms: u64) -> Request {
+    join(waiter, &score.to_string(), wait_ms, b'n', true)
+}
+
+fn join(waiter: &str, ticket: &str, wait_ms: u64, kind: u8, first: bool) -> Request {
     Request::Enqueue {
         queue: b("Q"),
         leases: b("H"),
+        attrs: b("A"),
+        key: b("L"),
         waiter: b(waiter),
-        arrival: score.to_string().into_bytes(),
+        arrival: b(ticket),
         wait_ms,
+        ttl_ms: 1000,
+        kind,
+        first,
     }
 }
 
-/// An enqueue reply: added, ahead, the arrival score as text.
-fn joined(added: i64, ahead: i64, score: u64) -> Reply {
+/// An enqueue reply: state, ahead, the ticket as text, holds 0.
+fn joined(state: i64, ahead: i64, score: u64) -> Reply {
     Reply::Array(vec![
-        Reply::Int(added),
+        Reply::Int(state),
         Reply::Int(ahead),
         Reply::Bulk(score.to_string().into_bytes()),
+        Reply::Int(0),
     ])
 }
 
@@ -76,9 +87,12 @@ fn release_one(token: &str, waiter: &str) -> Request {
         key: b("L"),
         queue: b("Q"),
         leases: b("H"),
+        attrs: b("A"),
+        fence: b("F"),
         token: b(token),
         channel: b("C"),
         waiter: b(waiter),
+        loud: true,
     }
 }
 
@@ -307,13 +321,7 @@ fn enqueue_keeps_arrival_order_and_renews_leases() {
 #[test]
 fn a_first_join_arrives_at_the_nodes_clock() {
     let mut n = SimNode::default();
-    let first = |w: &str| Request::Enqueue {
-        queue: b("Q"),
-        leases: b("H"),
-        waiter: b(w),
-        arrival: Vec::new(),
-        wait_ms: 1000,
-    };
+    let first = |w: &str| join(w, "", 1000, b'n', true);
     assert_eq!(run(&mut n, T0 + 7, first("a")), joined(1, 0, T0 + 7));
     assert_eq!(run(&mut n, T0 + 9, first("b")), joined(1, 1, T0 + 9));
     // A re-join with the score the node gave keeps the place.
@@ -321,13 +329,7 @@ fn a_first_join_arrives_at_the_nodes_clock() {
         run(&mut n, T0 + 20, enqueue("a", T0 + 7, 1000)),
         joined(0, 0, T0 + 7)
     );
-    let bad = Request::Enqueue {
-        queue: b("Q"),
-        leases: b("H"),
-        waiter: b("c"),
-        arrival: b("abc"),
-        wait_ms: 1000,
-    };
+    let bad = join("c", "abc", 1000, b'n', true);
     assert_eq!(run(&mut n, T0, bad).error_code(), Some("ERR"));
 }
 
@@ -360,7 +362,7 @@ fn a_zero_lease_deletes_the_queue_at_once() {
     // so the waiter's rank is nil.
     assert_eq!(
         run(&mut n, T0, enqueue("w", 1, 0)),
-        Reply::Array(vec![Reply::Int(1), Reply::Nil, Reply::Nil])
+        Reply::Array(vec![Reply::Int(1), Reply::Nil, Reply::Nil, Reply::Int(0)])
     );
     assert!(n.is_empty());
 }
@@ -370,6 +372,7 @@ fn dequeue_leaves_the_queue_and_purges_lapsed_entries() {
     let dequeue = |w: &str| Request::Dequeue {
         queue: b("Q"),
         leases: b("H"),
+        attrs: b("A"),
         waiter: b(w),
     };
     let mut n = SimNode::default();
@@ -484,18 +487,26 @@ fn arb_request() -> impl Strategy<Value = Request> {
             |(w, score, wait_ms)| Request::Enqueue {
                 queue: b("Q"),
                 leases: b("H"),
+                attrs: b("A"),
+                key: b("a"),
                 waiter: b(w),
                 arrival: score.to_string().into_bytes(),
                 wait_ms,
+                ttl_ms: 100,
+                kind: b't',
+                first: score % 2 == 0,
             }
         ),
         token.prop_map(|token| Request::ReleaseOne {
             key: b("a"),
             queue: b("Q"),
             leases: b("H"),
+            attrs: b("A"),
+            fence: b("F"),
             token,
             channel: b("C"),
             waiter: Vec::new(),
+            loud: true,
         }),
     ]
 }
@@ -581,9 +592,14 @@ fn schedule_cost() {
                 3 => Request::Enqueue {
                     queue: b("Q"),
                     leases: b("H"),
+                    attrs: b("A"),
+                    key: lock.clone(),
                     waiter: token.clone(),
                     arrival: Vec::new(),
                     wait_ms: 500,
+                    ttl_ms: 1000,
+                    kind: b't',
+                    first: true,
                 },
                 4 => release_one_of(lock, token),
                 _ => Request::Release {
@@ -616,8 +632,142 @@ fn release_one_of(lock: &[u8], token: &[u8]) -> Request {
         key: lock.to_vec(),
         queue: b("Q"),
         leases: b("H"),
+        attrs: b("A"),
+        fence: b("F"),
         token: token.to_vec(),
         channel: b("C"),
         waiter: Vec::new(),
+        loud: true,
     }
+}
+
+/// A release transfers the key to the head's token with its TTL and announces it; the
+/// token is then gone from the queue for good (a renewal never adds it back, and reports
+/// that the key holds it).
+#[test]
+fn release_one_transfers_to_the_head() {
+    let mut n = SimNode::default();
+    assert_eq!(
+        run(&mut n, T0, join("w1", "5", 60_000, b't', true)),
+        joined(1, 0, 5)
+    );
+    assert_eq!(
+        run(&mut n, T0, join("w2", "7", 60_000, b't', true)),
+        joined(1, 1, 7)
+    );
+    run(&mut n, T0, set("L", "tok", 1000));
+    let t = T0 + 10 * MS;
+    assert_eq!(
+        run(&mut n, t, release_one("tok", "")),
+        Reply::Array(vec![Reply::Int(2), Reply::Int(1), Reply::Int(0)])
+    );
+    assert_eq!(n.drain_published()[0].payload, b("tok:>:w1"));
+    assert_eq!(get(&mut n, t, "L"), Reply::Bulk(b("w1")));
+    assert_eq!(
+        pttl(&mut n, t, "L"),
+        Reply::Int(1000),
+        "the waiter's own TTL"
+    );
+    // A renewal of w1 finds it gone, and the key holding it; it is not re-added.
+    assert_eq!(
+        run(&mut n, t, join("w1", "5", 60_000, b't', false)),
+        Reply::Array(vec![Reply::Int(2), Reply::Nil, Reply::Nil, Reply::Int(1)])
+    );
+    // A first join of a token the key holds does not add it either.
+    assert_eq!(
+        run(&mut n, t, join("w1", "5", 60_000, b't', true)),
+        Reply::Array(vec![Reply::Int(2), Reply::Nil, Reply::Nil, Reply::Int(1)])
+    );
+    // w1's release passes it on to w2; w2 is not in the queue any more.
+    assert_eq!(
+        run(&mut n, t, release_one("w1", "")),
+        Reply::Array(vec![Reply::Int(2), Reply::Int(0), Reply::Int(0)])
+    );
+    assert_eq!(get(&mut n, t, "L"), Reply::Bulk(b("w2")));
+    // A release that does not hold the key still removes its own entry.
+    run(&mut n, t, join("w3", "9", 60_000, b't', true));
+    assert_eq!(run(&mut n, t, release_one("w3", "")), ints(&[0, 0]));
+    assert_eq!(run(&mut n, t, release_one("w2", "")), ints(&[1, 0]));
+    assert_eq!(n.drain_published().last().unwrap().payload, b("w2"));
+    assert!(n.is_empty());
+}
+
+/// A fenced transfer raises the counter as a fenced grant does and announces the value;
+/// a bad counter names the waiter instead (the key is deleted, nothing transferred).
+#[test]
+fn release_one_fenced_transfer() {
+    let mut n = SimNode::default();
+    run(&mut n, T0, join("w1", "1", 60_000, b'f', true));
+    run(&mut n, T0, set("L", "tok", 1000));
+    run(
+        &mut n,
+        T0,
+        Request::Set {
+            key: b("F"),
+            value: (T0 + 5).to_string().into_bytes(),
+        },
+    );
+    let r = run(&mut n, T0, release_one("tok", ""));
+    assert_eq!(
+        r,
+        Reply::Array(vec![
+            Reply::Int(2),
+            Reply::Int(0),
+            Reply::Int((T0 + 6) as i64)
+        ])
+    );
+    assert_eq!(
+        n.drain_published()[0].payload,
+        format!("tok:>:w1:{}", T0 + 6).into_bytes()
+    );
+    assert_eq!(
+        get(&mut n, T0, "F"),
+        Reply::Bulk((T0 + 6).to_string().into_bytes())
+    );
+    // The clock floor.
+    run(&mut n, T0, join("w2", "2", 60_000, b'f', true));
+    let later = T0 + 1_000_000;
+    let r = run(&mut n, later, release_one("w1", ""));
+    assert_eq!(
+        r,
+        Reply::Array(vec![Reply::Int(2), Reply::Int(0), Reply::Int(later as i64)])
+    );
+    // A bad counter: the head is named, the key deleted.
+    run(&mut n, later, join("w3", "3", 60_000, b'f', true));
+    run(
+        &mut n,
+        later,
+        Request::Set {
+            key: b("F"),
+            value: b("1e16"),
+        },
+    );
+    n.drain_published();
+    assert_eq!(run(&mut n, later, release_one("w2", "")), ints(&[1, 1]));
+    assert_eq!(n.drain_published()[0].payload, b("w2:w3"));
+    assert_eq!(get(&mut n, later, "L"), Reply::Nil);
+}
+
+/// A quiet release (not a herald) transfers but neither names a name-only head nor
+/// announces a plain release; a claim counts a key holding our token as granted.
+#[test]
+fn quiet_release_and_claim() {
+    let mut n = SimNode::default();
+    run(&mut n, T0, join("w1", "1", 60_000, b'n', true));
+    run(&mut n, T0, set("L", "tok", 1000));
+    let mut quiet = release_one("tok", "");
+    if let Request::ReleaseOne { loud, .. } = &mut quiet {
+        *loud = false;
+    }
+    assert_eq!(run(&mut n, T0, quiet), ints(&[1, 1]));
+    assert!(n.drain_published().is_empty());
+    let claim = |tok: &str| Request::Claim {
+        key: b("L"),
+        token: b(tok),
+        ttl_ms: 500,
+    };
+    assert_eq!(run(&mut n, T0, claim("a")), Reply::Nil);
+    assert_eq!(run(&mut n, T0, claim("b")), Reply::Bulk(b("a")));
+    assert_eq!(run(&mut n, T0 + 100 * MS, claim("a")), Reply::Nil);
+    assert_eq!(pttl(&mut n, T0 + 100 * MS, "L"), Reply::Int(500));
 }

@@ -1,0 +1,527 @@
+//! The transfer waiter: a single-resource mutex waiter (notify waiting, fenced or not)
+//! that holds the lock when a quorum of nodes *transferred* it to its token inside the
+//! releaser's release, with no acquire round of its own (docs/safety.md, "Direct
+//! hand-off"). The decisions are pure ([`protocol::handoff`](crate::protocol::handoff));
+//! this module runs them with the clock, the nodes and the notifier.
+//!
+//! ```text
+//!   claim(T) ──refused──▶ join: heralds first (ticket) ──▶ every other node (same ticket)
+//!        ▲                    │ renew every third of QUEUE_LEASE: queued → s_i, holds → count, gone → retire
+//!        │                    ▼
+//!   fallback / window ◀── announcements ">:T" per node ──count──▶ q counted: validity from s_i ──▶ Lock(T)
+//!   failed claim, gone, short validity ──▶ retire T (release T on every node) ──▶ fresh T', same ticket
+//! ```
+//!
+//! * The epoch token `T` is the lock token: the waiter's claims use it (a key already
+//!   holding `T` counts as granted) and its queue entries carry it (kind `t`, or `f` when
+//!   the client fences).
+//! * Per node, a first join of a token is sent at most once; every later request for that
+//!   token there is a renewal (a lost first-join reply must not be answered by re-adding).
+//! * `s_i` per node: the send time of the latest request whose reply said `T` was still
+//!   queued; before that, the first join's send time.
+//! * A node counts on its transfer announcement naming `T` (routed per node by the
+//!   notifier) or a reply saying its key holds `T`. At `q` counted the validity is
+//!   [`handoff::validity`]; too short → retire.
+//! * While a claim with `T` is in flight, announcements wait in the channel (noted); they
+//!   are counted afterwards only if `T` was not retired.
+//! * Retiring `T`: it is never counted again, a release of `T` goes to every node (it also
+//!   drops `T`'s entry there, and passes on a transfer that came meanwhile), and a late
+//!   announcement naming it is answered with a release on that node. A fresh token joins
+//!   every node with the same ticket.
+//! * Leaving without holding `T` (gave up, cancelled, dropped) retires it in the background.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use tokio::sync::mpsc;
+
+use crate::acquire::{Ask, acquire_as};
+use crate::config::Retry;
+use crate::error::{Error, Timeout, TimeoutBudget, Votes};
+use crate::lock::Lock;
+use crate::node::{EntryKind, JoinArgs, QueueJoin, Request};
+use crate::notifier::{Interest, Notifier, Transfer};
+use crate::protocol::contention::{self, QUEUE_LEASE, handoff_window};
+use crate::protocol::handoff::{self, Heard, State};
+use crate::protocol::reply::QueueState;
+use crate::protocol::time::earlier_of_overflow;
+use crate::resource::{Kind, Resources};
+use crate::shared::Inner;
+use crate::time::jitter;
+use crate::time::later;
+use crate::token::Token;
+
+/// What the waiter knows of its current token on each node.
+struct Epoch {
+    token: Token,
+    /// `s_i`; `None` while no queue request with this token went to the node.
+    confirmed: Vec<Option<Instant>>,
+    /// Counted nodes, with the fence value announced (if any).
+    counted: Vec<Option<Option<u64>>>,
+    /// When the first node was counted.
+    first_count: Option<Instant>,
+    /// Some reply said we are the queue's head there (or nothing answered yet).
+    head: bool,
+    /// A reply said the token is gone (and not held) on a node not counted.
+    gone: bool,
+}
+
+impl Epoch {
+    fn new(token: Token, n: usize) -> Epoch {
+        Epoch {
+            token,
+            confirmed: vec![None; n],
+            counted: vec![None; n],
+            first_count: None,
+            head: true,
+            gone: false,
+        }
+    }
+
+    fn sent_anywhere(&self) -> bool {
+        self.confirmed.iter().any(Option::is_some)
+    }
+
+    fn count(&mut self, node: usize, fence: Option<u64>) {
+        if let Some(c) = self.counted.get_mut(node)
+            && c.is_none()
+        {
+            *c = Some(fence);
+            self.first_count.get_or_insert_with(Instant::now);
+        }
+    }
+
+    fn n_counted(&self) -> usize {
+        self.counted.iter().filter(|c| c.is_some()).count()
+    }
+}
+
+/// The waiter's tokens: the current one and the retired ones. Leaving releases the
+/// current token everywhere unless a returned lock holds it.
+struct Waiter {
+    inner: Arc<Inner>,
+    res: Resources,
+    ttl: Duration,
+    timeout: Duration,
+    keys: [Vec<u8>; 3],
+    kind: EntryKind,
+    ticket: Option<Vec<u8>>,
+    epoch: Epoch,
+    retired: Vec<Token>,
+    tx: mpsc::UnboundedSender<Transfer>,
+    renew_at: tokio::time::Instant,
+    /// The current token is kept by a returned lock, or was released on leaving: the drop
+    /// releases nothing.
+    kept: bool,
+}
+
+impl Waiter {
+    fn notifier(&self) -> Option<&Notifier> {
+        self.inner.notifier.as_ref()
+    }
+
+    /// Releases `token` on the nodes `on` in the background (a release with transfer:
+    /// drops its queue entry there and passes on a transfer to it).
+    fn release_in_background(&self, token: &Token, on: &[usize]) {
+        let req = Arc::new(Request::release(&self.res, token, false, token.as_bytes()));
+        let nodes: Vec<_> = on
+            .iter()
+            .filter_map(|i| self.inner.nodes.get(*i).cloned())
+            .collect();
+        let timeout = self.timeout;
+        crate::background::spawn(async move {
+            let all: FuturesUnordered<_> = nodes.iter().map(|n| n.send(&req, timeout)).collect();
+            all.collect::<Vec<_>>().await;
+        });
+    }
+
+    fn all_nodes(&self) -> Vec<usize> {
+        (0..self.inner.nodes.len()).collect()
+    }
+
+    /// Retires the current token (released on every node, never counted again) and takes
+    /// a fresh one with the same ticket.
+    fn retire(&mut self) -> Result<(), Error> {
+        let fresh = Token::generate()?;
+        if let Some(n) = self.notifier() {
+            n.route(fresh.as_bytes(), self.tx.clone());
+        }
+        let n = self.inner.nodes.len();
+        let old = std::mem::replace(&mut self.epoch, Epoch::new(fresh, n));
+        self.release_in_background(&old.token, &self.all_nodes());
+        self.retired.push(old.token);
+        self.renew_at = tokio::time::Instant::now();
+        Ok(())
+    }
+
+    /// Handles one transfer announcement.
+    fn heard(&mut self, t: &Transfer) {
+        let current = t.token == self.epoch.token.as_bytes();
+        let sent = self
+            .epoch
+            .confirmed
+            .get(t.node)
+            .is_some_and(Option::is_some);
+        match handoff::on_transfer(current, sent, false) {
+            Heard::Count | Heard::Note => self.epoch.count(t.node, t.fence),
+            Heard::PassOn => {
+                if let Some(old) = self.retired.iter().find(|r| r.as_bytes() == t.token) {
+                    self.release_in_background(old, &[t.node]);
+                }
+            }
+        }
+    }
+
+    /// Joins or renews on every node: the heralds first while no ticket is known (the
+    /// first that answers assigns it), then every node with that ticket. A first join is
+    /// sent at most once per token and node.
+    async fn join(&mut self) {
+        self.renew_at = contention::renew_at(tokio::time::Instant::now());
+        let n = self.inner.nodes.len();
+        if self.ticket.is_none() {
+            let heralds: Vec<usize> = (0..n).filter(|i| self.res.is_herald(*i, n)).collect();
+            self.send(&heralds).await;
+        }
+        if self.ticket.is_some() {
+            let all = self.all_nodes();
+            self.send(&all).await;
+        }
+    }
+
+    /// Sends a join (first, or renewal) of the current token to the nodes `on`, awaiting
+    /// every reply (bounded by the node timeout), and applies what each reply means.
+    async fn send(&mut self, on: &[usize]) {
+        let ticket = self.ticket.clone().unwrap_or_default();
+        let lock = self.res.lock_keys().first().cloned().unwrap_or_default();
+        let all: FuturesUnordered<_> = on
+            .iter()
+            .filter_map(|&i| {
+                let node = self.inner.nodes.get(i)?.clone();
+                let first = self.epoch.confirmed.get(i)?.is_none();
+                let args = JoinArgs {
+                    token: self.epoch.token.as_bytes(),
+                    ticket: &ticket,
+                    lease: QUEUE_LEASE,
+                    ttl: self.ttl,
+                    kind: self.kind,
+                    first,
+                };
+                let join = QueueJoin::new(&self.keys, &lock, &args);
+                let sent_at = Instant::now();
+                if first && let Some(c) = self.epoch.confirmed.get_mut(i) {
+                    *c = Some(sent_at);
+                }
+                let timeout = self.timeout;
+                Some(async move { (i, sent_at, node.join_queue(&join, timeout).await) })
+            })
+            .collect();
+        let answers: Vec<_> = all.collect().await;
+        for (i, sent_at, place) in answers {
+            let Some(place) = place else { continue };
+            if self.ticket.is_none()
+                && let Some(s) = &place.score
+            {
+                self.ticket = Some(s.clone());
+            }
+            let state = match place.state {
+                QueueState::Queued => State::Queued,
+                QueueState::Added => State::Added,
+                QueueState::Gone => State::Gone,
+            };
+            let counted = self.epoch.counted.get(i).is_some_and(Option::is_some);
+            match handoff::on_reply(Some((state, place.holds)), counted) {
+                handoff::Reply::Confirm => {
+                    if let Some(c) = self.epoch.confirmed.get_mut(i) {
+                        *c = Some(sent_at);
+                    }
+                    self.epoch.head = place.ahead == 0;
+                }
+                handoff::Reply::Count => self.epoch.count(i, None),
+                handoff::Reply::Retire => self.epoch.gone = true,
+                handoff::Reply::Nothing => {}
+            }
+        }
+    }
+
+    /// With a quorum counted: the lock, if the validity (and, fenced, the commit) allows;
+    /// `None` to retire.
+    async fn hold(&mut self) -> Option<Lock> {
+        let config = &self.inner.config;
+        let q = self.inner.quorum;
+        let counted: Vec<Instant> = self
+            .epoch
+            .counted
+            .iter()
+            .zip(&self.epoch.confirmed)
+            .filter_map(|(c, s)| c.and(*s))
+            .collect();
+        let now = Instant::now();
+        let validity = handoff::validity(&counted, q, now, self.ttl, config.drift_factor);
+        if !handoff::holds(validity, config.min_validity) {
+            return None;
+        }
+        let deadline = earlier_of_overflow(now, validity.unwrap_or_default());
+        let fencing = if config.fencing {
+            // Every counted node must have announced its counter (a node counted from a
+            // renewal's reply did not): otherwise claim instead.
+            let fences: Option<Vec<u64>> = self.epoch.counted.iter().flatten().copied().collect();
+            let t = fences?.into_iter().max()?;
+            let token = self.epoch.token.clone();
+            let committed =
+                crate::fencing::commit_transfer(&self.inner, &self.res, &token, t, self.timeout)
+                    .await
+                    .ok()?;
+            if deadline.saturating_duration_since(Instant::now()) <= config.min_validity {
+                return None;
+            }
+            Some(committed)
+        } else {
+            None
+        };
+        let mut lock = Lock::new(
+            self.inner.clone(),
+            self.res.clone(),
+            self.epoch.token.clone(),
+            self.ttl,
+            deadline,
+            None,
+            fencing,
+        )
+        .with_kind(Kind::Exclusive, q);
+        lock.set_waiter(self.epoch.token.as_bytes().to_vec());
+        Some(lock)
+    }
+
+    /// Leaves without holding: releases the current token on every node and waits for it
+    /// (bounded by the node timeout), so that a process that exits right after giving up
+    /// leaves no queued entry a release could transfer to.
+    async fn leave(&mut self) {
+        if self.kept || !self.epoch.sent_anywhere() {
+            return;
+        }
+        let token = self.epoch.token.clone();
+        let req = Request::release(&self.res, &token, false, token.as_bytes());
+        let timeout = self.timeout;
+        let all: FuturesUnordered<_> = self
+            .inner
+            .nodes
+            .iter()
+            .map(|n| n.send(&req, timeout))
+            .collect();
+        all.collect::<Vec<_>>().await;
+        // Released (if this future is dropped before, the drop releases it again).
+        self.kept = true;
+    }
+
+    /// Keeps the current token for a returned lock: its other entries leave in the
+    /// background (the lock's release drops them too).
+    fn keep(&mut self) {
+        self.kept = true;
+        if !self.epoch.sent_anywhere() {
+            return;
+        }
+        let leave = Arc::new(Request::dequeue(&self.keys, self.epoch.token.as_bytes()));
+        let nodes = self.inner.nodes.clone();
+        let timeout = self.timeout;
+        crate::background::spawn(async move {
+            let all: FuturesUnordered<_> = nodes.iter().map(|n| n.send(&leave, timeout)).collect();
+            all.collect::<Vec<_>>().await;
+        });
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        if !self.kept && self.epoch.sent_anywhere() {
+            self.release_in_background(&self.epoch.token.clone(), &self.all_nodes());
+        }
+        if let Some(n) = self.notifier() {
+            n.unroute(self.epoch.token.as_bytes());
+            for r in &self.retired {
+                n.unroute(r.as_bytes());
+            }
+        }
+    }
+}
+
+/// Whether every node answered a failed claim and refused it (nothing to clean up: the
+/// token's entries are untouched).
+fn all_refused(v: Option<&Votes>) -> bool {
+    v.is_some_and(|v| {
+        v.iter()
+            .all(|n| matches!(n.outcome, crate::NodeOutcome::HeldByOther))
+    })
+}
+
+/// Acquires a single-resource mutex with notify waiting by transfer (see the module
+/// docs). `yield_first`: this client released the resource moments ago while others
+/// waited; join first instead of claiming at once.
+pub(crate) async fn acquire(
+    inner: &Arc<Inner>,
+    res: &Resources,
+    ttl: Duration,
+    retry: &Retry,
+    interest: Interest,
+    yield_first: bool,
+) -> Result<Lock, Error> {
+    let start = Instant::now();
+    let give_up_at = retry.max_wait.map(|d| later(start, d));
+    let timeout = inner.config.node_timeout_for(ttl);
+    let window = handoff_window(timeout, retry.delay_max);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let token = Token::generate()?;
+    if let Some(n) = &inner.notifier {
+        n.route(token.as_bytes(), tx.clone());
+    }
+    let mut w = Waiter {
+        inner: inner.clone(),
+        res: res.clone(),
+        ttl,
+        timeout,
+        keys: res.queue_keys(),
+        kind: if inner.config.fencing {
+            EntryKind::FencedTransfer
+        } else {
+            EntryKind::Transfer
+        },
+        ticket: None,
+        epoch: Epoch::new(token, inner.nodes.len()),
+        retired: Vec::new(),
+        tx,
+        renew_at: tokio::time::Instant::now(),
+        kept: false,
+    };
+    let q = inner.quorum;
+    let mut attempts: u32 = 0;
+    let mut last: Option<Votes> = None;
+    let mut claim_now = !yield_first;
+    let mut fallback_at = later(
+        tokio::time::Instant::now(),
+        jitter(retry.delay_min, retry.delay_max),
+    );
+    loop {
+        // Announcements that arrived meanwhile (during a claim: noted, counted now unless
+        // the token was retired, in which case they are passed on).
+        while let Ok(t) = rx.try_recv() {
+            w.heard(&t);
+        }
+        if w.epoch.n_counted() >= q {
+            match w.hold().await {
+                Some(lock) => {
+                    w.keep();
+                    crate::metrics::handoff(true);
+                    interest.adapt(false);
+                    return crate::metrics::waited(start, Ok(lock));
+                }
+                None => {
+                    w.retire()?;
+                    continue;
+                }
+            }
+        }
+        if w.epoch.gone {
+            w.retire()?;
+        }
+        let now = Instant::now();
+        let window_passed = w
+            .epoch
+            .first_count
+            .is_some_and(|f| now.saturating_duration_since(f) >= window);
+        if claim_now || handoff::claims(w.epoch.n_counted(), q, window_passed, false) {
+            claim_now = false;
+            attempts = attempts.saturating_add(1);
+            let mut ask = Ask::new(Kind::Exclusive, q);
+            ask.own = Some(w.epoch.token.clone());
+            match acquire_as(inner, res, &ask, ttl, attempts).await {
+                Ok(mut lock) => {
+                    w.keep();
+                    crate::metrics::handoff(w.epoch.sent_anywhere());
+                    interest.adapt(false);
+                    lock.set_waiter(w.epoch.token.as_bytes().to_vec());
+                    return crate::metrics::waited(start, Ok(lock));
+                }
+                Err(e) if !e.is_retryable() => {
+                    w.leave().await;
+                    return crate::metrics::waited(start, Err(e));
+                }
+                Err(e) => {
+                    last = e.votes().cloned();
+                    let split = last.as_ref().is_some_and(|v| {
+                        contention::is_split(
+                            v.len(),
+                            v.granted(),
+                            v.held(),
+                            v.largest_holder(),
+                            v.quorum(),
+                        )
+                    });
+                    crate::metrics::split_vote(split);
+                    if w.epoch.sent_anywhere()
+                        && handoff::retires_after_claim(all_refused(last.as_ref()))
+                    {
+                        w.retire()?;
+                    } else if w.epoch.first_count.is_some() {
+                        // Kept: the hand-off window starts again.
+                        w.epoch.first_count = Some(Instant::now());
+                    }
+                }
+            }
+            if retry.attempts.is_some_and(|n| attempts >= n) {
+                break;
+            }
+            fallback_at = later(
+                tokio::time::Instant::now(),
+                jitter(retry.delay_min, retry.delay_max),
+            );
+            continue;
+        }
+        if tokio::time::Instant::now() >= w.renew_at {
+            w.join().await;
+            continue;
+        }
+        if give_up_at.is_some_and(|at| Instant::now() >= at) {
+            break;
+        }
+        let give_up = give_up_at.map_or_else(
+            || later(tokio::time::Instant::now(), Duration::from_secs(3600)),
+            tokio::time::Instant::from_std,
+        );
+        let window_at = w
+            .epoch
+            .first_count
+            .map(|f| tokio::time::Instant::from_std(later(f, window)));
+        tokio::select! {
+            t = rx.recv() => {
+                if let Some(t) = t {
+                    w.heard(&t);
+                }
+            }
+            () = tokio::time::sleep_until(w.renew_at) => {}
+            () = tokio::time::sleep_until(fallback_at) => {
+                // Only the queue's head (as the latest reply said) claims on the fallback
+                // timer: a holder that died, or announcements that were lost. The others
+                // would only be refused, or jump the queue.
+                if w.epoch.head || !w.epoch.sent_anywhere() {
+                    claim_now = true;
+                } else {
+                    fallback_at = later(
+                        tokio::time::Instant::now(),
+                        jitter(retry.delay_min, retry.delay_max),
+                    );
+                }
+            }
+            () = tokio::time::sleep_until(window_at.unwrap_or(give_up)), if window_at.is_some() => {}
+            () = tokio::time::sleep_until(give_up) => {}
+        }
+    }
+    w.leave().await;
+    let gave_up = Error::Timeout(Timeout {
+        budget: TimeoutBudget::MaxWait,
+        waited: start.elapsed(),
+        attempts,
+        votes: last,
+    });
+    crate::metrics::waited(start, Err(gave_up))
+}

@@ -1,0 +1,556 @@
+//! The node side of the direct hand-off against real `redis-server`s: a release through
+//! the library transfers the key, on every node, to a queued transfer entry (with that
+//! entry's TTL), a fenced transfer raises the fence counter above the releaser's token,
+//! a token is never queued twice on a node, and a transfer to a waiter that is dead (its
+//! entry planted raw, no one owns the token) costs the next waiter at most that TTL.
+//!
+//! The waiter side: a queued waiter holds by transfer with no acquire round of its own
+//! (checked in every node's command log), a fenced transfer commits a larger token, a
+//! cancelled waiter does not strand the lock, a lost announcement still ends with the
+//! waiter holding, and eight contenders with a node paused never overlap (history checker).
+#![cfg(feature = "testkit")]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use quorumlock::testkit::{History, LocalCluster, ProxyMode};
+use quorumlock::{Redlock, Retry};
+use redis::aio::MultiplexedConnection;
+use support::{count_key, eventually, get, lock_key, raw};
+
+type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+/// Joins (or renews) `token` raw on one node: `{state, ahead, ticket, holds}`.
+async fn enqueue(
+    conn: &mut MultiplexedConnection,
+    resource: &str,
+    token: &str,
+    ttl_ms: u64,
+    kind: &str,
+    first: bool,
+) -> Vec<redis::Value> {
+    redis::Script::new(include_str!("../src/scripts/enqueue.lua"))
+        .key(format!("quorumlock:queue:{resource}"))
+        .key(format!("quorumlock:qlease:{resource}"))
+        .key(format!("quorumlock:qattrs:{resource}"))
+        .key(lock_key(resource))
+        .arg(token)
+        .arg("")
+        .arg(3000)
+        .arg(ttl_ms)
+        .arg(kind)
+        .arg(if first { "1" } else { "0" })
+        .invoke_async(conn)
+        .await
+        .expect("enqueue")
+}
+
+async fn pttl(conn: &mut MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("PTTL")
+}
+
+/// A release with a transfer entry queued sets the key, on every node, to the entry's
+/// token with the entry's TTL, and counts as a release for the releaser. The token is
+/// then gone from the queue for good: a renewal reports it gone and the key holding it.
+#[tokio::test]
+async fn a_release_transfers_to_the_queued_token() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let locks = Redlock::builder(cluster.urls()).build().await?;
+    let res = "handoff-transfer";
+    let lock = locks.try_lock(res, Duration::from_secs(30)).await?;
+    let waiter = "feedfacefeedfacefeedfacefeedface";
+    for i in 0..3 {
+        let mut c = raw(&cluster, i).await;
+        let r = enqueue(&mut c, res, waiter, 5_000, "t", true).await;
+        assert_eq!(r.first(), Some(&redis::Value::Int(1)), "node {i}: added");
+    }
+    lock.release().await?;
+    for i in 0..3 {
+        assert_eq!(
+            get(&cluster, i, &lock_key(res)).await.as_deref(),
+            Some(waiter)
+        );
+        let mut c = raw(&cluster, i).await;
+        let left = pttl(&mut c, &lock_key(res)).await;
+        assert!(
+            (4_000..=5_000).contains(&left),
+            "node {i}: the waiter's TTL, {left} ms left"
+        );
+        // Never queued again on this node, and the renewal learns of the transfer.
+        for first in [false, true] {
+            let r = enqueue(&mut c, res, waiter, 5_000, "t", first).await;
+            assert_eq!(r.first(), Some(&redis::Value::Int(2)), "node {i}: gone");
+            assert_eq!(r.get(3), Some(&redis::Value::Int(1)), "node {i}: holds");
+        }
+    }
+    Ok(())
+}
+
+/// A fenced transfer raises each node's fence counter as a fenced grant does: the
+/// announced fencing value is strictly larger than the releaser's fencing token.
+#[tokio::test]
+async fn a_fenced_transfer_gives_a_larger_fencing_value() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let locks = Redlock::builder(cluster.urls())
+        .fencing(true)
+        .build()
+        .await?;
+    let res = "handoff-fenced";
+    let lock = locks.try_lock(res, Duration::from_secs(30)).await?;
+    let before = lock.fencing_token().ok_or("fenced lock without a token")?;
+    let waiter = "0badc0de0badc0de0badc0de0badc0de";
+    for i in 0..3 {
+        enqueue(&mut raw(&cluster, i).await, res, waiter, 5_000, "f", true).await;
+    }
+    let mut sub = redis::Client::open(cluster.direct_url(0)?)?
+        .get_async_pubsub()
+        .await?;
+    sub.subscribe(format!("quorumlock:released:{res}")).await?;
+    let mut messages = sub.into_on_message();
+    lock.release().await?;
+    let msg = tokio::time::timeout(Duration::from_secs(5), messages.next())
+        .await?
+        .ok_or("no announcement")?;
+    let payload: String = msg.get_payload()?;
+    let parts: Vec<&str> = payload.split(':').collect();
+    assert_eq!(parts.get(1..3), Some(&[">", waiter][..]), "{payload}");
+    let fence: u64 = parts.get(3).ok_or("no fence value")?.parse()?;
+    assert!(fence > before, "transferred {fence}, releaser had {before}");
+    for i in 0..3 {
+        assert_eq!(
+            get(&cluster, i, &lock_key(res)).await.as_deref(),
+            Some(waiter)
+        );
+        let counter: u64 = get(&cluster, i, &format!("quorumlock:fence:{res}"))
+            .await
+            .ok_or("no counter")?
+            .parse()?;
+        assert!(counter > before, "node {i}: counter {counter} <= {before}");
+    }
+    Ok(())
+}
+
+/// A waiter that died with its entry queued (planted raw: no one owns the token) is
+/// handed the lock by the release; the next waiter gets it once that transfer's TTL runs
+/// out, not later than about one TTL plus its retry delay.
+#[tokio::test]
+async fn a_dead_waiter_costs_at_most_one_ttl() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let holder = Redlock::builder(cluster.urls()).build().await?;
+    let waiter = Redlock::builder(cluster.urls())
+        .retry(
+            Retry::new()
+                .delay(Duration::from_millis(100), Duration::from_millis(200))
+                .max_wait(Duration::from_secs(10)),
+        )
+        .build()
+        .await?;
+    let res = "handoff-dead";
+    let lock = holder.try_lock(res, Duration::from_secs(30)).await?;
+    let dead_ttl = Duration::from_millis(1_500);
+    let dead = "deaddeaddeaddeaddeaddeaddeaddead";
+    for i in 0..3 {
+        let ms = u64::try_from(dead_ttl.as_millis())?;
+        enqueue(&mut raw(&cluster, i).await, res, dead, ms, "t", true).await;
+    }
+    let next = tokio::spawn(async move {
+        let t = Instant::now();
+        let got = waiter.lock(res, Duration::from_secs(10)).await;
+        (got.map(|l| l.token().to_owned()), t.elapsed())
+    });
+    // The waiter is waiting (its first attempt was refused) before the release.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    lock.release().await?;
+    assert_eq!(
+        get(&cluster, 0, &lock_key(res)).await.as_deref(),
+        Some(dead)
+    );
+    let (got, _) = next.await?;
+    let after = released.elapsed();
+    let token = got?;
+    println!(
+        "dead waiter: the next waiter held {after:?} after the release (planted TTL {dead_ttl:?})"
+    );
+    assert_ne!(token, dead);
+    assert!(
+        after >= dead_ttl - Duration::from_millis(100),
+        "the dead waiter's transfer held the key: got it after {after:?}"
+    );
+    assert!(
+        after <= dead_ttl + Duration::from_secs(2),
+        "at most about one TTL: {after:?}"
+    );
+    Ok(())
+}
+
+// ---- The waiter side: a `Lock` obtained by transfer ----
+
+/// A waiter whose retry delay (30 s) is far beyond the test: it can only get the lock by a
+/// transfer (announced, or learnt at a renewal) or a hand-off-window claim.
+const NOTIFIED_ONLY: Retry = Retry::new()
+    .delay(Duration::from_secs(30), Duration::from_secs(30))
+    .max_wait(Duration::from_secs(8));
+
+/// The number of entries in the resource's wait queue on each node.
+async fn queue_sizes(cluster: &LocalCluster, res: &str) -> Vec<u64> {
+    let mut out = Vec::new();
+    for i in 0..cluster.len() {
+        let n: u64 = redis::cmd("ZCARD")
+            .arg(format!("quorumlock:queue:{res}"))
+            .query_async(&mut raw(cluster, i).await)
+            .await
+            .expect("ZCARD");
+        out.push(n);
+    }
+    out
+}
+
+/// Waits (bounded) until `n` waiters are queued on every node and every node has a
+/// subscriber on the resource's channel.
+async fn queued_everywhere(cluster: &LocalCluster, res: &str, n: u64) -> TestResult {
+    let queued = eventually(Duration::from_secs(5), || async {
+        queue_sizes(cluster, res).await.iter().all(|s| *s == n)
+    })
+    .await;
+    if !queued {
+        return Err(format!("not queued: {:?}", queue_sizes(cluster, res).await).into());
+    }
+    let channel = format!("quorumlock:released:{res}");
+    let subscribed = eventually(Duration::from_secs(5), || async {
+        for i in 0..cluster.len() {
+            let v: Vec<(String, u64)> = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&channel)
+                .query_async(&mut raw(cluster, i).await)
+                .await
+                .expect("NUMSUB");
+            if v.first().is_none_or(|(_, k)| *k == 0) {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    if !subscribed {
+        return Err("not subscribed".into());
+    }
+    Ok(())
+}
+
+/// Whether every node's key holds `token` within a second (the waiter holds once a
+/// quorum transferred; the release reaches the last node moments later).
+async fn holds_everywhere(cluster: &LocalCluster, res: &str, token: &str) -> bool {
+    eventually(Duration::from_secs(1), || async {
+        for i in 0..cluster.len() {
+            if get(cluster, i, &lock_key(res)).await.as_deref() != Some(token) {
+                return false;
+            }
+        }
+        true
+    })
+    .await
+}
+
+/// Every command each node ran since the slow log was reset, as its arguments.
+async fn commands_run(cluster: &LocalCluster) -> Vec<Vec<Vec<String>>> {
+    let mut all = Vec::new();
+    for i in 0..cluster.len() {
+        let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
+            .arg("GET")
+            .arg(-1)
+            .query_async(&mut raw(cluster, i).await)
+            .await
+            .expect("SLOWLOG GET");
+        let mut node = Vec::new();
+        for e in entries {
+            let redis::Value::Array(fields) = e else {
+                continue;
+            };
+            if let Some(redis::Value::Array(args)) = fields.get(3) {
+                node.push(
+                    args.iter()
+                        .map(|a| match a {
+                            redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                            other => format!("{other:?}"),
+                        })
+                        .collect(),
+                );
+            }
+        }
+        all.push(node);
+    }
+    all
+}
+
+/// Logs every command from now on (slow log threshold 0, long enough for the test).
+async fn log_every_command(cluster: &LocalCluster) -> TestResult {
+    for i in 0..cluster.len() {
+        let mut c = raw(cluster, i).await;
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("slowlog-log-slower-than")
+            .arg(0)
+            .arg("slowlog-max-len")
+            .arg(10_000)
+            .query_async(&mut c)
+            .await?;
+        let _: () = redis::cmd("SLOWLOG")
+            .arg("RESET")
+            .query_async(&mut c)
+            .await?;
+    }
+    Ok(())
+}
+
+/// A contended hand-off happens by transfer: once the holder releases, the queued waiter
+/// holds the lock with no acquire round of its own (no node ran a `SET … NX`, a claim
+/// script or a fenced acquire after the release began: checked in every node's command
+/// log), its token is on every node, and its validity is at most the TTL minus the time
+/// since its last confirmation (which came before the release).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_waiter_holds_by_transfer_without_an_acquire_round() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let holder = Redlock::builder(cluster.urls()).build().await?;
+    let waiter = Redlock::builder(cluster.urls())
+        .retry(NOTIFIED_ONLY)
+        .build()
+        .await?;
+    let res = "handoff-waiter";
+    let ttl = Duration::from_secs(10);
+    let lock = holder.try_lock(res, ttl).await?;
+    let w = tokio::spawn(async move { waiter.lock(res, ttl).await });
+    queued_everywhere(&cluster, res, 1).await?;
+    let claim_sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(include_str!("../src/scripts/claim.lua"))
+        .query_async(&mut raw(&cluster, 0).await)
+        .await?;
+    let fenced_sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(include_str!("../src/scripts/acquire_fenced.lua"))
+        .query_async(&mut raw(&cluster, 0).await)
+        .await?;
+    log_every_command(&cluster).await?;
+    let releasing = Instant::now();
+    lock.release().await?;
+    let got = tokio::time::timeout(Duration::from_secs(5), w).await???;
+    let took = releasing.elapsed();
+    println!("transfer: the waiter held {took:?} after the release began");
+    for (i, node) in commands_run(&cluster).await.iter().enumerate() {
+        for args in node {
+            let name = args
+                .first()
+                .map(|a| a.to_ascii_uppercase())
+                .unwrap_or_default();
+            let acquire = (name == "SET" && args.iter().any(|a| a.eq_ignore_ascii_case("NX")))
+                || ((name == "EVALSHA" || name == "EVAL")
+                    && args
+                        .get(1)
+                        .is_some_and(|s| *s == claim_sha || *s == fenced_sha || s.contains("NX")));
+            assert!(
+                !acquire,
+                "node {i} ran an acquire after the release: {args:?}"
+            );
+        }
+    }
+    assert!(holds_everywhere(&cluster, res, got.token()).await);
+    // Its last confirmation came before the release began.
+    assert!(got.deadline() <= releasing + ttl, "{:?}", got.deadline());
+    assert!(got.remaining() > ttl / 2, "{:?}", got.remaining());
+    got.release().await?;
+    assert_eq!(count_key(&cluster, 0..3, &lock_key(res)).await, 0);
+    Ok(())
+}
+
+/// A fenced transfer: the waiter's fencing token is larger than the releaser's, and the
+/// commit round ran: at least a quorum of counters is exactly the waiter's fencing token
+/// (the transfers raised each node's counter to its own value, from the node's clock in
+/// µs; the commit raised the counted ones to their maximum; a node whose transfer came
+/// after the quorum may be higher still).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_waiter_holds_by_transfer_with_a_larger_committed_token() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let holder = Redlock::builder(cluster.urls())
+        .fencing(true)
+        .build()
+        .await?;
+    let waiter = Redlock::builder(cluster.urls())
+        .fencing(true)
+        .retry(NOTIFIED_ONLY)
+        .build()
+        .await?;
+    let res = "handoff-waiter-fenced";
+    let ttl = Duration::from_secs(10);
+    let lock = holder.try_lock(res, ttl).await?;
+    let before = lock.fencing_token().ok_or("no fencing token")?;
+    let w = tokio::spawn(async move { waiter.lock(res, ttl).await });
+    queued_everywhere(&cluster, res, 1).await?;
+    lock.release().await?;
+    let got = tokio::time::timeout(Duration::from_secs(5), w).await???;
+    let t = got.fencing_token().ok_or("no fencing token")?;
+    assert!(t > before, "{t} <= {before}");
+    let mut at_t = 0;
+    for i in 0..3 {
+        let counter: u64 = get(&cluster, i, &format!("quorumlock:fence:{res}"))
+            .await
+            .ok_or("no counter")?
+            .parse()?;
+        assert!(counter > before, "node {i}: {counter} <= {before}");
+        at_t += usize::from(counter == t);
+    }
+    assert!(holds_everywhere(&cluster, res, got.token()).await);
+    assert!(at_t >= 2, "the commit raised a quorum's counters to {t}");
+    got.release().await?;
+    Ok(())
+}
+
+/// A waiter cancelled while queued (its future dropped) does not strand the lock: its
+/// token is retired in the background (released on every node, passing on any transfer to
+/// it), so the next waiter holds within about a round of the release, far below the TTL
+/// and its own retry delay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_waiter_does_not_strand_the_lock() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let holder = Redlock::builder(cluster.urls()).build().await?;
+    let first = Redlock::builder(cluster.urls())
+        .retry(NOTIFIED_ONLY)
+        .build()
+        .await?;
+    let second = Redlock::builder(cluster.urls())
+        .retry(NOTIFIED_ONLY)
+        .build()
+        .await?;
+    let res = "handoff-cancelled";
+    let ttl = Duration::from_secs(10);
+    let lock = holder.try_lock(res, ttl).await?;
+    let a = tokio::spawn(async move { first.lock(res, ttl).await.map(|l| l.token().to_owned()) });
+    queued_everywhere(&cluster, res, 1).await?;
+    let b = tokio::spawn(async move { second.lock(res, ttl).await });
+    queued_everywhere(&cluster, res, 2).await?;
+    a.abort();
+    let releasing = Instant::now();
+    lock.release().await?;
+    let got = tokio::time::timeout(Duration::from_secs(5), b).await???;
+    let took = releasing.elapsed();
+    println!("cancelled head: the next waiter held {took:?} after the release began");
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert!(holds_everywhere(&cluster, res, got.token()).await);
+    got.release().await?;
+    Ok(())
+}
+
+/// A waiter whose subscriptions are cut while the release is announced still ends up
+/// holding: its next lease renewal learns that the keys hold its token (or it claims).
+/// Its retry delay (30 s) is far beyond the test, so the fallback timer plays no part.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_announcement_still_ends_with_the_waiter_holding() -> TestResult {
+    let cluster = LocalCluster::builder(3).proxies(true).launch().await?;
+    let direct: Vec<String> = (0..3)
+        .map(|i| cluster.direct_url(i))
+        .collect::<Result<_, _>>()?;
+    let holder = Redlock::builder(&direct).build().await?;
+    let waiter = Redlock::builder(cluster.urls())
+        .retry(NOTIFIED_ONLY)
+        .build()
+        .await?;
+    let res = "handoff-lost";
+    let ttl = Duration::from_secs(10);
+    let lock = holder.try_lock(res, ttl).await?;
+    let w = tokio::spawn(async move { waiter.lock(res, ttl).await });
+    queued_everywhere(&cluster, res, 1).await?;
+    for i in 0..3 {
+        cluster.proxy(i)?.set_mode(ProxyMode::Blackhole);
+    }
+    lock.release().await?; // announced, and lost on the cut links
+    let released = Instant::now();
+    tokio::time::sleep(Duration::from_millis(300)).await; // the announcement is gone
+    for i in 0..3 {
+        cluster.proxy(i)?.set_mode(ProxyMode::Pass);
+    }
+    let got = tokio::time::timeout(Duration::from_secs(6), w).await???;
+    println!(
+        "lost announcement: held {:?} after the release",
+        released.elapsed()
+    );
+    assert!(holds_everywhere(&cluster, res, got.token()).await);
+    assert!(got.is_valid());
+    got.release().await?;
+    Ok(())
+}
+
+/// Eight clients contend for one resource for about three seconds while one node is
+/// paused (SIGSTOP) for a second in the middle: the history checker finds no two holders
+/// at once, and the lock keeps changing hands during and after the pause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contended_transfers_with_a_paused_node_never_overlap() -> TestResult {
+    const CLIENTS: u32 = 8;
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let history = History::new();
+    let res = "handoff-contended";
+    let ttl = Duration::from_secs(2);
+    let end = Instant::now() + Duration::from_secs(3);
+    let mut tasks = Vec::new();
+    for c in 0..CLIENTS {
+        let client = Redlock::builder(cluster.urls())
+            .retry(Retry::new().max_wait(Duration::from_secs(10)))
+            .build()
+            .await?;
+        let rec = history.client(u64::from(c) + 1);
+        tasks.push(tokio::spawn(async move {
+            let mut held = Vec::new();
+            for _ in 0..1_000 {
+                if Instant::now() >= end {
+                    break;
+                }
+                rec.acquire_invoked(res);
+                match client.lock(res, ttl).await {
+                    Ok(lock) => {
+                        rec.acquired(res, lock.deadline(), None);
+                        held.push(Instant::now());
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        rec.release_invoked(res);
+                        match lock.release().await {
+                            Ok(()) => rec.released(res),
+                            Err(_) => rec.release_failed(res),
+                        };
+                    }
+                    Err(_) => {
+                        rec.acquire_failed(res);
+                    }
+                }
+            }
+            held
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let paused_at = Instant::now();
+    cluster.pause(0).await?;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    cluster.resume(0).await?;
+    let resumed_at = Instant::now();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(tokio::time::timeout(Duration::from_secs(30), t).await??);
+    }
+    let during = all
+        .iter()
+        .filter(|t| **t >= paused_at && **t < resumed_at)
+        .count();
+    let after = all.iter().filter(|t| **t >= resumed_at).count();
+    println!(
+        "contended: {} acquisitions, {during} while node 0 was paused, {after} after",
+        all.len()
+    );
+    let report = history.check();
+    assert!(report.is_clean(), "{report}");
+    assert!(during >= 3, "progress while a node was paused: {during}");
+    assert!(after >= 3, "progress after the pause: {after}");
+    Ok(())
+}
