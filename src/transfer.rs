@@ -214,12 +214,19 @@ impl Waiter {
                     *c = Some(sent_at);
                 }
                 let timeout = self.timeout;
-                Some(async move { (i, sent_at, node.join_queue(&join, timeout).await) })
+                Some(async move { (i, first, sent_at, node.join_queue(&join, timeout).await) })
             })
             .collect();
         let answers: Vec<_> = all.collect().await;
-        for (i, sent_at, place) in answers {
+        for (i, first, sent_at, place) in answers {
             let Some(place) = place else { continue };
+            if first && place.holds {
+                // The key holds a token never queued here: set by this waiter's own claim
+                // (a failed one whose clean-up has not landed yet), not by a transfer, so
+                // no confirmation time bounds it. Never counted: retire the token.
+                self.epoch.gone = true;
+                continue;
+            }
             if self.ticket.is_none()
                 && let Some(s) = &place.score
             {
@@ -458,9 +465,10 @@ pub(crate) async fn acquire(
                         )
                     });
                     crate::metrics::split_vote(split);
-                    if w.epoch.sent_anywhere()
-                        && handoff::retires_after_claim(all_refused(last.as_ref()))
-                    {
+                    // Retired even before it joined anywhere: a grant of the failed claim
+                    // may still be on a node (its clean-up in flight), and a key holding
+                    // the token must never be taken for a transfer to it.
+                    if handoff::retires_after_claim(all_refused(last.as_ref())) {
                         w.retire()?;
                     } else if w.epoch.first_count.is_some() {
                         // Kept: the hand-off window starts again.
