@@ -414,7 +414,14 @@ pub(crate) async fn acquire(
         while let Ok(t) = rx.try_recv() {
             w.heard(&t);
         }
-        if w.epoch.n_counted() >= q {
+        // Fenced, a node counted from a renewal's reply has no announced counter to
+        // commit: claim instead (the token there counts as granted, the counter raised as
+        // for a fresh grant) rather than retire, which would give the lock away.
+        let unfenced_count =
+            inner.config.fencing && w.epoch.counted.iter().flatten().any(Option::is_none);
+        if w.epoch.n_counted() >= q && unfenced_count {
+            claim_now = true;
+        } else if w.epoch.n_counted() >= q {
             match w.hold().await {
                 Some(lock) => {
                     w.keep();
@@ -428,7 +435,7 @@ pub(crate) async fn acquire(
                 }
             }
         }
-        if w.epoch.gone {
+        if w.epoch.gone && !claim_now {
             w.retire()?;
         }
         let now = Instant::now();

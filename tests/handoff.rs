@@ -617,3 +617,41 @@ async fn a_key_left_by_the_waiters_own_failed_claim_is_never_counted() -> TestRe
     );
     Ok(())
 }
+
+/// The fenced twin of the lost-announcement case: the renewal's reply (the keys hold the
+/// token) carries no fence value, so the waiter cannot commit from it; it must claim (its
+/// own token there counts as granted, the counter raised as for a fresh grant) rather
+/// than give away the lock it was handed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_waiter_that_lost_the_announcement_claims_what_it_was_handed() -> TestResult {
+    let cluster = LocalCluster::builder(3).proxies(true).launch().await?;
+    let direct: Vec<String> = (0..3)
+        .map(|i| cluster.direct_url(i))
+        .collect::<Result<_, _>>()?;
+    let holder = Redlock::builder(&direct).fencing(true).build().await?;
+    let waiter = Redlock::builder(cluster.urls())
+        .fencing(true)
+        .retry(NOTIFIED_ONLY)
+        .build()
+        .await?;
+    let res = "handoff-lost-fenced";
+    let ttl = Duration::from_secs(10);
+    let lock = holder.try_lock(res, ttl).await?;
+    let before = lock.fencing_token().ok_or("no fencing token")?;
+    let w = tokio::spawn(async move { waiter.lock(res, ttl).await });
+    queued_everywhere(&cluster, res, 1).await?;
+    for i in 0..3 {
+        cluster.proxy(i)?.set_mode(ProxyMode::Blackhole);
+    }
+    lock.release().await?; // announced, and lost on the cut links
+    tokio::time::sleep(Duration::from_millis(300)).await; // the announcement is gone
+    for i in 0..3 {
+        cluster.proxy(i)?.set_mode(ProxyMode::Pass);
+    }
+    let got = tokio::time::timeout(Duration::from_secs(9), w).await???;
+    let t = got.fencing_token().ok_or("no fencing token")?;
+    assert!(t > before, "{t} <= {before}");
+    assert!(got.is_valid());
+    got.release().await?;
+    Ok(())
+}
