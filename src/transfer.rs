@@ -150,8 +150,14 @@ impl Waiter {
         }
         let n = self.inner.nodes.len();
         let old = std::mem::replace(&mut self.epoch, Epoch::new(fresh, n));
-        self.release_in_background(&old.token, &self.all_nodes());
-        self.retired.push(old.token);
+        // A token that never joined was never queued, so never transferred to: only its
+        // own claims may have set keys, and their clean-up is the attempt's.
+        if old.sent_anywhere() {
+            self.release_in_background(&old.token, &self.all_nodes());
+            self.retired.push(old.token);
+        } else if let Some(n) = self.notifier() {
+            n.unroute(old.token.as_bytes());
+        }
         self.renew_at = tokio::time::Instant::now();
         Ok(())
     }
