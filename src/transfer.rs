@@ -150,8 +150,14 @@ impl Waiter {
         }
         let n = self.inner.nodes.len();
         let old = std::mem::replace(&mut self.epoch, Epoch::new(fresh, n));
-        self.release_in_background(&old.token, &self.all_nodes());
-        self.retired.push(old.token);
+        // A token that never joined was never queued, so never transferred to: only its
+        // own claims may have set keys, and their clean-up is the attempt's.
+        if old.sent_anywhere() {
+            self.release_in_background(&old.token, &self.all_nodes());
+            self.retired.push(old.token);
+        } else if let Some(n) = self.notifier() {
+            n.unroute(old.token.as_bytes());
+        }
         self.renew_at = tokio::time::Instant::now();
         Ok(())
     }
@@ -214,12 +220,19 @@ impl Waiter {
                     *c = Some(sent_at);
                 }
                 let timeout = self.timeout;
-                Some(async move { (i, sent_at, node.join_queue(&join, timeout).await) })
+                Some(async move { (i, first, sent_at, node.join_queue(&join, timeout).await) })
             })
             .collect();
         let answers: Vec<_> = all.collect().await;
-        for (i, sent_at, place) in answers {
+        for (i, first, sent_at, place) in answers {
             let Some(place) = place else { continue };
+            if first && place.holds {
+                // The key holds a token never queued here: set by this waiter's own claim
+                // (a failed one whose clean-up has not landed yet), not by a transfer, so
+                // no confirmation time bounds it. Never counted: retire the token.
+                self.epoch.gone = true;
+                continue;
+            }
             if self.ticket.is_none()
                 && let Some(s) = &place.score
             {
@@ -407,7 +420,14 @@ pub(crate) async fn acquire(
         while let Ok(t) = rx.try_recv() {
             w.heard(&t);
         }
-        if w.epoch.n_counted() >= q {
+        // Fenced, a node counted from a renewal's reply has no announced counter to
+        // commit: claim instead (the token there counts as granted, the counter raised as
+        // for a fresh grant) rather than retire, which would give the lock away.
+        let unfenced_count =
+            inner.config.fencing && w.epoch.counted.iter().flatten().any(Option::is_none);
+        if w.epoch.n_counted() >= q && unfenced_count {
+            claim_now = true;
+        } else if w.epoch.n_counted() >= q {
             match w.hold().await {
                 Some(lock) => {
                     w.keep();
@@ -421,7 +441,7 @@ pub(crate) async fn acquire(
                 }
             }
         }
-        if w.epoch.gone {
+        if w.epoch.gone && !claim_now {
             w.retire()?;
         }
         let now = Instant::now();
@@ -458,9 +478,10 @@ pub(crate) async fn acquire(
                         )
                     });
                     crate::metrics::split_vote(split);
-                    if w.epoch.sent_anywhere()
-                        && handoff::retires_after_claim(all_refused(last.as_ref()))
-                    {
+                    // Retired even before it joined anywhere: a grant of the failed claim
+                    // may still be on a node (its clean-up in flight), and a key holding
+                    // the token must never be taken for a transfer to it.
+                    if handoff::retires_after_claim(all_refused(last.as_ref())) {
                         w.retire()?;
                     } else if w.epoch.first_count.is_some() {
                         // Kept: the hand-off window starts again.

@@ -554,3 +554,104 @@ async fn contended_transfers_with_a_paused_node_never_overlap() -> TestResult {
     assert!(after >= 3, "progress after the pause: {after}");
     Ok(())
 }
+
+/// A waiter's first claim (before it ever joined) is granted on a slow node only after
+/// the round was decided (refused by the others); the claim's clean-up release reaches
+/// that node only once the grant's reply is back, so the waiter's first join arrives in
+/// between and finds the key holding its own token. That key was set by the claim, not
+/// by a transfer: counting it (with the join's send time as its confirmation) would let
+/// the waiter hold with a key its own clean-up deletes moments later. Here the holder's
+/// release reaches node 0 only (node 1's link is cut), so such a waiter would hold with
+/// one real key out of three. The waiter must never hold a lock that fewer than a quorum
+/// of keys carry while it is valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_left_by_the_waiters_own_failed_claim_is_never_counted() -> TestResult {
+    let cluster = LocalCluster::builder(3).proxies(true).launch().await?;
+    let holder = Redlock::builder(cluster.urls())
+        .node_timeout(Duration::from_secs(1))
+        .build()
+        .await?;
+    let waiter = Redlock::builder(cluster.urls())
+        .node_timeout(Duration::from_secs(2))
+        .retry(
+            Retry::new()
+                .delay(Duration::from_secs(1), Duration::from_secs(1))
+                .max_wait(Duration::from_secs(8)),
+        )
+        .build()
+        .await?;
+    let res = "handoff-own-claim";
+    let lock = holder.try_lock(res, Duration::from_secs(3)).await?;
+    // Node 2's key is gone (expired there early, say): a claim is granted there.
+    let _: () = redis::cmd("DEL")
+        .arg(lock_key(res))
+        .query_async(&mut raw(&cluster, 2).await)
+        .await?;
+    cluster.delay(2, Duration::from_millis(300))?;
+    let ttl = Duration::from_secs(10);
+    let w = tokio::spawn(async move { waiter.lock(res, ttl).await });
+    let joined = eventually(Duration::from_secs(5), || async {
+        queue_sizes(&cluster, res).await.first() == Some(&1)
+    })
+    .await;
+    assert!(joined, "the waiter joined node 0");
+    cluster.proxy(1)?.set_mode(ProxyMode::Blackhole);
+    let _ = lock.release().await; // transfers on node 0 only
+    let got = tokio::time::timeout(Duration::from_secs(9), w).await??;
+    cluster.proxy(1)?.set_mode(ProxyMode::Pass);
+    let Ok(got) = got else {
+        return Ok(()); // gave up: safe
+    };
+    let token = got.token().to_owned();
+    let short = eventually(Duration::from_secs(3), || async {
+        let mut n = 0;
+        for i in 0..3 {
+            n += usize::from(get(&cluster, i, &lock_key(res)).await.as_deref() == Some(&*token));
+        }
+        n < 2 && got.is_valid()
+    })
+    .await;
+    assert!(
+        !short,
+        "the waiter holds a valid lock that fewer than 2 of 3 keys carry"
+    );
+    Ok(())
+}
+
+/// The fenced twin of the lost-announcement case: the renewal's reply (the keys hold the
+/// token) carries no fence value, so the waiter cannot commit from it; it must claim (its
+/// own token there counts as granted, the counter raised as for a fresh grant) rather
+/// than give away the lock it was handed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_waiter_that_lost_the_announcement_claims_what_it_was_handed() -> TestResult {
+    let cluster = LocalCluster::builder(3).proxies(true).launch().await?;
+    let direct: Vec<String> = (0..3)
+        .map(|i| cluster.direct_url(i))
+        .collect::<Result<_, _>>()?;
+    let holder = Redlock::builder(&direct).fencing(true).build().await?;
+    let waiter = Redlock::builder(cluster.urls())
+        .fencing(true)
+        .retry(NOTIFIED_ONLY)
+        .build()
+        .await?;
+    let res = "handoff-lost-fenced";
+    let ttl = Duration::from_secs(10);
+    let lock = holder.try_lock(res, ttl).await?;
+    let before = lock.fencing_token().ok_or("no fencing token")?;
+    let w = tokio::spawn(async move { waiter.lock(res, ttl).await });
+    queued_everywhere(&cluster, res, 1).await?;
+    for i in 0..3 {
+        cluster.proxy(i)?.set_mode(ProxyMode::Blackhole);
+    }
+    lock.release().await?; // announced, and lost on the cut links
+    tokio::time::sleep(Duration::from_millis(300)).await; // the announcement is gone
+    for i in 0..3 {
+        cluster.proxy(i)?.set_mode(ProxyMode::Pass);
+    }
+    let got = tokio::time::timeout(Duration::from_secs(9), w).await???;
+    let t = got.fencing_token().ok_or("no fencing token")?;
+    assert!(t > before, "{t} <= {before}");
+    assert!(got.is_valid());
+    got.release().await?;
+    Ok(())
+}
