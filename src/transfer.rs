@@ -180,15 +180,23 @@ impl Waiter {
         }
     }
 
-    /// Joins or renews on every node: the heralds first while no ticket is known (the
-    /// first that answers assigns it), then every node with that ticket. A first join is
+    /// Joins or renews on every node: while no ticket is known, the heralds one after the
+    /// other until one answers and assigns it (its clock), then every node with that
+    /// ticket, the other herald included. Asking both heralds at once would let each
+    /// assign its own score, and two waiters joining together could then be ordered
+    /// differently on the two, splitting the next release's transfers. A first join is
     /// sent at most once per token and node.
     async fn join(&mut self) {
         self.renew_at = contention::renew_at(tokio::time::Instant::now());
         let n = self.inner.nodes.len();
         if self.ticket.is_none() {
             let heralds: Vec<usize> = (0..n).filter(|i| self.res.is_herald(*i, n)).collect();
-            self.send(&heralds).await;
+            for h in heralds {
+                self.send(&[h]).await;
+                if self.ticket.is_some() {
+                    break;
+                }
+            }
         }
         if self.ticket.is_some() {
             let all = self.all_nodes();
