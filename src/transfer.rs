@@ -39,7 +39,7 @@ use tokio::sync::mpsc;
 
 use crate::acquire::{Ask, acquire_as};
 use crate::config::Retry;
-use crate::error::{Error, Votes};
+use crate::error::{Error, Timeout, TimeoutBudget, Votes};
 use crate::lock::Lock;
 use crate::node::{EntryKind, JoinArgs, QueueJoin, Request};
 use crate::notifier::{Interest, Notifier, Transfer};
@@ -546,5 +546,11 @@ pub(crate) async fn acquire(
         }
     }
     w.leave().await;
-    crate::wait::gave_up(start, attempts, last)
+    let gave_up = Error::Timeout(Timeout {
+        budget: TimeoutBudget::MaxWait,
+        waited: start.elapsed(),
+        attempts,
+        votes: last,
+    });
+    crate::metrics::waited(start, Err(gave_up))
 }

@@ -154,17 +154,11 @@ pub(crate) async fn acquire_polling(
             break;
         }
     }
-    gave_up(start, attempts, last)
-}
-
-/// The end of a wait that ran out of its policy's attempts or maximum wait (started at
-/// `start`, `attempts` sent, `votes` those of the last one): [`Error::Timeout`], recorded.
-pub(crate) fn gave_up(start: Instant, attempts: u32, votes: Option<Votes>) -> Result<Lock, Error> {
     let gave_up = Error::Timeout(Timeout {
         budget: TimeoutBudget::MaxWait,
         waited: start.elapsed(),
         attempts,
-        votes,
+        votes: last,
     });
     crate::metrics::waited(start, Err(gave_up))
 }
