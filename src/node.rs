@@ -807,8 +807,6 @@ pub(crate) enum EntryKind {
     Transfer,
     /// The same, raising the fence counter as a fenced grant does (`f`).
     FencedTransfer,
-    /// The release deletes the key and names the entry (`n`): the waiter then tries.
-    NameOnly,
 }
 
 impl EntryKind {
@@ -816,7 +814,6 @@ impl EntryKind {
         match self {
             EntryKind::Transfer => b"t",
             EntryKind::FencedTransfer => b"f",
-            EntryKind::NameOnly => b"n",
         }
     }
 }

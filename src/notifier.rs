@@ -3,20 +3,21 @@
 //!
 //! Every release on a resource's heralds publishes `<release id>[:<waiter>…]` on the
 //! resource's channel (`quorumlock:released:{name}`); a release that transferred the lock
-//! to a queued token (on any node) publishes `<release id>:>:<token>[:<fence>]`, which
-//! names that token: each node's subscription task also hands such an announcement, with
-//! the node's index, to the transfer waiter that registered that token
-//! ([`Notifier::route`]; current and retired tokens alike: the waiter counts the node, or
-//! passes a retired token's transfer on). Each node's subscription task turns
-//! messages into wake-ups: what a message means (a new release, the same one again from
-//! the other herald, an old one; whose turn it is) is decided by the protocol
+//! to a queued token (on any node) publishes `<release id>:>:<token>[:<fence>]`. Each
+//! node's subscription task hands such a transfer, with the node's index, to the transfer
+//! waiter that registered that token ([`Notifier::route`]; current and retired tokens
+//! alike: the waiter counts the node, or passes a retired token's transfer on). Every
+//! announcement also wakes the client's listening waiters once per release, however many
+//! nodes announce it: whether a message is a new release, the same one again from another
+//! node or an old one is decided by the protocol
 //! ([`protocol::contention::Releases`](crate::protocol::contention::Releases)); this module
-//! holds that state per channel, wakes the waiters it names, and keeps the subscriptions.
+//! holds that state per channel, wakes the waiters, and keeps the subscriptions.
 //!
 //! ```text
-//!   node i ──SUBSCRIBE──▶ subscriber task ──message──▶ Shared::announce ──Releases::hear──▶ wake named / everyone
-//!   waiter (wait.rs) ──interest()──▶ Interest: register(id), released().await, turn(), heard(), adapt()
-//!   release (lock.rs) ──released()──▶ polite map ──should_yield()──▶ the next lock() joins the queue first
+//!   node i ──SUBSCRIBE──▶ subscriber task ──message──▶ Shared::announce_from ──route──▶ the transfer waiter of the token
+//!                                                                            └─Releases::hear──▶ wake the listeners
+//!   waiter (wait.rs) ──interest()──▶ Interest: released().await, window(), adapt()
+//!   release (lock.rs) ──released()──▶ polite map ──should_yield()──▶ the next lock() yields
 //! ```
 
 use std::collections::{HashMap, HashSet};
@@ -24,12 +25,10 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 
 use crate::node::{NodeAddr, NodeSpec};
-use crate::protocol::contention::{
-    self, Announced, Heard, POLITE_WINDOW, Releases, Turn, parse_announcement,
-};
+use crate::protocol::contention::{self, Announced, POLITE_WINDOW, Releases, parse_announcement};
 use crate::protocol::handoff;
 use crate::resource::Resources;
 use crate::time::later;
@@ -73,13 +72,11 @@ struct Channel {
     /// Bumped to wake every waiter.
     tx: watch::Sender<u64>,
     /// What was heard of the resource's releases (the protocol's state).
-    releases: Releases<Instant>,
+    releases: Releases,
     interest: usize,
     idle_since: Option<Instant>,
     /// Held by the one waiter of this client that is trying right now.
     gate: Arc<tokio::sync::Mutex<()>>,
-    /// Queued waiters of this client, by queue id: woken only when a release names them.
-    tickets: HashMap<Vec<u8>, Arc<Notify>>,
 }
 
 impl Channel {
@@ -90,26 +87,12 @@ impl Channel {
             interest: 0,
             idle_since: None,
             gate: Arc::new(tokio::sync::Mutex::new(())),
-            tickets: HashMap::new(),
         }
     }
 
-    /// Wakes the named waiters of this client, and everyone when someone may need it
-    /// ([`contention::wakes_everyone`]).
-    fn wake(&self, named: &[Vec<u8>]) {
-        self.notify(named);
-        if contention::wakes_everyone(named.is_empty(), self.interest, self.tickets.len()) {
-            self.tx.send_modify(|g| *g = g.wrapping_add(1));
-        }
-    }
-
-    /// Wakes only the named waiters of this client.
-    fn notify(&self, named: &[Vec<u8>]) {
-        for h in named {
-            if let Some(n) = self.tickets.get(h) {
-                n.notify_one();
-            }
-        }
+    /// Wakes every waiter of this client listening on the channel.
+    fn wake(&self) {
+        self.tx.send_modify(|g| *g = g.wrapping_add(1));
     }
 }
 
@@ -228,7 +211,6 @@ impl Notifier {
             channels,
             rxs,
             gate: gate.unwrap_or_default(),
-            ticket: None,
         }
     }
 }
@@ -240,16 +222,6 @@ pub(crate) struct Interest {
     rxs: Vec<watch::Receiver<u64>>,
     /// Held while this client's waiter for the resource is trying.
     pub(crate) gate: Arc<tokio::sync::Mutex<()>>,
-    /// This waiter's queue id and the wake-up a release naming it sends.
-    ticket: Option<(Vec<u8>, Arc<Notify>)>,
-}
-
-/// Why a waiter woke.
-pub(crate) enum Wake {
-    /// A release named this waiter: its turn.
-    Named,
-    /// Some announcement: look at who it named ([`Interest::heard`]).
-    Announced,
 }
 
 impl Interest {
@@ -259,36 +231,6 @@ impl Interest {
         let ch = self.channels.first()?;
         let mut m = s.channels.lock().ok()?;
         m.get_mut(ch).map(f)
-    }
-
-    /// Registers this waiter's queue id, so that releases naming it wake it (and only it).
-    pub(crate) fn register(&mut self, id: &[u8]) {
-        let notify = Arc::new(Notify::new());
-        let n = notify.clone();
-        let registered = self.with_channel(|c| {
-            c.tickets.insert(id.to_vec(), n);
-        });
-        if registered.is_some() {
-            self.ticket = Some((id.to_vec(), notify));
-        }
-    }
-
-    /// The turn the latest release of the resource gave `me`, if it named `me`.
-    pub(crate) fn turn(&self, me: &[u8]) -> Option<Turn<Instant>> {
-        self.with_channel(|c| c.releases.turn(me, Instant::now()))
-            .flatten()
-    }
-
-    /// What the latest announcement means for waiter `me` (`None`: not queued).
-    pub(crate) fn heard(&self, me: Option<&[u8]>) -> Heard {
-        self.with_channel(|c| contention::heard(me, c.releases.heads()))
-            .unwrap_or_else(|| contention::heard(me, &[]))
-    }
-
-    /// Whether a release named a waiter other than `me` within the last `window`.
-    pub(crate) fn handoff_under_way(&self, me: &[u8], window: Duration) -> bool {
-        self.with_channel(|c| c.releases.handoff_under_way(me, Instant::now(), window))
-            .unwrap_or(false)
     }
 
     /// The current contention window of the resource (its first channel).
@@ -313,27 +255,15 @@ impl Interest {
     }
 
     /// Completes at the next release announced for any of the resources.
-    pub(crate) async fn released(&mut self) -> Wake {
-        let named = async {
-            match &self.ticket {
-                Some((_, n)) => n.notified().await,
-                None => std::future::pending().await,
-            }
-        };
-        let announced = async {
-            if self.rxs.is_empty() {
-                return std::future::pending().await;
-            }
-            let waits = self.rxs.iter_mut().map(|rx| Box::pin(rx.changed()));
-            let (res, _, _) = futures::future::select_all(waits).await;
-            if res.is_err() {
-                // The notifier is gone; only the fallback timer is left.
-                std::future::pending::<()>().await;
-            }
-        };
-        tokio::select! {
-            () = named => Wake::Named,
-            () = announced => Wake::Announced,
+    pub(crate) async fn released(&mut self) {
+        if self.rxs.is_empty() {
+            return std::future::pending().await;
+        }
+        let waits = self.rxs.iter_mut().map(|rx| Box::pin(rx.changed()));
+        let (res, _, _) = futures::future::select_all(waits).await;
+        if res.is_err() {
+            // The notifier is gone; only the fallback timer is left.
+            std::future::pending::<()>().await;
         }
     }
 }
@@ -346,9 +276,6 @@ impl Drop for Interest {
         if let Ok(mut map) = shared.channels.lock() {
             for ch in &self.channels {
                 if let Some(c) = map.get_mut(ch) {
-                    if let Some((id, _)) = &self.ticket {
-                        c.tickets.remove(id);
-                    }
                     c.interest = c.interest.saturating_sub(1);
                     if c.interest == 0 {
                         c.idle_since = Some(Instant::now());
@@ -396,17 +323,12 @@ impl Shared {
         let Some(c) = map.get_mut(channel) else {
             return;
         };
-        match c.releases.hear(id, heads, Instant::now()) {
-            Announced::New => c.wake(c.releases.heads()),
-            Announced::Again { again, added } => {
-                // Waiters named again are woken again (one still trying keeps the wake-up
-                // for after its attempt); waiters only this herald named are woken as new.
-                c.notify(&again);
-                if !added.is_empty() {
-                    c.wake(&added);
-                }
-            }
-            Announced::Old => {}
+        match c.releases.hear(id, heads) {
+            Announced::New => c.wake(),
+            // The latest release again, from another node: new only if it names someone
+            // the first announcement did not (the queues can differ).
+            Announced::Again { added, .. } if !added.is_empty() => c.wake(),
+            Announced::Again { .. } | Announced::Old => {}
         }
     }
 

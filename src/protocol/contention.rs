@@ -6,18 +6,16 @@
 //! ```text
 //!   attempt failed ──▶ is_split? ──yes──▶ Pause::Backoff   random within the contention window
 //!        │                                                  (next_window: doubles on a split, ¾ on a win)
-//!        ├── our turn overtaken by its own release (Turn::overtaken) ──▶ Pause::Chase
-//!        └── otherwise ──▶ Pause::Listen: an announcement (heard) or the fallback timer
-//!                           (fallback_tries: not while another waiter's hand-off is under way)
+//!        └── otherwise ──▶ Pause::Listen: an announcement (then a stagger) or the fallback timer
 //!
 //!   Releases::hear(announcement) ──▶ New / Again / Old        once per release, whichever herald
-//!   releaser_yields ──▶ the next lock() joins the queue's end first (try_at_once_after_yield)
+//!   releaser_yields ──▶ the next lock() yields: the transfer waiter joins the queue's end
+//!                       first; several resources wait POLITE_DELAY
 //! ```
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::reply::QueuePlace;
 use super::time::{Moment, later};
 
 /// The initial contention window: a waiter woken by a release announcement (or backing
@@ -96,59 +94,20 @@ pub(crate) enum Pause {
     /// The votes were split: no announcement will come; back off randomly within the
     /// contention window.
     Backoff,
-    /// Its turn was overtaken by the very release that named it: try again when that
-    /// release is announced again or after the turn's doubling back-off.
-    Chase,
-    /// Wait for an announcement, the fallback timer, or the lease renewal.
+    /// Wait for an announcement or the fallback timer.
     Listen,
     /// No release notifications: the retry delay.
     Sleep,
 }
 
 /// The pause after a failed attempt: no notifier → [`Pause::Sleep`]; a split vote →
-/// [`Pause::Backoff`]; a kept turn → [`Pause::Chase`]; otherwise [`Pause::Listen`].
-pub(crate) fn pause(notify: bool, split: bool, turn_kept: bool) -> Pause {
-    match (notify, split, turn_kept) {
-        (false, _, _) => Pause::Sleep,
-        (true, true, _) => Pause::Backoff,
-        (true, false, true) => Pause::Chase,
-        (true, false, false) => Pause::Listen,
+/// [`Pause::Backoff`]; otherwise [`Pause::Listen`].
+pub(crate) fn pause(notify: bool, split: bool) -> Pause {
+    match (notify, split) {
+        (false, _) => Pause::Sleep,
+        (true, true) => Pause::Backoff,
+        (true, false) => Pause::Listen,
     }
-}
-
-/// What an announcement means for a listening waiter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Heard {
-    /// It named this waiter: its turn, try at once.
-    Turn,
-    /// It named other waiters: their turn; keep waiting (the fallback timer stays).
-    Others,
-    /// It named no one (no queue, or this waiter has no place): try after a random stagger
-    /// within the contention window, against the herd.
-    Stagger,
-}
-
-/// What an announcement naming `heads` means for waiter `me` (`None`: not queued).
-pub(crate) fn heard(me: Option<&[u8]>, heads: &[Vec<u8>]) -> Heard {
-    match me {
-        Some(me) if heads.iter().any(|h| h == me) => Heard::Turn,
-        Some(_) if !heads.is_empty() => Heard::Others,
-        _ => Heard::Stagger,
-    }
-}
-
-/// Whether a waiter's fallback timer makes it try: not while it is queued and a release
-/// named another waiter within the hand-off window (that waiter's attempt is under way, and
-/// hearing the announcement proves the channel works); the timer then starts again.
-pub(crate) fn fallback_tries(queued: bool, handoff_under_way: bool) -> bool {
-    !(queued && handoff_under_way)
-}
-
-/// Whether a waiter joins (or renews) its queue place now: after an attempt that was sent
-/// and was not a split vote (once, and again after a lost turn: the release that named it
-/// popped it), or when the lease is due for renewal.
-pub(crate) fn joins(split: bool, tried: bool, renewal_due: bool) -> bool {
-    (!split && tried) || renewal_due
 }
 
 /// The delay before a polling waiter's next attempt, given the one its retry policy drew:
@@ -167,37 +126,6 @@ pub(crate) fn polling_delay(drawn: Duration, intent: bool) -> Duration {
 /// When a queue lease joined at `joined_at` is next renewed: a third of the lease later.
 pub(crate) fn renew_at<T: Moment>(joined_at: T) -> T {
     later(joined_at, QUEUE_LEASE / 3)
-}
-
-/// What a join told, over the heralds that answered.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Joined {
-    /// Some herald did not have the waiter queued (a first join, or its place was popped
-    /// or lapsed), or none answered: its place cannot be counted on.
-    pub(crate) lost: bool,
-    /// The most waiters queued ahead of it on one herald (0 when none answered).
-    pub(crate) ahead: u64,
-}
-
-/// Combines the heralds' answers to a join (`None`: failed or timed out): lost when any
-/// answering herald added the waiter anew or none answered; `ahead` is the largest count.
-pub(crate) fn joined<'a>(answers: impl IntoIterator<Item = Option<&'a QueuePlace>>) -> Joined {
-    let mut j = Joined::default();
-    let mut answered = false;
-    for place in answers.into_iter().flatten() {
-        answered = true;
-        j.lost |= place.state != super::reply::QueueState::Queued;
-        j.ahead = j.ahead.max(place.ahead);
-    }
-    j.lost |= !answered;
-    j
-}
-
-/// Whether a waiter whose release-just-now made it yield tries at once after joining the
-/// queue's end: only if no one is queued ahead and its release did not just name someone
-/// (who is then no longer queued, but whose turn it is).
-pub(crate) fn try_at_once_after_yield(joined: Joined, handoff_under_way: bool) -> bool {
-    joined.ahead == 0 && !handoff_under_way
 }
 
 /// Whether a release should make this client yield its next `lock()` of the resource:
@@ -245,51 +173,12 @@ pub(crate) fn parse_announcement(payload: &[u8]) -> (&[u8], Vec<Vec<u8>>) {
     (id, heads)
 }
 
-/// A turn a release gave a waiter by naming it. The waiter's attempt may overtake that
-/// release on the other nodes (the announcement comes from the first herald that ran it);
-/// while its attempts are refused by the releasing lock itself, within the hand-off window,
-/// the turn stands and the waiter tries again when the release is announced again or after
-/// a doubling back-off.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Turn<T> {
-    /// The release's id: the first eight characters of the released lock's token.
-    id: String,
-    /// When the waiter heard it.
-    at: T,
-    /// The bound of the next random pause.
-    pause: Duration,
-}
-
-impl<T: Moment> Turn<T> {
-    /// A turn given by release `id`, heard at `at`, with a first pause bound of `pause`.
-    pub(crate) fn new(id: String, at: T, pause: Duration) -> Turn<T> {
-        Turn { id, at, pause }
-    }
-
-    /// Whether a failed attempt shows the release that named us still on its way: within
-    /// `window` of the naming, some node refused for the very lock it released (its
-    /// `SET … GET` refusal named that lock's token, whose first eight characters are the
-    /// release id).
-    pub(crate) fn overtaken(&self, now: T, holder_ids: &[String], window: Duration) -> bool {
-        now.since(self.at) < window && holder_ids.contains(&self.id)
-    }
-
-    /// The bound of the next random pause; the bound then doubles, up to `cap` (or the
-    /// current bound, if that is larger).
-    pub(crate) fn next_backoff(&mut self, cap: Duration) -> Duration {
-        let pause = self.pause;
-        self.pause = self.pause.saturating_mul(2).min(cap.max(self.pause));
-        pause
-    }
-}
-
 /// What one client has heard of one resource's releases: the recent release ids, the
-/// waiters the latest one named and when, and the resource's contention window.
+/// waiters the latest one named, and the resource's contention window.
 #[derive(Debug, Clone)]
-pub(crate) struct Releases<T> {
+pub(crate) struct Releases {
     recent: VecDeque<Vec<u8>>,
     heads: Vec<Vec<u8>>,
-    named_at: Option<T>,
     window: Duration,
 }
 
@@ -312,22 +201,21 @@ pub(crate) enum Announced {
     Old,
 }
 
-impl<T: Moment> Default for Releases<T> {
-    fn default() -> Releases<T> {
+impl Default for Releases {
+    fn default() -> Releases {
         Releases {
             recent: VecDeque::new(),
             heads: Vec::new(),
-            named_at: None,
             window: NOTIFY_STAGGER,
         }
     }
 }
 
-impl<T: Moment> Releases<T> {
-    /// Records release `id` naming `heads`, heard at `now`. Each release counts once,
+impl Releases {
+    /// Records release `id` naming `heads`. Each release counts once,
     /// however many nodes announce it; the latest one's second announcement adds the
     /// waiters it names to those already named.
-    pub(crate) fn hear(&mut self, id: &[u8], heads: Vec<Vec<u8>>, now: T) -> Announced {
+    pub(crate) fn hear(&mut self, id: &[u8], heads: Vec<Vec<u8>>) -> Announced {
         if self.recent.back().is_some_and(|r| r == id) {
             let (again, added): (Vec<_>, Vec<_>) =
                 heads.into_iter().partition(|h| self.heads.contains(h));
@@ -342,35 +230,13 @@ impl<T: Moment> Releases<T> {
         }
         self.recent.push_back(id.to_vec());
         self.heads = heads;
-        if !self.heads.is_empty() {
-            self.named_at = Some(now);
-        }
         Announced::New
     }
 
     /// The waiters the latest release named, first one first.
+    #[cfg(test)]
     pub(crate) fn heads(&self) -> &[Vec<u8>] {
         &self.heads
-    }
-
-    /// The turn the latest release gave `me`, if it named `me`, heard at `now`; its first
-    /// back-off is the contention window.
-    pub(crate) fn turn(&self, me: &[u8], now: T) -> Option<Turn<T>> {
-        if !self.heads.iter().any(|h| h == me) {
-            return None;
-        }
-        let id = self.recent.back()?;
-        Some(Turn::new(
-            String::from_utf8_lossy(id).into_owned(),
-            now,
-            self.window,
-        ))
-    }
-
-    /// Whether a release named a waiter other than `me` within `window` before `now`:
-    /// that waiter's attempt is (most likely) under way.
-    pub(crate) fn handoff_under_way(&self, me: &[u8], now: T, window: Duration) -> bool {
-        self.named_at.is_some_and(|t| now.since(t) < window) && !self.heads.iter().any(|h| h == me)
     }
 
     /// The contention window.
@@ -382,13 +248,6 @@ impl<T: Moment> Releases<T> {
     pub(crate) fn adapt(&mut self, split: bool) {
         self.window = next_window(self.window, split);
     }
-}
-
-/// Whether an announcement wakes every waiter of the client, not only those it named: when
-/// it named no one, or some waiter has no queue place (`interest` waiters, of which
-/// `queued` have one).
-pub(crate) fn wakes_everyone(named_none: bool, interest: usize, queued: usize) -> bool {
-    named_none || interest > queued
 }
 
 #[cfg(test)]
@@ -444,22 +303,10 @@ mod tests {
 
     #[test]
     fn waiting_decisions() {
-        assert_eq!(pause(false, true, true), Pause::Sleep);
-        assert_eq!(pause(true, true, true), Pause::Backoff);
-        assert_eq!(pause(true, false, true), Pause::Chase);
-        assert_eq!(pause(true, false, false), Pause::Listen);
-        let heads = [id("a"), id("b")];
-        assert_eq!(heard(Some(b"b"), &heads), Heard::Turn);
-        assert_eq!(heard(Some(b"c"), &heads), Heard::Others);
-        assert_eq!(heard(None, &heads), Heard::Stagger);
-        assert_eq!(heard(Some(b"c"), &[]), Heard::Stagger);
-        assert!(!fallback_tries(true, true));
-        assert!(fallback_tries(false, true));
-        assert!(fallback_tries(true, false));
-        assert!(joins(false, true, false));
-        assert!(!joins(true, true, false));
-        assert!(joins(true, false, true));
-        assert!(!joins(false, false, false));
+        assert_eq!(pause(false, true), Pause::Sleep);
+        assert_eq!(pause(false, false), Pause::Sleep);
+        assert_eq!(pause(true, true), Pause::Backoff);
+        assert_eq!(pause(true, false), Pause::Listen);
         assert_eq!(handoff_window(MS, 2 * MS), 2 * MS);
         assert_eq!(renew_at(Duration::ZERO), QUEUE_LEASE / 3);
         let long = QUEUE_LEASE * 2;
@@ -484,53 +331,6 @@ mod tests {
         assert!(!release_queued(true, false, true));
         assert!(!release_queued(false, false, false));
         assert!(release_queued(false, true, true));
-        let j = |lost, ahead| Joined { lost, ahead };
-        assert!(try_at_once_after_yield(j(true, 0), false));
-        assert!(!try_at_once_after_yield(j(false, 1), false));
-        assert!(!try_at_once_after_yield(j(false, 0), true));
-    }
-
-    #[test]
-    fn joining() {
-        let place = |added: bool, ahead| QueuePlace {
-            state: if added {
-                crate::protocol::reply::QueueState::Added
-            } else {
-                crate::protocol::reply::QueueState::Queued
-            },
-            ahead,
-            score: None,
-            holds: false,
-        };
-        let (a, b) = (place(false, 2), place(true, 1));
-        assert_eq!(
-            joined([Some(&a), Some(&b)]),
-            Joined {
-                lost: true,
-                ahead: 2
-            }
-        );
-        assert_eq!(
-            joined([Some(&a), None]),
-            Joined {
-                lost: false,
-                ahead: 2
-            }
-        );
-        assert_eq!(
-            joined([None, None]),
-            Joined {
-                lost: true,
-                ahead: 0
-            }
-        );
-        assert_eq!(
-            joined([]),
-            Joined {
-                lost: true,
-                ahead: 0
-            }
-        );
     }
 
     #[test]
@@ -550,46 +350,19 @@ mod tests {
             parse_announcement(b"abcd1234:>"),
             (&b"abcd1234"[..], vec![])
         );
-        let mut r = Releases::<Duration>::default();
-        assert_eq!(r.hear(b"r1", vec![id("w1")], MS), Announced::New);
+        let mut r = Releases::default();
+        assert_eq!(r.hear(b"r1", vec![id("w1")]), Announced::New);
         assert_eq!(r.heads(), [id("w1")]);
-        assert!(r.handoff_under_way(b"w2", 2 * MS, 5 * MS));
-        assert!(!r.handoff_under_way(b"w1", 2 * MS, 5 * MS));
-        assert!(!r.handoff_under_way(b"w2", 6 * MS, 5 * MS));
         assert_eq!(
-            r.hear(b"r1", vec![id("w1"), id("w2")], 3 * MS),
+            r.hear(b"r1", vec![id("w1"), id("w2")]),
             Announced::Again {
                 again: vec![id("w1")],
                 added: vec![id("w2")]
             }
         );
         assert_eq!(r.heads(), [id("w1"), id("w2")]);
-        let t = r.turn(b"w2", 4 * MS).expect("named");
-        assert_eq!(t, Turn::new("r1".into(), 4 * MS, NOTIFY_STAGGER));
-        assert_eq!(r.hear(b"r2", vec![], 5 * MS), Announced::New);
-        assert_eq!(r.hear(b"r1", vec![id("w3")], 6 * MS), Announced::Old);
-        assert!(r.turn(b"w2", 7 * MS).is_none());
-        // The naming time stays that of the release that last named someone.
-        assert!(r.handoff_under_way(b"w9", 5 * MS, 5 * MS));
-        assert!(wakes_everyone(true, 1, 1));
-        assert!(wakes_everyone(false, 2, 1));
-        assert!(!wakes_everyone(false, 1, 1));
-    }
-
-    #[test]
-    fn turns() {
-        let t = Turn::new("abcdefgh".to_owned(), 10 * MS, MS);
-        let ids = ["abcdefgh".to_owned()];
-        assert!(t.overtaken(12 * MS, &ids, 5 * MS));
-        assert!(!t.overtaken(15 * MS, &ids, 5 * MS));
-        assert!(!t.overtaken(12 * MS, &["other".to_owned()], 5 * MS));
-        let mut t = t;
-        let pauses: Vec<Duration> = (0..5).map(|_| t.next_backoff(5 * MS)).collect();
-        assert_eq!(pauses, [MS, 2 * MS, 4 * MS, 5 * MS, 5 * MS]);
-        // A cap below the first pause never shrinks it.
-        let mut t = Turn::new(String::new(), MS, 8 * MS);
-        assert_eq!(t.next_backoff(MS), 8 * MS);
-        assert_eq!(t.next_backoff(MS), 8 * MS);
+        assert_eq!(r.hear(b"r2", vec![]), Announced::New);
+        assert_eq!(r.hear(b"r1", vec![id("w3")]), Announced::Old);
     }
 
     proptest! {
@@ -624,13 +397,13 @@ mod tests {
         /// exactly once, and a repeat of an older one is never `New`.
         #[test]
         fn each_release_is_new_once(seq in prop::collection::vec((0u8..6, prop::collection::vec(0u8..4, 0..3)), 0..40)) {
-            let mut r = Releases::<Duration>::default();
+            let mut r = Releases::default();
             let mut news = std::collections::HashMap::<u8, u32>::new();
             let mut seen = Vec::new();
-            for (k, (rel, named)) in seq.iter().enumerate() {
+            for (rel, named) in &seq {
                 let heads: Vec<Vec<u8>> = named.iter().map(|w| vec![*w]).collect();
                 let was_latest = seen.last() == Some(rel);
-                let got = r.hear(&[*rel], heads.clone(), Duration::from_millis(k as u64));
+                let got = r.hear(&[*rel], heads.clone());
                 match got {
                     Announced::New => {
                         *news.entry(*rel).or_default() += 1;
