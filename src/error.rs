@@ -452,6 +452,17 @@ pub(crate) enum TimeoutBudget {
 }
 
 impl Timeout {
+    /// The error of a wait that ran out of its retry policy's attempts or maximum wait:
+    /// started at `start`, `attempts` sent, `votes` those of the last one.
+    pub(crate) fn gave_up(start: std::time::Instant, attempts: u32, votes: Option<Votes>) -> Error {
+        Error::Timeout(Timeout {
+            budget: TimeoutBudget::MaxWait,
+            waited: start.elapsed(),
+            attempts,
+            votes,
+        })
+    }
+
     /// `true` when the quorum was reached but the TTL was used up (less the drift)
     /// before it was: the lock was never valid, and was released.
     pub fn is_validity(&self) -> bool {

@@ -39,7 +39,7 @@ use tokio::sync::mpsc;
 
 use crate::acquire::{Ask, acquire_as};
 use crate::config::Retry;
-use crate::error::{Error, Timeout, TimeoutBudget, Votes};
+use crate::error::{Error, Timeout, Votes};
 use crate::lock::Lock;
 use crate::node::{EntryKind, JoinArgs, QueueJoin, Request};
 use crate::notifier::{Interest, Notifier, Transfer};
@@ -546,11 +546,5 @@ pub(crate) async fn acquire(
         }
     }
     w.leave().await;
-    let gave_up = Error::Timeout(Timeout {
-        budget: TimeoutBudget::MaxWait,
-        waited: start.elapsed(),
-        attempts,
-        votes: last,
-    });
-    crate::metrics::waited(start, Err(gave_up))
+    crate::metrics::waited(start, Err(Timeout::gave_up(start, attempts, last)))
 }

@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 
 use crate::acquire::{Ask, acquire_as, acquire_once};
 use crate::config::Retry;
-use crate::error::{Error, Timeout, TimeoutBudget, Votes};
+use crate::error::{Error, Timeout, Votes};
 use crate::lock::Lock;
 use crate::notifier::Interest;
 pub(crate) use crate::protocol::contention::POLITE_DELAY;
@@ -108,13 +108,7 @@ pub(crate) async fn acquire_polling(
             break;
         }
     }
-    let gave_up = Error::Timeout(Timeout {
-        budget: TimeoutBudget::MaxWait,
-        waited: start.elapsed(),
-        attempts,
-        votes: last,
-    });
-    crate::metrics::waited(start, Err(gave_up))
+    crate::metrics::waited(start, Err(Timeout::gave_up(start, attempts, last)))
 }
 
 /// What one turn of the loop did.
@@ -141,12 +135,7 @@ struct Waiter<'a> {
 
 impl Waiter<'_> {
     fn gave_up(&self) -> Error {
-        Error::Timeout(Timeout {
-            budget: TimeoutBudget::MaxWait,
-            waited: self.start.elapsed(),
-            attempts: self.attempts,
-            votes: self.last.clone(),
-        })
+        Timeout::gave_up(self.start, self.attempts, self.last.clone())
     }
 
     /// One attempt, unless another waiter of this client holds the resource's gate (then
