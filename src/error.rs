@@ -365,6 +365,18 @@ impl Votes {
     pub fn largest_holder(&self) -> Option<usize> {
         self.largest_holder
     }
+    /// Whether these votes of a failed attempt show that no one holds a quorum
+    /// ([`contention::is_split`](crate::protocol::contention::is_split)): the waiters
+    /// back off instead of waiting for a release that will not be announced.
+    pub(crate) fn is_split(&self) -> bool {
+        crate::protocol::contention::is_split(
+            self.len(),
+            self.granted(),
+            self.held(),
+            self.largest_holder(),
+            self.quorum(),
+        )
+    }
     /// How long the vote took, from the first request to the decision.
     pub fn elapsed(&self) -> Duration {
         self.elapsed

@@ -476,15 +476,7 @@ pub(crate) async fn acquire(
                 }
                 Err(e) => {
                     last = e.votes().cloned();
-                    let split = last.as_ref().is_some_and(|v| {
-                        contention::is_split(
-                            v.len(),
-                            v.granted(),
-                            v.held(),
-                            v.largest_holder(),
-                            v.quorum(),
-                        )
-                    });
+                    let split = last.as_ref().is_some_and(Votes::is_split);
                     crate::metrics::split_vote(split);
                     // Retired even before it joined anywhere: a grant of the failed claim
                     // may still be on a node (its clean-up in flight), and a key holding

@@ -55,18 +55,6 @@ use crate::shared::Inner;
 pub(crate) use crate::time::jitter;
 use crate::time::later;
 
-/// Whether a failed attempt's votes show that no one holds a quorum
-/// ([`contention::is_split`]).
-pub(crate) fn is_split(v: &Votes) -> bool {
-    contention::is_split(
-        v.len(),
-        v.granted(),
-        v.held(),
-        v.largest_holder(),
-        v.quorum(),
-    )
-}
-
 /// Acquires a lock of any kind by polling, per `retry`: an attempt, then a random delay
 /// from the policy's range, until granted, a failure that is not retryable, or the
 /// policy's attempts or maximum wait running out ([`Error::Timeout`] with the last
@@ -158,7 +146,7 @@ impl Waiter<'_> {
             Err(e) if !e.is_retryable() => return Tried::Done(Err(e)),
             Err(e) => {
                 self.last = e.votes().cloned();
-                self.last.as_ref().is_some_and(is_split)
+                self.last.as_ref().is_some_and(Votes::is_split)
             }
         };
         crate::metrics::split_vote(split);
@@ -303,12 +291,12 @@ mod tests {
     #[test]
     fn split_detection() {
         use crate::NodeOutcome::{Granted as G, HeldByOther as H, NotAwaited as N, TimedOut as T};
-        assert!(is_split(&votes(&[G, G, H, H, H], Some(2))));
-        assert!(!is_split(&votes(&[G, G, H, H, H], Some(3))));
-        assert!(!is_split(&votes(&[G, G, H, H, T], Some(2))));
-        assert!(!is_split(&votes(&[H, H, N, N, G], Some(2))));
-        assert!(!is_split(&votes(&[G, G, H, H, H], None)));
-        assert!(is_split(&votes(&[H, H, H, G, G], Some(1))));
+        assert!(votes(&[G, G, H, H, H], Some(2)).is_split());
+        assert!(!votes(&[G, G, H, H, H], Some(3)).is_split());
+        assert!(!votes(&[G, G, H, H, T], Some(2)).is_split());
+        assert!(!votes(&[H, H, N, N, G], Some(2)).is_split());
+        assert!(!votes(&[G, G, H, H, H], None).is_split());
+        assert!(votes(&[H, H, H, G, G], Some(1)).is_split());
     }
 
     #[test]
