@@ -50,7 +50,7 @@ use std::fmt;
 
 use stateright::{Model, Property};
 
-use super::{MAJORITY, N, Protocol, Vote};
+use super::{Key, MAJORITY, N, Protocol, Vote};
 
 /// Clients in the hand-off model.
 pub const C: usize = 2;
@@ -107,15 +107,6 @@ pub struct Entry {
     pub tok: u8,
     /// The waiter.
     pub client: u8,
-}
-
-/// A lock key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Key {
-    /// The owner's token.
-    pub tok: u8,
-    /// Ticks until it expires (≥ 1).
-    pub left: u8,
 }
 
 /// One node.
