@@ -620,7 +620,10 @@ async fn a_node_stalling_between_the_rounds_does_not_fail_the_attempt() {
     // A release returns once a quorum answered and finishes the other nodes in the
     // background; wait for it, or node 2 may still hold the warm-up lock's key when it is
     // watched below and be taken for the attempt's grant.
-    assert!(locks.flush(Duration::from_secs(5)).await, "warm-up release never finished");
+    assert!(
+        locks.flush(Duration::from_secs(5)).await,
+        "warm-up release never finished"
+    );
 
     occupy(&cluster, &[4], "stall").await;
     cluster.delay(0, Duration::from_millis(150)).unwrap();
