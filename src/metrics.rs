@@ -17,7 +17,7 @@
 //! | `quorumlock_acquire_seconds`, `quorumlock_acquire_total` | histogram, counter | `outcome`: `acquired`, `held`, `no_quorum`, `no_validity_left`, `abandoned`, `cancelled` | acquisition attempt (`try_lock`, each attempt of `lock`): first request to verdict (with fencing, both rounds) |
 //! | `quorumlock_extend_seconds`, `quorumlock_extend_total` | histogram, counter | `outcome`: `extended`, `no_quorum`, `no_validity_left`, `lost`, `expired` | `Lock::extend` round |
 //! | `quorumlock_release_seconds`, `quorumlock_release_total` | histogram, counter | `outcome`: `released`, `no_quorum`, `lost`, `expired` | `Lock::release` round (decided at the quorum) |
-//! | `quorumlock_node_request_seconds` | histogram | `node`, `op`: `acquire`, `extend`, `release`, `fence_commit`, `queue_leave`, `watchdog`; `outcome`: `granted`, `refused`, `failed`, `timed_out` | request to one node, as its caller waited for it (a watchdog pipeline: one per lock in it) |
+//! | `quorumlock_node_request_seconds` | histogram | `node`, `op`: `acquire`, `extend`, `release`, `fence_commit`, `watchdog`; `outcome`: `granted`, `refused`, `failed`, `timed_out` | request to one node, as its caller waited for it (a watchdog pipeline: one per lock in it) |
 //! | `quorumlock_grant_validity_seconds` | histogram | `op`: `acquire`, `extend`, `watchdog` | grant: the validity left when the quorum granted |
 //! | `quorumlock_locks_lost_total` | counter | `reason`: `not_held`, `extend_failed`, `max_hold`, `max_extensions`, `expired` | lost lock: a kept lock's lost signal, or a `Lock::extend` / `Lock::release` round that found it lost |
 //! | `quorumlock_locks_dropped_total` | counter | — | `Lock` dropped without `release` (released in the background) |
@@ -71,8 +71,6 @@ pub(crate) enum Op {
     Release,
     /// The fencing commit (round 2).
     FenceCommit,
-    /// Leaving a wait queue.
-    QueueLeave,
     /// One lock's extension in a watchdog pipeline (named only where metrics are recorded).
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     Watchdog,
@@ -412,14 +410,8 @@ mod imp {
     static PENDING_G: Key = Key::from_static_name(FLUSH_PENDING);
 
     /// The `op` and `outcome` of `quorumlock_node_request_seconds`.
-    pub(super) const NODE_OPS: [&str; 6] = [
-        "acquire",
-        "extend",
-        "release",
-        "fence_commit",
-        "queue_leave",
-        "watchdog",
-    ];
+    pub(super) const NODE_OPS: [&str; 5] =
+        ["acquire", "extend", "release", "fence_commit", "watchdog"];
     pub(super) const NODE_OUTCOMES: [&str; 4] = ["granted", "refused", "failed", "timed_out"];
 
     /// Every metric: name, kind, unit, description (for [`describe`]).
@@ -824,8 +816,7 @@ mod imp {
             Op::Extend => 1,
             Op::Release => 2,
             Op::FenceCommit => 3,
-            Op::QueueLeave => 4,
-            Op::Watchdog => 5,
+            Op::Watchdog => 4,
         }
     }
 

@@ -86,7 +86,6 @@ pub(crate) static RELEASE_ONE: Lua = lua!("scripts/release_one.lua", idempotent:
 /// release would transfer the lock to it (found by `faults::row06b_…`).
 static ENQUEUE: Lua = lua!("scripts/enqueue.lua", idempotent: false);
 /// Leave a wait queue.
-static DEQUEUE: Lua = lua!("scripts/dequeue.lua", idempotent: true);
 /// A queued waiter's acquire of one key: its own token there counts as granted.
 pub(crate) static CLAIM: Lua = lua!("scripts/claim.lua", idempotent: false);
 /// Compare-and-extend.
@@ -656,13 +655,6 @@ impl Request {
         Request::script(&RELEASE, res.lock_keys().to_vec(), args, Answer::Release)
     }
 
-    /// Leaves a wait queue (`keys`: the queue, its leases, its attributes) as waiter `id`.
-    /// Answers 1.
-    pub(crate) fn dequeue(keys: &[Vec<u8>; 3], id: &[u8]) -> Request {
-        let args = vec![id.to_vec()];
-        Request::script(&DEQUEUE, keys.to_vec(), args, Answer::Compare)
-    }
-
     /// A reader's acquire on a read-write lock's keys.
     pub(crate) fn read_acquire(keys: &RwKeys, token: &Token, ttl: Duration) -> Request {
         let ks = vec![
@@ -792,8 +784,6 @@ impl Request {
             Op::Release
         } else if is(&COMMIT_FENCE) {
             Op::FenceCommit
-        } else if is(&DEQUEUE) {
-            Op::QueueLeave
         } else {
             Op::Acquire
         }
@@ -838,6 +828,9 @@ pub(crate) struct JoinArgs<'a> {
     /// The first join of this token on this node (only a first join adds it; a renewal
     /// of a token that is gone answers so and never adds it back).
     pub(crate) first: bool,
+    /// The channel a transfer to the entry is announced on (the waiter's client's own),
+    /// or empty for the resource's channel.
+    pub(crate) inbox: &'a [u8],
 }
 
 impl QueueJoin {
@@ -854,6 +847,7 @@ impl QueueJoin {
             millis_arg(a.ttl),
             a.kind.code().to_vec(),
             first.to_vec(),
+            a.inbox.to_vec(),
         ];
         QueueJoin {
             call: Arc::new(ScriptCall::new(&ENQUEUE, ks, args)),
@@ -1448,7 +1442,6 @@ mod tests {
             &RELEASE,
             &RELEASE_ONE,
             &ENQUEUE,
-            &DEQUEUE,
             &CLAIM,
             &EXTEND,
             &ACQUIRE_FENCED,
@@ -1477,6 +1470,7 @@ mod tests {
             ttl: Duration::from_millis(10),
             kind: EntryKind::FencedTransfer,
             first: true,
+            inbox: b"quorumlock:inbox:c",
         };
         let j = QueueJoin::new(&keys, b"k", &args);
         assert_eq!(
@@ -1487,7 +1481,8 @@ mod tests {
                 b"3".to_vec(),
                 b"10".to_vec(),
                 b"f".to_vec(),
-                b"1".to_vec()
+                b"1".to_vec(),
+                b"quorumlock:inbox:c".to_vec()
             ]
         );
         assert_eq!(j.call.keys.len(), 4);

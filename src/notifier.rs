@@ -1,15 +1,19 @@
 //! Release announcements for one [`Redlock`](crate::Redlock): one subscription
 //! connection per node, shared by every waiter of the client, started on first use.
 //!
-//! Every release on a resource's heralds publishes `<release id>[:<waiter>…]` on the
-//! resource's channel (`quorumlock:released:{name}`); a release that transferred the lock
-//! to a queued token (on any node) publishes `<release id>:>:<token>[:<fence>]`. Each
-//! node's subscription task hands such a transfer, with the node's index, to the transfer
-//! waiter that registered that token ([`Notifier::route`]; current and retired tokens
-//! alike: the waiter counts the node, or passes a retired token's transfer on). Every
-//! announcement also wakes the client's listening waiters once per release, however many
-//! nodes announce it: whether a message is a new release, the same one again from another
-//! node or an old one is decided by the protocol
+//! Every release on a resource's heralds that hands the lock to no one publishes
+//! `<release id>[:<waiter>…]` on the resource's channel (`quorumlock:released:{name}`). A
+//! release that transferred the lock to a queued token (on any node) publishes
+//! `<release id>:>:<token>[:<fence>]` on the channel the entry brought: the *inbox* of
+//! the waiter's client (`quorumlock:inbox:<random>`, one per `Redlock`, subscribed on
+//! every node for the client's lifetime), so a hand-off costs one message per node, to
+//! the one client that waits for it, however many other clients listen to the resource.
+//! Each node's subscription task hands such a transfer, with the node's index, to the
+//! transfer waiter that registered that token ([`Notifier::route`]; current and retired
+//! tokens alike: the waiter counts the node, or passes a retired token's transfer on).
+//! Every announcement on a resource's channel wakes the client's listening waiters once
+//! per release, however many nodes announce it: whether a message is a new release, the
+//! same one again from another node or an old one is decided by the protocol
 //! ([`protocol::contention::Releases`](crate::protocol::contention::Releases)); this module
 //! holds that state per channel, wakes the waiters, and keeps the subscriptions.
 //!
@@ -56,6 +60,8 @@ struct Shared {
     /// Transfer waiters by token (current and retired tokens alike): each transfer
     /// announcement naming one is routed to its waiter with the node that published it.
     transfers: Mutex<HashMap<Vec<u8>, mpsc::UnboundedSender<Transfer>>>,
+    /// This client's own channel, where transfers to its waiters are announced.
+    inbox: Vec<u8>,
 }
 
 /// A transfer announcement heard from one node: node `node` handed the lock to `token`
@@ -115,6 +121,7 @@ impl Notifier {
             polite: Mutex::new(HashMap::new()),
             nodes: senders,
             transfers: Mutex::new(HashMap::new()),
+            inbox: inbox_channel(),
         });
         for (index, (spec, rx)) in specs.iter().zip(receivers).enumerate() {
             let client = redis::Client::open(spec.info.clone()).ok();
@@ -173,6 +180,12 @@ impl Notifier {
         yield_
     }
 
+    /// This client's inbox: the channel its waiters' queue entries ask transfers to be
+    /// announced on (subscribed on every node for the client's lifetime).
+    pub(crate) fn inbox(&self) -> &[u8] {
+        &self.shared.inbox
+    }
+
     /// Routes the transfer announcements naming `token` to `to` (until [`Notifier::unroute`]).
     pub(crate) fn route(&self, token: &[u8], to: mpsc::UnboundedSender<Transfer>) {
         if let Ok(mut m) = self.shared.transfers.lock() {
@@ -214,6 +227,16 @@ impl Notifier {
         }
     }
 }
+
+/// A fresh inbox channel name: `quorumlock:inbox:` and 16 random hex digits (a
+/// collision between two clients would only route announcements to a client that ignores
+/// tokens it did not register).
+fn inbox_channel() -> Vec<u8> {
+    format!("{INBOX_PREFIX}{:016x}", rand::random::<u64>()).into_bytes()
+}
+
+/// The prefix of every client's inbox channel.
+const INBOX_PREFIX: &str = "quorumlock:inbox:";
 
 /// One waiter's registration with the notifier.
 pub(crate) struct Interest {
@@ -332,12 +355,14 @@ impl Shared {
         }
     }
 
-    /// The channels that currently have an entry (to subscribe on a new connection).
+    /// The inbox, then the channels that currently have an entry (to subscribe on a new
+    /// connection).
     fn wanted(&self) -> Vec<Vec<u8>> {
-        self.channels
-            .lock()
-            .map(|m| m.keys().cloned().collect())
-            .unwrap_or_default()
+        let mut wanted = vec![self.inbox.clone()];
+        if let Ok(m) = self.channels.lock() {
+            wanted.extend(m.keys().cloned());
+        }
+        wanted
     }
 
     /// Drops the channels idle for [`LINGER`] from the map (whichever node's task sees it
@@ -351,7 +376,7 @@ impl Shared {
                 });
                 subscribed
                     .iter()
-                    .filter(|ch| !m.contains_key(*ch))
+                    .filter(|ch| **ch != self.inbox && !m.contains_key(*ch))
                     .cloned()
                     .collect()
             })

@@ -209,6 +209,10 @@ impl Waiter {
     async fn send(&mut self, on: &[usize]) {
         let ticket = self.ticket.clone().unwrap_or_default();
         let lock = self.res.lock_keys().first().cloned().unwrap_or_default();
+        let inbox = self
+            .notifier()
+            .map(|n| n.inbox().to_vec())
+            .unwrap_or_default();
         let all: FuturesUnordered<_> = on
             .iter()
             .filter_map(|&i| {
@@ -221,6 +225,7 @@ impl Waiter {
                     ttl: self.ttl,
                     kind: self.kind,
                     first,
+                    inbox: &inbox,
                 };
                 let join = QueueJoin::new(&self.keys, &lock, &args);
                 let sent_at = Instant::now();
@@ -336,20 +341,12 @@ impl Waiter {
         self.kept = true;
     }
 
-    /// Keeps the current token for a returned lock: its other entries leave in the
-    /// background (the lock's release drops them too).
+    /// Keeps the current token for a returned lock. Its entries on nodes that did not
+    /// transfer stay: the lock's release drops them, or their lease lapses (they are no
+    /// longer renewed). A release there meanwhile may hand that node's key to the token
+    /// the lock already holds, which only adds a key the lock's release deletes.
     fn keep(&mut self) {
         self.kept = true;
-        if !self.epoch.sent_anywhere() {
-            return;
-        }
-        let leave = Arc::new(Request::dequeue(&self.keys, self.epoch.token.as_bytes()));
-        let nodes = self.inner.nodes.clone();
-        let timeout = self.timeout;
-        crate::background::spawn(async move {
-            let all: FuturesUnordered<_> = nodes.iter().map(|n| n.send(&leave, timeout)).collect();
-            all.collect::<Vec<_>>().await;
-        });
     }
 }
 

@@ -655,3 +655,67 @@ async fn a_fenced_waiter_that_lost_the_announcement_claims_what_it_was_handed() 
     got.release().await?;
     Ok(())
 }
+
+/// A transfer is announced to the waiter's client only: the release publishes it on the
+/// channel the waiter's queue entry named (its client's inbox), not on the resource's
+/// channel, so a client listening to the resource hears nothing of the hand-off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_is_announced_to_the_waiters_client_only() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let holder = Redlock::builder(cluster.urls()).build().await?;
+    let waiter = Redlock::builder(cluster.urls())
+        .retry(NOTIFIED_ONLY)
+        .build()
+        .await?;
+    let res = "handoff-inbox";
+    let ttl = Duration::from_secs(10);
+    let lock = holder.try_lock(res, ttl).await?;
+    let mut listener = redis::Client::open(cluster.direct_url(0)?)?
+        .get_async_pubsub()
+        .await?;
+    listener.psubscribe("quorumlock:*").await?;
+    let w = tokio::spawn(async move { waiter.lock(res, ttl).await });
+    queued_everywhere(&cluster, res, 1).await?;
+    lock.release().await?;
+    let got = tokio::time::timeout(Duration::from_secs(5), w).await???;
+    // Published after the release on the same node: once it arrives, everything node 0
+    // published before it has arrived too.
+    let end = "quorumlock:test-end";
+    let _: i64 = redis::cmd("PUBLISH")
+        .arg(end)
+        .arg("end")
+        .query_async(&mut raw(&cluster, 0).await)
+        .await?;
+    let mut heard = Vec::new();
+    let mut messages = listener.on_message();
+    let finished = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(m) = messages.next().await {
+            let channel = m.get_channel_name().to_owned();
+            if channel == end {
+                return true;
+            }
+            heard.push((
+                channel,
+                String::from_utf8_lossy(m.get_payload_bytes()).into_owned(),
+            ));
+        }
+        false
+    })
+    .await;
+    assert_eq!(
+        finished,
+        Ok(true),
+        "the end marker never arrived: {heard:?}"
+    );
+    let [(channel, payload)] = heard.as_slice() else {
+        panic!("expected the one transfer announcement, heard {heard:?}");
+    };
+    assert!(channel.starts_with("quorumlock:inbox:"), "{channel}");
+    assert!(
+        payload.contains(":>:") && payload.ends_with(got.token()),
+        "{payload} for {}",
+        got.token()
+    );
+    got.release().await?;
+    Ok(())
+}

@@ -46,11 +46,10 @@ struct Scripts {
     release: redis::Script,
     release_one: redis::Script,
     enqueue: redis::Script,
-    dequeue: redis::Script,
     claim: redis::Script,
 }
 
-const SOURCES: [&str; 9] = [
+const SOURCES: [&str; 8] = [
     include_str!("../src/scripts/acquire.lua"),
     include_str!("../src/scripts/acquire_fenced.lua"),
     include_str!("../src/scripts/commit_fence.lua"),
@@ -58,7 +57,6 @@ const SOURCES: [&str; 9] = [
     include_str!("../src/scripts/release.lua"),
     include_str!("../src/scripts/release_one.lua"),
     include_str!("../src/scripts/enqueue.lua"),
-    include_str!("../src/scripts/dequeue.lua"),
     include_str!("../src/scripts/claim.lua"),
 ];
 
@@ -72,7 +70,6 @@ impl Scripts {
             release,
             release_one,
             enqueue,
-            dequeue,
             claim,
         ] = SOURCES.map(redis::Script::new);
         Scripts {
@@ -83,7 +80,6 @@ impl Scripts {
             release,
             release_one,
             enqueue,
-            dequeue,
             claim,
         }
     }
@@ -316,7 +312,7 @@ fn gen_step(rng: &mut ChaCha8Rng, now_us: u64, last_top: u64, arrivals: &Arrival
                 loud: rng.random_bool(0.7),
             }
         }
-        76..=87 => {
+        76..=92 => {
             let r = RESOURCES[rng.random_range(0..3)];
             let queue = key_or_stray(rng, queue_key(r));
             let waiter = WAITERS[rng.random_range(0..3)].as_bytes().to_vec();
@@ -351,15 +347,10 @@ fn gen_step(rng: &mut ChaCha8Rng, now_us: u64, last_top: u64, arrivals: &Arrival
                 },
                 kind: [b't', b'f', b'n', b'x'][rng.random_range(0..4)],
                 first: rng.random_bool(0.6),
-            }
-        }
-        88..=92 => {
-            let r = RESOURCES[rng.random_range(0..3)];
-            Request::Dequeue {
-                queue: key_or_stray(rng, queue_key(r)),
-                leases: key_or_stray(rng, lease_key(r)),
-                attrs: key_or_stray(rng, attrs_key(r)),
-                waiter: WAITERS[rng.random_range(0..3)].as_bytes().to_vec(),
+                // The waiter's own channel, or none (the resource's); one with colons.
+                inbox: ["", "", "quorumlock:inbox:c1", "a:b:"][rng.random_range(0..4)]
+                    .as_bytes()
+                    .to_vec(),
             }
         }
         93..=96 => {
@@ -520,6 +511,7 @@ fn real_command(s: &Scripts, req: &Request) -> redis::Cmd {
             ttl_ms,
             kind,
             first,
+            inbox,
         } => evalsha(
             &s.enqueue,
             &[queue, leases, attrs, key],
@@ -530,14 +522,9 @@ fn real_command(s: &Scripts, req: &Request) -> redis::Cmd {
                 ttl_ms.to_string().as_bytes(),
                 &[*kind],
                 if *first { b"1" } else { b"0" },
+                inbox,
             ],
         ),
-        Request::Dequeue {
-            queue,
-            leases,
-            attrs,
-            waiter,
-        } => evalsha(&s.dequeue, &[queue, leases, attrs], &[waiter]),
         Request::Claim { key, token, ttl_ms } => {
             evalsha(&s.claim, &[key], &[token, ttl_ms.to_string().as_bytes()])
         }

@@ -6,7 +6,9 @@
 -- score), or '' to have this node assign one: this server's time in us. ARGV[3]: the
 -- lease (ms). ARGV[4]: the TTL (ms) a transfer sets the key with. ARGV[5]: the kind: 't'
 -- transfer, 'f' fenced transfer, 'n' name-only. ARGV[6]: '1' for the first join of this
--- token on this node, '0' for a renewal.
+-- token on this node, '0' for a renewal. ARGV[7]: the channel a transfer to this entry is
+-- announced on (the waiter's own), or '' for the resource's channel.
+-- The attributes are "<ttl ms>:<kind>", or "<ttl ms>:<kind>:<channel>" with a channel.
 -- A token is added at most once per node: only a first join adds it, and not when the
 -- lock key already holds it. A renewal of a token that is not queued (popped by a
 -- transfer or a naming, or lapsed) never adds it back: it answers gone.
@@ -37,7 +39,11 @@ elseif ARGV[6] == '1' and holds == 0 then
   end
   redis.call('ZADD', KEYS[1], ticket, ARGV[1])
   redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
-  redis.call('HSET', KEYS[3], ARGV[1], ARGV[4] .. ':' .. ARGV[5])
+  local attr = ARGV[4] .. ':' .. ARGV[5]
+  if ARGV[7] ~= nil and ARGV[7] ~= '' then
+    attr = attr .. ':' .. ARGV[7]
+  end
+  redis.call('HSET', KEYS[3], ARGV[1], attr)
   state = 1
 end
 local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')

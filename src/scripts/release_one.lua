@@ -1,7 +1,8 @@
 -- Compare-and-delete for a single-resource mutex, transferring the lock to the wait
 -- queue's head. Runs on every node.
 -- KEYS[1]: the lock key. KEYS[2]: the wait queue (tokens by ticket). KEYS[3]: the
--- leases. KEYS[4]: the attributes (token -> "<ttl ms>:<kind>", see enqueue.lua).
+-- leases. KEYS[4]: the attributes (token -> "<ttl ms>:<kind>[:<channel>]", see
+-- enqueue.lua).
 -- KEYS[5]: the resource's fence counter.
 -- ARGV[1]: our token. ARGV[2]: the resource's channel. ARGV[3]: the queue entry this
 -- holder waited under ('' if none). ARGV[4]: '1' when this node announces plain releases
@@ -13,8 +14,9 @@
 -- * a transfer entry ('t', 'f'): the key is set to its token with its TTL; 'f' also
 --   raises the fence counter as acquire_fenced.lua does (a bad counter: no transfer, the
 --   key is deleted and the waiter named instead); announced as
---   "<our token's first 8 chars>:>:<token>[:<fence>]"; returns {2, waiters left, fence}
---   (fence 0 for 't');
+--   "<our token's first 8 chars>:>:<token>[:<fence>]" on the entry's channel when it has
+--   one (only its waiter listens there), else on the resource's; returns
+--   {2, waiters left, fence} (fence 0 for 't');
 -- * a name-only entry ('n', or no attributes), when ARGV[4] is '1': the key is deleted,
 --   "<prefix>:<token>" announced; returns {1, waiters left + 1};
 -- * otherwise (empty queue; or a name-only head on a node that does not name): the key
@@ -56,11 +58,17 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   if #head > 0 then
     local tok = head[1]
     local attr = redis.call('HGET', KEYS[4], tok)
-    local ttl, kind = nil, 'n'
+    local ttl, kind, inbox = nil, 'n', ARGV[2]
     if attr then
-      local a, k = string.match(attr, '^(%d+):([tfn])$')
+      local a, k, c = string.match(attr, '^(%d+):([tfn]):(.+)$')
+      if not a then
+        a, k = string.match(attr, '^(%d+):([tfn])$')
+      end
       if a then
         ttl, kind = a, k
+        if c then
+          inbox = c
+        end
       end
     end
     if ttl == nil or tonumber(ttl) == 0 then
@@ -107,7 +115,7 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
       if fence > 0 then
         payload = payload .. ':' .. string.format('%.0f', fence)
       end
-      redis.call('PUBLISH', ARGV[2], payload)
+      redis.call('PUBLISH', inbox, payload)
       return {2, left, fence}
     end
   end

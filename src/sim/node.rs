@@ -90,8 +90,6 @@ pub enum Script {
     ReleaseOne,
     /// `enqueue.lua`: join or renew a place in a wait queue.
     Enqueue,
-    /// `dequeue.lua`: leave a wait queue.
-    Dequeue,
     /// `claim.lua`: a queued waiter's acquire of one key (its own token counts as granted).
     Claim,
 }
@@ -113,7 +111,6 @@ impl Script {
             Script::Release => "release",
             Script::ReleaseOne => "release_one",
             Script::Enqueue => "enqueue",
-            Script::Dequeue => "dequeue",
             Script::Claim => "claim",
         }
     }
@@ -259,17 +256,9 @@ pub enum Request {
         /// Whether this is the first join of this token on this node (only a first join
         /// adds it).
         first: bool,
-    },
-    /// `dequeue.lua` (also purges lapsed entries): 1.
-    Dequeue {
-        /// The wait queue.
-        queue: Vec<u8>,
-        /// The waiters' leases.
-        leases: Vec<u8>,
-        /// The entries' attributes.
-        attrs: Vec<u8>,
-        /// The waiter's token.
-        waiter: Vec<u8>,
+        /// The channel a transfer to this entry is announced on (the waiter's own), or
+        /// empty for the resource's channel.
+        inbox: Vec<u8>,
     },
     /// `claim.lua`: nil when granted (the key was free, or already held our token: its
     /// expiry is then set to the TTL), else the holder's token.
@@ -325,7 +314,6 @@ impl Request {
             Request::Release { .. } => Script::Release,
             Request::ReleaseOne { .. } => Script::ReleaseOne,
             Request::Enqueue { .. } => Script::Enqueue,
-            Request::Dequeue { .. } => Script::Dequeue,
             Request::Claim { .. } => Script::Claim,
             _ => return None,
         })
@@ -866,20 +854,6 @@ impl SimNode {
             }
             Request::ReleaseOne { .. } => self.release_one(now_us, req),
             Request::Enqueue { .. } => self.enqueue(now_us, req),
-            Request::Dequeue {
-                queue,
-                leases,
-                attrs,
-                waiter,
-            } => {
-                self.zrem(queue, waiter, now)?;
-                self.zrem(leases, waiter, now)?;
-                self.hdel(attrs, waiter, now)?;
-                let q = [queue.as_slice(), leases, attrs];
-                self.purge_lapsed(q, now)?;
-                self.expire_with_last_lease(q, now)?;
-                Ok(Reply::Int(1))
-            }
             Request::Claim { key, token, ttl_ms } => {
                 let at = expire_at(now, *ttl_ms, "set")?;
                 match self.get(key, now)? {
@@ -1046,6 +1020,7 @@ impl SimNode {
             ttl_ms,
             kind,
             first,
+            inbox,
         } = req
         else {
             return Err("ERR simulator: not an enqueue".to_owned());
@@ -1070,7 +1045,11 @@ impl SimNode {
             };
             self.zadd(queue, ticket, waiter, false, now)?;
             self.zadd(leases, lapse, waiter, false, now)?;
-            let attr = format!("{ttl_ms}:{}", char::from(*kind)).into_bytes();
+            let mut attr = format!("{ttl_ms}:{}", char::from(*kind)).into_bytes();
+            if !inbox.is_empty() {
+                attr.push(b':');
+                attr.extend_from_slice(inbox);
+            }
             self.hset(attrs, waiter, attr, now)?;
             1
         } else {
@@ -1181,7 +1160,7 @@ impl SimNode {
                 .map(|(_, m)| m.clone());
             if let Some(head) = head {
                 let attr = self.hget(attrs, &head, now)?;
-                let (mut kind, ttl) = parse_attr(attr.as_deref());
+                let (mut kind, ttl, inbox) = parse_attr(attr.as_deref());
                 if kind != b'n' || *loud {
                     self.zrem(queue, &head, now)?;
                     self.zrem(leases, &head, now)?;
@@ -1211,7 +1190,7 @@ impl SimNode {
                         payload.push(b':');
                         payload.extend_from_slice(v.to_string().as_bytes());
                     }
-                    self.publish(channel, payload);
+                    self.publish(inbox.as_deref().unwrap_or(channel), payload);
                     let v = fenced.map_or(0, |v| i64::try_from(v).unwrap_or(i64::MAX));
                     return Ok(Reply::Array(vec![
                         Reply::Int(2),
@@ -1542,11 +1521,15 @@ fn not_a_counter(fence: &[u8]) -> String {
 
 /// An entry's attributes, `<ttl ms>:<kind>` (as `release_one.lua` matches them): its kind
 /// and TTL; anything else (or a TTL of 0) reads as a name-only entry.
-fn parse_attr(attr: Option<&[u8]>) -> (u8, Option<u64>) {
+fn parse_attr(attr: Option<&[u8]>) -> (u8, Option<u64>, Option<Vec<u8>>) {
     let parsed = attr.and_then(|a| {
-        let (ttl, kind) = a.split_at(a.iter().position(|b| *b == b':')?);
-        let kind = match kind {
-            [b':', k @ (b't' | b'f' | b'n')] => *k,
+        let (ttl, rest) = a.split_at(a.iter().position(|b| *b == b':')?);
+        // `^(%d+):([tfn]):(.+)$`, else `^(%d+):([tfn])$`.
+        let (kind, inbox) = match rest {
+            [b':', k @ (b't' | b'f' | b'n')] => (*k, None),
+            [b':', k @ (b't' | b'f' | b'n'), b':', c @ ..] if !c.is_empty() => {
+                (*k, Some(c.to_vec()))
+            }
             _ => return None,
         };
         if ttl.is_empty() || !ttl.iter().all(u8::is_ascii_digit) {
@@ -1556,11 +1539,11 @@ fn parse_attr(attr: Option<&[u8]>) -> (u8, Option<u64>) {
         let ttl = std::str::from_utf8(ttl)
             .ok()
             .and_then(|t| t.parse::<u64>().ok());
-        (ms != 0.0).then_some((kind, ttl))
+        (ms != 0.0).then_some((kind, ttl, inbox))
     });
     match parsed {
-        Some((kind, ttl)) => (kind, ttl),
-        None => (b'n', None),
+        Some((kind, ttl, inbox)) => (kind, ttl, inbox),
+        None => (b'n', None, None),
     }
 }
 

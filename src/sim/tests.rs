@@ -69,6 +69,7 @@ fn join(waiter: &str, ticket: &str, wait_ms: u64, kind: u8, first: bool) -> Requ
         ttl_ms: 1000,
         kind,
         first,
+        inbox: Vec::new(),
     }
 }
 
@@ -368,28 +369,6 @@ fn a_zero_lease_deletes_the_queue_at_once() {
 }
 
 #[test]
-fn dequeue_leaves_the_queue_and_purges_lapsed_entries() {
-    let dequeue = |w: &str| Request::Dequeue {
-        queue: b("Q"),
-        leases: b("H"),
-        attrs: b("A"),
-        waiter: b(w),
-    };
-    let mut n = SimNode::default();
-    run(&mut n, T0, enqueue("a", 1, 1000));
-    run(&mut n, T0, enqueue("b", 2, 2000));
-    assert_eq!(run(&mut n, T0, dequeue("b")), Reply::Int(1));
-    assert_eq!(
-        pttl(&mut n, T0, "Q"),
-        Reply::Int(1000),
-        "expires with the last lease left"
-    );
-    run(&mut n, T0, enqueue("x", 3, 10));
-    assert_eq!(run(&mut n, T0 + 20 * MS, dequeue("a")), Reply::Int(1));
-    assert!(n.is_empty(), "x lapsed: both keys deleted");
-}
-
-#[test]
 fn a_crash_loses_everything_without_persistence_and_nothing_with_aof_always() {
     for (persistence, kept) in [(Persistence::None, false), (Persistence::AofAlways, true)] {
         let mut n = SimNode::new(persistence);
@@ -495,6 +474,7 @@ fn arb_request() -> impl Strategy<Value = Request> {
                 ttl_ms: 100,
                 kind: b't',
                 first: score % 2 == 0,
+                inbox: if score < 2 { b("I") } else { Vec::new() },
             }
         ),
         token.prop_map(|token| Request::ReleaseOne {
@@ -600,6 +580,7 @@ fn schedule_cost() {
                     ttl_ms: 1000,
                     kind: b't',
                     first: true,
+                    inbox: Vec::new(),
                 },
                 4 => release_one_of(lock, token),
                 _ => Request::Release {
@@ -690,6 +671,37 @@ fn release_one_transfers_to_the_head() {
     assert_eq!(run(&mut n, t, release_one("w2", "")), ints(&[1, 0]));
     assert_eq!(n.drain_published().last().unwrap().payload, b("w2"));
     assert!(n.is_empty());
+}
+
+/// A transfer to an entry that brought its own channel is announced there, not on the
+/// resource's channel (only its waiter hears it); a plain release still goes to the
+/// resource's channel.
+#[test]
+fn release_one_announces_a_transfer_on_the_entrys_channel() {
+    let mut n = SimNode::default();
+    let mut with_inbox = join("w1", "5", 60_000, b't', true);
+    if let Request::Enqueue { inbox, .. } = &mut with_inbox {
+        *inbox = b("quorumlock:inbox:x:y");
+    }
+    run(&mut n, T0, with_inbox);
+    let attr = n.entries(T0).find_map(|(k, v, _)| match v {
+        Value::Hash(h) if k == b"A" => h.iter().find(|(f, _)| f == b"w1").map(|(_, v)| v.clone()),
+        _ => None,
+    });
+    assert_eq!(attr, Some(b("1000:t:quorumlock:inbox:x:y")));
+    run(&mut n, T0, set("L", "tok", 1000));
+    assert_eq!(
+        run(&mut n, T0, release_one("tok", "")),
+        Reply::Array(vec![Reply::Int(2), Reply::Int(0), Reply::Int(0)])
+    );
+    let sent = n.drain_published();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].channel, b("quorumlock:inbox:x:y"));
+    assert_eq!(sent[0].payload, b("tok:>:w1"));
+    assert_eq!(run(&mut n, T0, release_one("w1", "")), ints(&[1, 0]));
+    let sent = n.drain_published();
+    assert_eq!(sent[0].channel, b("C"));
+    assert_eq!(sent[0].payload, b("w1"));
 }
 
 /// A fenced transfer raises the counter as a fenced grant does and announces the value;
