@@ -381,7 +381,7 @@ pub(crate) async fn acquire(
     res: &Resources,
     ttl: Duration,
     retry: &Retry,
-    interest: Interest,
+    mut interest: Interest,
     yield_first: bool,
 ) -> Result<Lock, Error> {
     let start = Instant::now();
@@ -517,6 +517,17 @@ pub(crate) async fn acquire(
                 }
             }
             () = tokio::time::sleep_until(w.renew_at) => {}
+            () = interest.released() => {
+                // A release that handed the lock to no one: transfers are announced in
+                // the waiter's inbox, so this is a plain release on the resource's channel
+                // (a herald whose queue had no live transfer entry, a release of several
+                // resources, or a subscription that just became active). The key is free
+                // there; the queue's head, or a waiter queued nowhere, claims now rather
+                // than at its fallback timer.
+                if w.epoch.head || !w.epoch.sent_anywhere() {
+                    claim_now = true;
+                }
+            }
             () = tokio::time::sleep_until(fallback_at) => {
                 // Only the queue's head (as the latest reply said) claims on the fallback
                 // timer: a holder that died, or announcements that were lost. The others

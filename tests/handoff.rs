@@ -719,3 +719,39 @@ async fn a_transfer_is_announced_to_the_waiters_client_only() -> TestResult {
     got.release().await?;
     Ok(())
 }
+
+/// A release that hands the lock to no one (here the waiter's queue entries were deleted
+/// behind its back, as a node restarted without persistence would lose them) still wakes
+/// the waiter at the head of the queue: it claims at once, not at its fallback timer
+/// (30 s, beyond its maximum wait of 8 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_release_wakes_the_waiter_at_the_head() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let holder = Redlock::builder(cluster.urls()).build().await?;
+    let waiter = Redlock::builder(cluster.urls())
+        .retry(NOTIFIED_ONLY)
+        .build()
+        .await?;
+    let res = "handoff-plain";
+    let ttl = Duration::from_secs(10);
+    let lock = holder.try_lock(res, ttl).await?;
+    let w = tokio::spawn(async move { waiter.lock(res, ttl).await });
+    queued_everywhere(&cluster, res, 1).await?;
+    for i in 0..cluster.len() {
+        let _: i64 = redis::cmd("DEL")
+            .arg(format!("quorumlock:queue:{res}"))
+            .arg(format!("quorumlock:qlease:{res}"))
+            .arg(format!("quorumlock:qattrs:{res}"))
+            .query_async(&mut raw(&cluster, i).await)
+            .await?;
+    }
+    let releasing = Instant::now();
+    lock.release().await?;
+    let got = tokio::time::timeout(Duration::from_secs(6), w).await???;
+    let took = releasing.elapsed();
+    println!("plain release: the head waiter held {took:?} after the release began");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert!(holds_everywhere(&cluster, res, got.token()).await);
+    got.release().await?;
+    Ok(())
+}

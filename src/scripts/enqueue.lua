@@ -14,7 +14,8 @@
 -- transfer or a naming, or lapsed) never adds it back: it answers gone.
 -- Lapsed entries are purged first; the queue's keys expire with the latest lease.
 -- Returns {state, ahead, score, holds}: state 0 queued (renewed), 1 added, 2 gone; ahead
--- how many live entries are queued before it (nil when not queued); score its ticket here
+-- how many live entries have an earlier ticket (nil when not queued: entries with the same
+-- ticket, a waiter's retired tokens, are not ahead of it); score its ticket here
 -- (nil when not queued); holds 1 when the lock key holds the token.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -54,4 +55,9 @@ else
   redis.call('PEXPIREAT', KEYS[2], last[2])
   redis.call('PEXPIREAT', KEYS[3], last[2])
 end
-return {state, redis.call('ZRANK', KEYS[1], ARGV[1]), redis.call('ZSCORE', KEYS[1], ARGV[1]), holds}
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local ahead = false
+if score then
+  ahead = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. score)
+end
+return {state, ahead, score, holds}

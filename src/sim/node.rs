@@ -230,8 +230,9 @@ pub enum Request {
         loud: bool,
     },
     /// `enqueue.lua` (join or renew): `[state, ahead, ticket, holds]`: state 0 queued
-    /// (renewed), 1 added, 2 gone (never re-added); `ahead` its rank and `ticket` its
-    /// score as text (both nil when not queued); `holds` 1 when the lock key holds the
+    /// (renewed), 1 added, 2 gone (never re-added); `ahead` how many entries have a
+    /// lower ticket (entries with the same ticket, a waiter's retired tokens, are not
+    /// ahead of it) and `ticket` its score as text (both nil when not queued); `holds` 1 when the lock key holds the
     /// token.
     Enqueue {
         /// The wait queue.
@@ -1056,7 +1057,7 @@ impl SimNode {
             2
         };
         self.expire_with_last_lease(q, now)?;
-        let rank = match self.zrank(queue, waiter, now)? {
+        let rank = match self.zcount_below(queue, waiter, now)? {
             Some(r) => Reply::Int(r),
             None => Reply::Nil,
         };
@@ -1431,12 +1432,14 @@ impl SimNode {
         Ok(added)
     }
 
-    /// `ZRANK key member`.
-    fn zrank(&mut self, key: &[u8], member: &[u8], now: u64) -> Res<Option<i64>> {
-        Ok(self
-            .zset(key, now)?
-            .and_then(|z| z.iter().position(|(_, m)| m.as_slice() == member))
-            .map(|i| i64::try_from(i).unwrap_or(i64::MAX)))
+    /// `ZCOUNT key -inf (<member's score>`: how many members have a lower score than
+    /// `member` (`None` when it is not a member).
+    fn zcount_below(&mut self, key: &[u8], member: &[u8], now: u64) -> Res<Option<i64>> {
+        Ok(self.zset(key, now)?.and_then(|z| {
+            let (score, _) = z.iter().find(|(_, m)| m.as_slice() == member)?;
+            let below = z.iter().filter(|(s, _)| s < score).count();
+            Some(i64::try_from(below).unwrap_or(i64::MAX))
+        }))
     }
 
     /// `ZSCORE key member`.

@@ -319,6 +319,18 @@ fn enqueue_keeps_arrival_order_and_renews_leases() {
     assert_eq!(run(&mut n, t, enqueue("w1", 2, 1000)), joined(1, 1, 2));
 }
 
+/// A waiter's retired token and its fresh one share the waiter's ticket: neither is
+/// ahead of the other, so the fresh token still learns that it is the queue's head.
+#[test]
+fn entries_with_the_same_ticket_are_not_ahead_of_each_other() {
+    let mut n = SimNode::default();
+    assert_eq!(run(&mut n, T0, enqueue("old", 5, 1000)), joined(1, 0, 5));
+    assert_eq!(run(&mut n, T0, enqueue("new", 5, 1000)), joined(1, 0, 5));
+    assert_eq!(run(&mut n, T0, enqueue("a", 4, 1000)), joined(1, 0, 4));
+    assert_eq!(run(&mut n, T0, enqueue("old", 5, 1000)), joined(0, 1, 5));
+    assert_eq!(run(&mut n, T0, enqueue("z", 6, 1000)), joined(1, 3, 6));
+}
+
 #[test]
 fn a_first_join_arrives_at_the_nodes_clock() {
     let mut n = SimNode::default();
