@@ -85,7 +85,6 @@ pub(crate) static RELEASE_ONE: Lua = lua!("scripts/release_one.lua", idempotent:
 /// after the waiter's leave release would queue a token no one waits with, and the next
 /// release would transfer the lock to it (found by `faults::row06b_…`).
 static ENQUEUE: Lua = lua!("scripts/enqueue.lua", idempotent: false);
-/// Leave a wait queue.
 /// A queued waiter's acquire of one key: its own token there counts as granted.
 pub(crate) static CLAIM: Lua = lua!("scripts/claim.lua", idempotent: false);
 /// Compare-and-extend.

@@ -5,8 +5,9 @@
 //! `<release id>[:<waiter>…]` on the resource's channel (`quorumlock:released:{name}`). A
 //! release that transferred the lock to a queued token (on any node) publishes
 //! `<release id>:>:<token>[:<fence>]` on the channel the entry brought: the *inbox* of
-//! the waiter's client (`quorumlock:inbox:<random>`, one per `Redlock`, subscribed on
-//! every node for the client's lifetime), so a hand-off costs one message per node, to
+//! the waiter's client (`quorumlock:released:\xFFinbox:<random>`, one per `Redlock`,
+//! subscribed on every node for the client's lifetime; under the release channels' prefix,
+//! so the one ACL channel pattern `&quorumlock:released:*` covers it), so a hand-off costs one message per node, to
 //! the one client that waits for it, however many other clients listen to the resource.
 //! Each node's subscription task hands such a transfer, with the node's index, to the
 //! transfer waiter that registered that token ([`Notifier::route`]; current and retired
@@ -75,8 +76,8 @@ pub(crate) struct Transfer {
 
 /// One resource channel of this client.
 struct Channel {
-    /// Bumped to wake every waiter.
-    tx: watch::Sender<u64>,
+    /// Bumped to wake every waiter: `.0` counts releases, `.1` subscription notices.
+    tx: watch::Sender<(u64, u64)>,
     /// What was heard of the resource's releases (the protocol's state).
     releases: Releases,
     interest: usize,
@@ -88,7 +89,7 @@ struct Channel {
 impl Channel {
     fn new() -> Channel {
         Channel {
-            tx: watch::channel(0).0,
+            tx: watch::channel((0, 0)).0,
             releases: Releases::default(),
             interest: 0,
             idle_since: None,
@@ -96,9 +97,16 @@ impl Channel {
         }
     }
 
-    /// Wakes every waiter of this client listening on the channel.
-    fn wake(&self) {
-        self.tx.send_modify(|g| *g = g.wrapping_add(1));
+    /// Wakes every waiter of this client listening on the channel: for a release, or
+    /// (`notice`) for a subscription that just became active.
+    fn wake(&self, notice: bool) {
+        self.tx.send_modify(|(releases, notices)| {
+            if notice {
+                *notices = notices.wrapping_add(1);
+            } else {
+                *releases = releases.wrapping_add(1);
+            }
+        });
     }
 }
 
@@ -203,6 +211,7 @@ impl Notifier {
     /// Registers interest in a lock's resources (subscribing on every node if new).
     pub(crate) fn interest(&self, res: &Resources) -> Interest {
         let mut rxs = Vec::new();
+        let mut seen = Vec::new();
         let mut gate = None;
         let channels = res.channels();
         if let Ok(mut map) = self.shared.channels.lock() {
@@ -215,7 +224,9 @@ impl Notifier {
                 });
                 entry.interest += 1;
                 entry.idle_since = None;
-                rxs.push(entry.tx.subscribe());
+                let rx = entry.tx.subscribe();
+                seen.push(rx.borrow().0);
+                rxs.push(rx);
                 gate.get_or_insert_with(|| entry.gate.clone());
             }
         }
@@ -223,26 +234,36 @@ impl Notifier {
             shared: Arc::downgrade(&self.shared),
             channels,
             rxs,
+            seen,
             gate: gate.unwrap_or_default(),
         }
     }
 }
 
-/// A fresh inbox channel name: `quorumlock:inbox:` and 16 random hex digits (a
-/// collision between two clients would only route announcements to a client that ignores
-/// tokens it did not register).
+/// A fresh inbox channel name ([`resource::inbox_channel`](crate::resource::inbox_channel)
+/// with a random id; a collision between two clients would only route announcements to a
+/// client that ignores tokens it did not register).
 fn inbox_channel() -> Vec<u8> {
-    format!("{INBOX_PREFIX}{:016x}", rand::random::<u64>()).into_bytes()
+    crate::resource::inbox_channel(rand::random::<u64>())
 }
 
-/// The prefix of every client's inbox channel.
-const INBOX_PREFIX: &str = "quorumlock:inbox:";
+/// What woke an [`Interest`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// A release was announced.
+    Released,
+    /// Only a subscription became active (or active again after a reconnection): a release
+    /// may have been missed while it was not.
+    Subscribed,
+}
 
 /// One waiter's registration with the notifier.
 pub(crate) struct Interest {
     shared: Weak<Shared>,
     channels: Vec<Vec<u8>>,
-    rxs: Vec<watch::Receiver<u64>>,
+    rxs: Vec<watch::Receiver<(u64, u64)>>,
+    /// The release count each receiver showed when last looked at.
+    seen: Vec<u64>,
     /// Held while this client's waiter for the resource is trying.
     pub(crate) gate: Arc<tokio::sync::Mutex<()>>,
 }
@@ -277,8 +298,10 @@ impl Interest {
         }
     }
 
-    /// Completes at the next release announced for any of the resources.
-    pub(crate) async fn released(&mut self) {
+    /// Completes at the next release announced for any of the resources, or at a
+    /// subscription that became active (a release may have been missed before it did):
+    /// which one, [`Wake`] says.
+    pub(crate) async fn released(&mut self) -> Wake {
         if self.rxs.is_empty() {
             return std::future::pending().await;
         }
@@ -286,8 +309,17 @@ impl Interest {
         let (res, _, _) = futures::future::select_all(waits).await;
         if res.is_err() {
             // The notifier is gone; only the fallback timer is left.
-            std::future::pending::<()>().await;
+            return std::future::pending().await;
         }
+        let mut wake = Wake::Subscribed;
+        for (rx, seen) in self.rxs.iter_mut().zip(self.seen.iter_mut()) {
+            let releases = rx.borrow_and_update().0;
+            if releases != *seen {
+                *seen = releases;
+                wake = Wake::Released;
+            }
+        }
+        wake
     }
 }
 
@@ -339,6 +371,7 @@ impl Shared {
                 fence,
             });
         }
+        let notice = payload.starts_with(SUBSCRIBED);
         let (id, heads) = parse_announcement(payload);
         let Ok(mut map) = self.channels.lock() else {
             return;
@@ -347,10 +380,10 @@ impl Shared {
             return;
         };
         match c.releases.hear(id, heads) {
-            Announced::New => c.wake(),
+            Announced::New => c.wake(notice),
             // The latest release again, from another node: new only if it names someone
             // the first announcement did not (the queues can differ).
-            Announced::Again { added, .. } if !added.is_empty() => c.wake(),
+            Announced::Again { added, .. } if !added.is_empty() => c.wake(notice),
             Announced::Again { .. } | Announced::Old => {}
         }
     }
@@ -399,14 +432,12 @@ async fn subscriber(
         let conn = tokio::time::timeout(Duration::from_secs(1), client.get_async_pubsub()).await;
         let Ok(Ok(pubsub)) = conn else {
             tracing::debug!(node = %addr, "quorumlock: release subscription unavailable; waiters fall back to their retry delay");
-            tokio::select! {
-                () = tokio::time::sleep(backoff) => {}
-                cmd = cmds.recv() => if cmd.is_none() { return },
+            if pause(&mut backoff, &mut cmds).await == Served::Done {
+                return;
             }
-            backoff = (backoff * 2).min(Duration::from_secs(1));
             continue;
         };
-        backoff = Duration::from_millis(20);
+        let connected = Instant::now();
         epoch = epoch.wrapping_add(1);
         let (sink, mut stream) = pubsub.split();
         let mut link = Link {
@@ -415,11 +446,36 @@ async fn subscriber(
             index,
             epoch,
             subscribed: HashSet::new(),
+            refused: HashSet::new(),
+            addr: addr.clone(),
         };
         if link.serve(&mut stream, &mut cmds).await == Served::Done {
             return;
         }
         tracing::debug!(node = %addr, "quorumlock: release subscription lost; reconnecting");
+        // A link that broke at once (a server that drops it, say) is not reconnected in a
+        // tight loop: the backoff grows until a link lasts.
+        if connected.elapsed() >= STABLE_LINK {
+            backoff = Duration::from_millis(20);
+        } else if pause(&mut backoff, &mut cmds).await == Served::Done {
+            return;
+        }
+    }
+}
+
+/// How long a subscription link must last for its backoff to start again from 20 ms.
+const STABLE_LINK: Duration = Duration::from_secs(1);
+
+/// Waits out `backoff` (or until the notifier is gone) and doubles it, up to a second.
+async fn pause(backoff: &mut Duration, cmds: &mut mpsc::UnboundedReceiver<SubCmd>) -> Served {
+    let until = tokio::time::Instant::now() + *backoff;
+    *backoff = (*backoff * 2).min(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep_until(until) => return Served::Lost,
+            // A new channel is subscribed on the next connection (`Shared::wanted`).
+            cmd = cmds.recv() => if cmd.is_none() { return Served::Done },
+        }
     }
 }
 
@@ -440,16 +496,34 @@ struct Link {
     index: usize,
     epoch: u64,
     subscribed: HashSet<Vec<u8>>,
+    /// Channels the server refused to subscribe this connection to (an ACL without the
+    /// channel): not asked again until the next connection.
+    refused: HashSet<Vec<u8>>,
+    addr: NodeAddr,
 }
 
 impl Link {
-    /// Subscribes to `ch` (once) and announces that the subscription is active.
+    /// Subscribes to `ch` (once) and announces that the subscription is active. `false`
+    /// when the link broke; a channel the server refuses (an error reply, such as an ACL's
+    /// `NOPERM`) is logged once and skipped, the link kept for the others: its waiters fall
+    /// back to their retry delay, as with a node whose subscription is down.
     async fn subscribe(&mut self, ch: Vec<u8>) -> bool {
-        if self.subscribed.contains(&ch) {
+        if self.subscribed.contains(&ch) || self.refused.contains(&ch) {
             return true;
         }
-        if self.sink.subscribe(ch.as_slice()).await.is_err() {
-            return false;
+        match self.sink.subscribe(ch.as_slice()).await {
+            Ok(()) => {}
+            Err(e) if e.code().is_some() => {
+                tracing::warn!(
+                    node = %self.addr,
+                    channel = %String::from_utf8_lossy(&ch),
+                    error = %e,
+                    "quorumlock: the node refused a release subscription; waiters fall back to their retry delay (an ACL user needs the channels `quorumlock:released:*`)"
+                );
+                self.refused.insert(ch);
+                return true;
+            }
+            Err(_) => return false,
         }
         announce_subscribed(&self.shared, &ch, self.epoch);
         self.subscribed.insert(ch);
@@ -477,7 +551,9 @@ impl Link {
                 msg = stream.next() => {
                     let Some(msg) = msg else { return Served::Lost };
                     let Some(s) = self.shared.upgrade() else { return Served::Done };
-                    s.announce_from(msg.get_channel_name().as_bytes(), msg.get_payload_bytes(), Some(self.index));
+                    // Bytes: an inbox's name is not UTF-8.
+                    let Ok(channel) = msg.get_channel::<Vec<u8>>() else { continue };
+                    s.announce_from(&channel, msg.get_payload_bytes(), Some(self.index));
                 }
                 cmd = cmds.recv() => {
                     let Some(SubCmd::Subscribe(ch)) = cmd else { return Served::Done };
@@ -490,6 +566,9 @@ impl Link {
                     for ch in s.sweep(&self.subscribed) {
                         let _ = self.sink.unsubscribe(ch.as_slice()).await;
                         self.subscribed.remove(&ch);
+                    }
+                    for ch in s.sweep(&self.refused) {
+                        self.refused.remove(&ch);
                     }
                 }
             }

@@ -7,8 +7,9 @@
 //! | --- | --- |
 //! | `quorumlock:lock:{name}` | the lock token, with the TTL |
 //! | `quorumlock:fence:{name}` | the fence counter (fencing only; never expires; the largest fencing token issued or committed on this node, in microseconds since the Unix epoch or above) |
-//! | `quorumlock:queue:{name}`, `quorumlock:qlease:{name}`, `quorumlock:qattrs:{name}` | waiters by ticket, when each one's lease lapses, and what a release does with each entry (`<ttl ms>:<kind>`: transfer, fenced transfer, name-only) (notify waiting; vanish with the last lease) |
-//! | `quorumlock:released:{name}` | the pub/sub channel announcing releases |
+//! | `quorumlock:queue:{name}`, `quorumlock:qlease:{name}`, `quorumlock:qattrs:{name}` | waiters by ticket, when each one's lease lapses, and what a release does with each entry (`<ttl ms>:<kind>[:<channel>]`: transfer, fenced transfer, name-only; the channel a transfer is announced on, the waiter's client's inbox) (notify waiting, on every node; vanish with the last lease) |
+//! | `quorumlock:released:{name}` | the pub/sub channel announcing releases that hand the lock to no one |
+//! | `quorumlock:released:\xFFinbox:<16 hex>` | one client's inbox: the pub/sub channel announcing transfers to its waiters (byte `0xFF` never occurs in a name, so no resource's channel is an inbox) |
 //! | `quorumlock:rw:{name}` | a read-write lock's writer token, with the TTL |
 //! | `quorumlock:readers:{name}` | a read-write lock's readers: a sorted set, member = reader token, score = its expiry in ms by this node's clock |
 //! | `quorumlock:wintent:{name}` | waiting writers' intents: member = writer id, score = the intent lease's expiry (node ms) |
@@ -221,6 +222,22 @@ pub(crate) fn fence_key(name: &str) -> Vec<u8> {
 /// The release channel of one resource name.
 pub(crate) fn channel(name: &str) -> Vec<u8> {
     key(CHANNEL_PREFIX, name)
+}
+
+/// The marker that starts a client's inbox name after [`CHANNEL_PREFIX`]: byte `0xFF`,
+/// which never occurs in UTF-8, so no resource name (a `str`) can produce an inbox's
+/// channel.
+const INBOX_MARK: &[u8] = b"\xffinbox:";
+
+/// A client's inbox channel: `quorumlock:released:`, byte `0xFF`, `inbox:` and `id` in 16
+/// hex digits. Under the release channels' prefix, so an ACL that allows
+/// `&quorumlock:released:*` allows the inbox too; never equal to a resource's channel.
+pub(crate) fn inbox_channel(id: u64) -> Vec<u8> {
+    let mut ch = Vec::with_capacity(CHANNEL_PREFIX.len() + INBOX_MARK.len() + 16);
+    ch.extend_from_slice(CHANNEL_PREFIX);
+    ch.extend_from_slice(INBOX_MARK);
+    ch.extend_from_slice(format!("{id:016x}").as_bytes());
+    ch
 }
 
 fn key(prefix: &[u8], name: &str) -> Vec<u8> {

@@ -42,7 +42,7 @@ use crate::config::Retry;
 use crate::error::{Error, Timeout, Votes};
 use crate::lock::Lock;
 use crate::node::{EntryKind, JoinArgs, QueueJoin, Request};
-use crate::notifier::{Interest, Notifier, Transfer};
+use crate::notifier::{Interest, Notifier, Transfer, Wake};
 use crate::protocol::contention::{self, QUEUE_LEASE, handoff_window};
 use crate::protocol::handoff::{self, Heard, State};
 use crate::protocol::reply::QueueState;
@@ -62,7 +62,8 @@ struct Epoch {
     counted: Vec<Option<Option<u64>>>,
     /// When the first node was counted.
     first_count: Option<Instant>,
-    /// Some reply said we are the queue's head there (or nothing answered yet).
+    /// At least half of the latest confirmations said we are the queue's head (or nothing
+    /// confirmed yet).
     head: bool,
     /// A reply said the token is gone (and not held) on a node not counted.
     gone: bool,
@@ -237,6 +238,10 @@ impl Waiter {
             })
             .collect();
         let answers: Vec<_> = all.collect().await;
+        // Whether this waiter is the queue's head: as at least half of the nodes that
+        // confirmed its place say (an entry left behind on a minority, by a holder whose
+        // release did not reach it, must not hold the head back until its lease lapses).
+        let (mut confirms, mut heads) = (0usize, 0usize);
         for (i, first, sent_at, place) in answers {
             let Some(place) = place else { continue };
             if first && place.holds {
@@ -262,12 +267,16 @@ impl Waiter {
                     if let Some(c) = self.epoch.confirmed.get_mut(i) {
                         *c = Some(sent_at);
                     }
-                    self.epoch.head = place.ahead == 0;
+                    confirms += 1;
+                    heads += usize::from(place.ahead == 0);
                 }
                 handoff::Reply::Count => self.epoch.count(i, None),
                 handoff::Reply::Retire => self.epoch.gone = true,
                 handoff::Reply::Nothing => {}
             }
+        }
+        if confirms > 0 {
+            self.epoch.head = heads.saturating_mul(2) >= confirms;
         }
     }
 
@@ -339,6 +348,47 @@ impl Waiter {
         all.collect::<Vec<_>>().await;
         // Released (if this future is dropped before, the drop releases it again).
         self.kept = true;
+    }
+
+    /// After a claim won the lock: lets the current token's queue entries lapse at once
+    /// on every node it joined (a renewal with a zero lease, in the background), so the
+    /// next waiter is the queue's head there now rather than when the entry's lease runs
+    /// out: should this holder crash, the next waiter waits for the lock's TTL only. A
+    /// lapsed entry is never transferred to; a release reaching a node where the claim was
+    /// refused then hands that node's key to the next waiter, which counts it only with a
+    /// quorum, and this lock holds a quorum until it is released or expires.
+    fn lapse_in_background(&self) {
+        let Some(n) = self.notifier() else {
+            return;
+        };
+        let lock = self.res.lock_keys().first().cloned().unwrap_or_default();
+        let args = JoinArgs {
+            token: self.epoch.token.as_bytes(),
+            ticket: b"",
+            lease: Duration::ZERO,
+            ttl: self.ttl,
+            kind: self.kind,
+            first: false,
+            inbox: n.inbox(),
+        };
+        let join = Arc::new(QueueJoin::new(&self.keys, &lock, &args));
+        let nodes: Vec<_> = self
+            .epoch
+            .confirmed
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.is_some())
+            .filter_map(|(i, _)| self.inner.nodes.get(i).cloned())
+            .collect();
+        if nodes.is_empty() {
+            return;
+        }
+        let timeout = self.timeout;
+        crate::background::spawn(async move {
+            let all: FuturesUnordered<_> =
+                nodes.iter().map(|n| n.join_queue(&join, timeout)).collect();
+            all.collect::<Vec<_>>().await;
+        });
     }
 
     /// Keeps the current token for a returned lock. Its entries on nodes that did not
@@ -462,6 +512,7 @@ pub(crate) async fn acquire(
             match acquire_as(inner, res, &ask, ttl, attempts).await {
                 Ok(mut lock) => {
                     w.keep();
+                    w.lapse_in_background();
                     crate::metrics::handoff(w.epoch.sent_anywhere());
                     interest.adapt(false);
                     lock.set_waiter(w.epoch.token.as_bytes().to_vec());
@@ -517,14 +568,16 @@ pub(crate) async fn acquire(
                 }
             }
             () = tokio::time::sleep_until(w.renew_at) => {}
-            () = interest.released() => {
+            wake = interest.released() => {
                 // A release that handed the lock to no one: transfers are announced in
                 // the waiter's inbox, so this is a plain release on the resource's channel
-                // (a herald whose queue had no live transfer entry, a release of several
-                // resources, or a subscription that just became active). The key is free
-                // there; the queue's head, or a waiter queued nowhere, claims now rather
-                // than at its fallback timer.
-                if w.epoch.head || !w.epoch.sent_anywhere() {
+                // (a node whose queue had no live transfer entry, a release of several
+                // resources). The key is free there; the queue's head, or a waiter queued
+                // nowhere, claims now rather than at its fallback timer. A subscription
+                // that only became active is no release: claiming on it would spend an
+                // attempt on a lock still held (a release missed before it was active is
+                // found by the fallback timer and the renewals).
+                if wake == Wake::Released && (w.epoch.head || !w.epoch.sent_anywhere()) {
                     claim_now = true;
                 }
             }

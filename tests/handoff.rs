@@ -692,8 +692,8 @@ async fn a_transfer_is_announced_to_the_waiters_client_only() -> TestResult {
     let mut messages = listener.on_message();
     let finished = tokio::time::timeout(Duration::from_secs(5), async {
         while let Some(m) = messages.next().await {
-            let channel = m.get_channel_name().to_owned();
-            if channel == end {
+            let channel: Vec<u8> = m.get_channel().unwrap_or_default();
+            if channel == end.as_bytes() {
                 return true;
             }
             heard.push((
@@ -712,7 +712,13 @@ async fn a_transfer_is_announced_to_the_waiters_client_only() -> TestResult {
     let [(channel, payload)] = heard.as_slice() else {
         panic!("expected the one transfer announcement, heard {heard:?}");
     };
-    assert!(channel.starts_with("quorumlock:inbox:"), "{channel}");
+    // The inbox: under the release channels' prefix, then byte 0xFF (never in a
+    // resource name) and `inbox:`.
+    assert!(
+        channel.starts_with(b"quorumlock:released:\xffinbox:"),
+        "{:?}",
+        String::from_utf8_lossy(channel)
+    );
     assert!(
         payload.contains(":>:") && payload.ends_with(got.token()),
         "{payload} for {}",
@@ -763,6 +769,176 @@ async fn a_plain_release_wakes_the_waiter_at_the_head() -> TestResult {
     }
     assert!(holding >= 2, "{holding} of 3 nodes hold the waiter's token");
     assert!(got.is_valid());
+    got.release().await?;
+    Ok(())
+}
+
+/// The connections node `i` has accepted since it started (`INFO stats`).
+async fn connections_received(cluster: &LocalCluster, i: usize) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(&mut raw(cluster, i).await)
+        .await
+        .expect("INFO stats");
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A cluster whose nodes know the ACL user `lockuser` (password `pw`) allowed `channels`
+/// (an ACL channel rule, such as `&quorumlock:released:*` or `resetchannels`) and every
+/// key under `quorumlock:`. The default user stays open for the test's raw connections.
+async fn acl_cluster(channels: &str) -> Result<(LocalCluster, Vec<String>), std::io::Error> {
+    let cluster = LocalCluster::builder(3)
+        .args([
+            "--user",
+            "lockuser",
+            "on",
+            ">pw",
+            "~quorumlock:*",
+            channels,
+            "+@all",
+        ])
+        .launch()
+        .await?;
+    let urls = cluster
+        .urls()
+        .iter()
+        .map(|u| u.replacen("redis://", "redis://lockuser:pw@", 1))
+        .collect();
+    Ok((cluster, urls))
+}
+
+/// The ACL a deployment needs for hand-offs is keys `~quorumlock:*` and the channels
+/// `&quorumlock:released:*`: a client's inbox lies under that prefix too, so a waiter's
+/// subscription is accepted, the release's announcement to it is allowed (the release
+/// succeeds), the waiter holds by transfer, and no node sees a stream of reconnections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_needs_no_channel_beyond_the_release_prefix() -> TestResult {
+    let (cluster, urls) = acl_cluster("&quorumlock:released:*").await?;
+    let before: Vec<u64> =
+        futures::future::join_all((0..cluster.len()).map(|i| connections_received(&cluster, i)))
+            .await;
+    let holder = Redlock::builder(urls.clone()).build().await?;
+    let waiter = Redlock::builder(urls).retry(NOTIFIED_ONLY).build().await?;
+    let res = "handoff-acl";
+    let ttl = Duration::from_secs(10);
+    let lock = holder.try_lock(res, ttl).await?;
+    let w = tokio::spawn(async move { waiter.lock(res, ttl).await });
+    queued_everywhere(&cluster, res, 1).await?;
+    lock.release().await?;
+    let got = tokio::time::timeout(Duration::from_secs(5), w).await???;
+    assert!(holds_everywhere(&cluster, res, got.token()).await);
+    got.release().await?;
+    for (i, b) in before.iter().enumerate() {
+        let opened = connections_received(&cluster, i).await.saturating_sub(*b);
+        assert!(opened < 30, "node {i} accepted {opened} connections");
+    }
+    Ok(())
+}
+
+/// A node that refuses a client's subscriptions (an ACL user with no channels) costs the
+/// client its notifications, not a reconnection loop: the waiter still waits (its retry
+/// delay), gives up at its maximum wait, and each node accepts a handful of connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_subscription_is_not_retried_in_a_loop() -> TestResult {
+    let (cluster, urls) = acl_cluster("resetchannels").await?;
+    let res = "handoff-refused";
+    for i in 0..cluster.len() {
+        let _: () = redis::cmd("SET")
+            .arg(lock_key(res))
+            .arg("someone-else")
+            .arg("PX")
+            .arg(60_000)
+            .query_async(&mut raw(&cluster, i).await)
+            .await?;
+    }
+    let before: Vec<u64> =
+        futures::future::join_all((0..cluster.len()).map(|i| connections_received(&cluster, i)))
+            .await;
+    let waiter = Redlock::builder(urls)
+        .retry(
+            Retry::new()
+                .delay(Duration::from_millis(50), Duration::from_millis(100))
+                .max_wait(Duration::from_millis(1500)),
+        )
+        .build()
+        .await?;
+    let start = Instant::now();
+    let got = waiter.lock(res, Duration::from_secs(10)).await;
+    assert!(got.is_err(), "held a lock someone else holds");
+    assert!(start.elapsed() >= Duration::from_millis(1400));
+    for (i, b) in before.iter().enumerate() {
+        let opened = connections_received(&cluster, i).await.saturating_sub(*b);
+        assert!(
+            opened < 30,
+            "node {i} accepted {opened} connections in 1.5 s"
+        );
+    }
+    Ok(())
+}
+
+/// The notice that a subscription became active is no release: a waiter does not spend a
+/// claim on it. With two attempts and a fallback delay of 500 ms, the waiter's second
+/// claim comes at its fallback timer, so it gives up after 500 ms, not at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_notice_does_not_spend_an_attempt() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let holder = Redlock::builder(cluster.urls()).build().await?;
+    let res = "handoff-notice";
+    let lock = holder.try_lock(res, Duration::from_secs(10)).await?;
+    let waiter = Redlock::builder(cluster.urls())
+        .retry(
+            Retry::new()
+                .attempts(2)
+                .delay(Duration::from_millis(500), Duration::from_millis(500))
+                .no_max_wait(),
+        )
+        .build()
+        .await?;
+    let start = Instant::now();
+    let got = waiter.lock(res, Duration::from_secs(10)).await;
+    let took = start.elapsed();
+    assert!(got.is_err(), "held a lock someone else holds");
+    assert!(took >= Duration::from_millis(450), "gave up after {took:?}");
+    lock.release().await?;
+    Ok(())
+}
+
+/// A waiter that won the lock by a claim (its queue entries still in place) lets them
+/// lapse at once: should it crash holding the lock, the next waiter is the queue's head
+/// and takes the lock when the TTL (1 s) runs out, not when the crashed holder's entry
+/// lease (3 s) would have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_claim_holder_does_not_hold_back_the_next_waiter() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let first = Redlock::builder(cluster.urls()).build().await?;
+    let retry = Retry::new()
+        .delay(Duration::from_millis(20), Duration::from_millis(50))
+        .max_wait(Duration::from_secs(8));
+    let claimer = Redlock::builder(cluster.urls())
+        .retry(retry)
+        .build()
+        .await?;
+    let next = Redlock::builder(cluster.urls())
+        .retry(retry)
+        .build()
+        .await?;
+    let res = "handoff-crashed-claimer";
+    let ttl = Duration::from_secs(1);
+    // The first holder crashes (its guard forgotten): the queued claimer takes the lock by
+    // a claim when the key expires, its entries still queued.
+    let gone = first.try_lock(res, Duration::from_millis(700)).await?;
+    std::mem::forget(gone);
+    let claimed = claimer.lock(res, ttl).await?;
+    let held_at = Instant::now();
+    // The claimer crashes too; the next waiter queues behind whatever it left.
+    std::mem::forget(claimed);
+    let got = tokio::time::timeout(Duration::from_secs(6), next.lock(res, ttl)).await??;
+    let took = held_at.elapsed();
+    println!("next waiter held {took:?} after the claimer took a 1 s lock");
+    assert!(took < Duration::from_millis(1900), "{took:?}");
     got.release().await?;
     Ok(())
 }
