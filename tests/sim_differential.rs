@@ -347,10 +347,15 @@ fn gen_step(rng: &mut ChaCha8Rng, now_us: u64, last_top: u64, arrivals: &Arrival
                 },
                 kind: [b't', b'f', b'n', b'x'][rng.random_range(0..4)],
                 first: rng.random_bool(0.6),
-                // The waiter's own channel, or none (the resource's); one with colons.
-                inbox: ["", "", "quorumlock:inbox:c1", "a:b:"][rng.random_range(0..4)]
-                    .as_bytes()
-                    .to_vec(),
+                // The waiter's own channel, or none (the resource's); one with colons; an
+                // inbox as clients name it (not UTF-8: byte 0xFF after the prefix).
+                inbox: [
+                    &b""[..],
+                    b"",
+                    b"quorumlock:released:\xffinbox:00000000000000c1",
+                    b"a:b:",
+                ][rng.random_range(0..4)]
+                .to_vec(),
             }
         }
         93..=96 => {
