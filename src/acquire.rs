@@ -229,7 +229,22 @@ impl Attempt {
                 inflight,
                 fencing_token,
             );
-            let lock = lock.with_kind(self.ask.kind.clone(), self.ask.quorum);
+            // A queued waiter's claim: which nodes granted (it lets its queue entries lapse
+            // there only). Not computed for other acquisitions (the hot path).
+            let granted = if self.ask.own.is_some() {
+                self.round
+                    .votes(&self.inner.nodes)
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, v)| matches!(v.outcome, crate::NodeOutcome::Granted))
+                    .map(|(i, _)| i)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let lock = lock
+                .with_kind(self.ask.kind.clone(), self.ask.quorum)
+                .with_granted(granted);
             return Ok(match kept {
                 Some(kept) => lock.with_kept(kept),
                 None => lock,

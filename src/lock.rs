@@ -103,6 +103,9 @@ pub struct Lock {
     /// A semaphore permit's kept nodes (decided by its give-back): the only nodes its
     /// extensions are sent to and counted from. `None` for every other kind.
     kept: Option<KeptNodes>,
+    /// The nodes known to have granted the acquisition (its round's answers; a node not
+    /// awaited is not in it). Empty for a lock taken by transfer.
+    granted: Vec<usize>,
 }
 
 impl fmt::Debug for Lock {
@@ -141,7 +144,19 @@ impl Lock {
             kind: Kind::Exclusive,
             quorum,
             kept: None,
+            granted: Vec::new(),
         }
+    }
+
+    /// The lock with the nodes known to have granted its acquisition.
+    pub(crate) fn with_granted(mut self, granted: Vec<usize>) -> Lock {
+        self.granted = granted;
+        self
+    }
+
+    /// The nodes known to have granted the acquisition (see [`Lock::with_granted`]).
+    pub(crate) fn granted_nodes(&self) -> &[usize] {
+        &self.granted
     }
 
     /// The lock as a `kind` needing `quorum` grants (set once, at acquisition).

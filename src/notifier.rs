@@ -447,6 +447,7 @@ async fn subscriber(
             epoch,
             subscribed: HashSet::new(),
             refused: HashSet::new(),
+            refused_asked: Instant::now(),
             addr: addr.clone(),
         };
         if link.serve(&mut stream, &mut cmds).await == Served::Done {
@@ -462,6 +463,9 @@ async fn subscriber(
         }
     }
 }
+
+/// How often a link asks again for the channels its node refused (`NOPERM`).
+const ASK_REFUSED_AGAIN: Duration = Duration::from_secs(5);
 
 /// How long a subscription link must last for its backoff to start again from 20 ms.
 const STABLE_LINK: Duration = Duration::from_secs(1);
@@ -497,36 +501,62 @@ struct Link {
     epoch: u64,
     subscribed: HashSet<Vec<u8>>,
     /// Channels the server refused to subscribe this connection to (an ACL without the
-    /// channel): not asked again until the next connection.
+    /// channel, `NOPERM`): asked again every [`ASK_REFUSED_AGAIN`] (an operator may grant
+    /// the channel without dropping connections).
     refused: HashSet<Vec<u8>>,
+    /// When the refused channels were last asked for.
+    refused_asked: Instant,
     addr: NodeAddr,
 }
 
 impl Link {
     /// Subscribes to `ch` (once) and announces that the subscription is active. `false`
-    /// when the link broke; a channel the server refuses (an error reply, such as an ACL's
-    /// `NOPERM`) is logged once and skipped, the link kept for the others: its waiters fall
-    /// back to their retry delay, as with a node whose subscription is down.
-    async fn subscribe(&mut self, ch: Vec<u8>) -> bool {
-        if self.subscribed.contains(&ch) || self.refused.contains(&ch) {
+    /// when the link broke or the node answered with an error other than `NOPERM` (a
+    /// `BUSY` node running a long script, say: the link is replaced, after the backoff). A
+    /// channel the ACL refuses (`NOPERM`) is logged (at WARN the first time on this link)
+    /// and set aside, the link kept for the others, and asked for again every
+    /// [`ASK_REFUSED_AGAIN`]: meanwhile its waiters fall back to their retry delay, as with
+    /// a node whose subscription is down.
+    async fn subscribe(&mut self, ch: Vec<u8>, again: bool) -> bool {
+        if self.subscribed.contains(&ch) || (!again && self.refused.contains(&ch)) {
             return true;
         }
         match self.sink.subscribe(ch.as_slice()).await {
             Ok(()) => {}
-            Err(e) if e.code().is_some() => {
-                tracing::warn!(
-                    node = %self.addr,
-                    channel = %String::from_utf8_lossy(&ch),
-                    error = %e,
-                    "quorumlock: the node refused a release subscription; waiters fall back to their retry delay (an ACL user needs the channels `quorumlock:released:*`)"
-                );
+            Err(e) if e.code() == Some("NOPERM") => {
+                if again {
+                    tracing::debug!(node = %self.addr, channel = %String::from_utf8_lossy(&ch), error = %e, "quorumlock: the node still refuses a release subscription");
+                } else {
+                    tracing::warn!(
+                        node = %self.addr,
+                        channel = %String::from_utf8_lossy(&ch),
+                        error = %e,
+                        "quorumlock: the node refused a release subscription; waiters fall back to their retry delay (an ACL user needs the channels `quorumlock:released:*`)"
+                    );
+                }
                 self.refused.insert(ch);
                 return true;
             }
             Err(_) => return false,
         }
+        self.refused.remove(&ch);
         announce_subscribed(&self.shared, &ch, self.epoch);
         self.subscribed.insert(ch);
+        true
+    }
+
+    /// Asks again for the refused channels, if [`ASK_REFUSED_AGAIN`] has passed.
+    async fn ask_refused_again(&mut self) -> bool {
+        if self.refused.is_empty() || self.refused_asked.elapsed() < ASK_REFUSED_AGAIN {
+            return true;
+        }
+        self.refused_asked = Instant::now();
+        let refused: Vec<Vec<u8>> = self.refused.iter().cloned().collect();
+        for ch in refused {
+            if !self.subscribe(ch, true).await {
+                return false;
+            }
+        }
         true
     }
 
@@ -541,7 +571,7 @@ impl Link {
             return Served::Done;
         };
         for ch in wanted {
-            if !self.subscribe(ch).await {
+            if !self.subscribe(ch, false).await {
                 return Served::Lost;
             }
         }
@@ -557,7 +587,7 @@ impl Link {
                 }
                 cmd = cmds.recv() => {
                     let Some(SubCmd::Subscribe(ch)) = cmd else { return Served::Done };
-                    if !self.subscribe(ch).await {
+                    if !self.subscribe(ch, false).await {
                         return Served::Lost;
                     }
                 }
@@ -569,6 +599,9 @@ impl Link {
                     }
                     for ch in s.sweep(&self.refused) {
                         self.refused.remove(&ch);
+                    }
+                    if !self.ask_refused_again().await {
+                        return Served::Lost;
                     }
                 }
             }

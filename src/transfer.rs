@@ -351,13 +351,16 @@ impl Waiter {
     }
 
     /// After a claim won the lock: lets the current token's queue entries lapse at once
-    /// on every node it joined (a renewal with a zero lease, in the background), so the
-    /// next waiter is the queue's head there now rather than when the entry's lease runs
-    /// out: should this holder crash, the next waiter waits for the lock's TTL only. A
-    /// lapsed entry is never transferred to; a release reaching a node where the claim was
-    /// refused then hands that node's key to the next waiter, which counts it only with a
-    /// quorum, and this lock holds a quorum until it is released or expires.
-    fn lapse_in_background(&self) {
+    /// on the nodes `granted` (a renewal with a zero lease, in the background), so the next
+    /// waiter is the queue's head there now rather than when the entry's lease runs out:
+    /// should this holder crash after the lapse landed, the next waiter waits for the
+    /// lock's TTL only. On those nodes the key holds this lock's token, so only its own
+    /// release acts there. The entries on the nodes that refused the claim stay (a
+    /// minority, which the head rule ignores): a late release there (of the holder the
+    /// claim found) transfers that key to this lock's own token, which its release
+    /// deletes, instead of to the next waiter, which would count one node and claim
+    /// against a lock that is held.
+    fn lapse_in_background(&self, granted: &[usize]) {
         let Some(n) = self.notifier() else {
             return;
         };
@@ -372,13 +375,10 @@ impl Waiter {
             inbox: n.inbox(),
         };
         let join = Arc::new(QueueJoin::new(&self.keys, &lock, &args));
-        let nodes: Vec<_> = self
-            .epoch
-            .confirmed
+        let nodes: Vec<_> = granted
             .iter()
-            .enumerate()
-            .filter(|(_, c)| c.is_some())
-            .filter_map(|(i, _)| self.inner.nodes.get(i).cloned())
+            .filter(|i| self.epoch.confirmed.get(**i).is_some_and(Option::is_some))
+            .filter_map(|i| self.inner.nodes.get(*i).cloned())
             .collect();
         if nodes.is_empty() {
             return;
@@ -512,7 +512,7 @@ pub(crate) async fn acquire(
             match acquire_as(inner, res, &ask, ttl, attempts).await {
                 Ok(mut lock) => {
                     w.keep();
-                    w.lapse_in_background();
+                    w.lapse_in_background(lock.granted_nodes());
                     crate::metrics::handoff(w.epoch.sent_anywhere());
                     interest.adapt(false);
                     lock.set_waiter(w.epoch.token.as_bytes().to_vec());

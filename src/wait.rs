@@ -102,7 +102,7 @@ pub(crate) async fn acquire_polling(
 /// What one turn of the loop did.
 enum Tried {
     /// Acquired, or failed for good: return this.
-    Done(Result<Lock, Error>),
+    Done(Box<Result<Lock, Error>>),
     /// The attempt was refused; whether the votes were split.
     Refused { split: bool },
     /// Another waiter of this client is trying right now: nothing was sent.
@@ -141,9 +141,9 @@ impl Waiter<'_> {
                 if let Some(i) = interest {
                     i.adapt(false);
                 }
-                return Tried::Done(Ok(lock));
+                return Tried::Done(Box::new(Ok(lock)));
             }
-            Err(e) if !e.is_retryable() => return Tried::Done(Err(e)),
+            Err(e) if !e.is_retryable() => return Tried::Done(Box::new(Err(e))),
             Err(e) => {
                 self.last = e.votes().cloned();
                 self.last.as_ref().is_some_and(Votes::is_split)
@@ -152,7 +152,7 @@ impl Waiter<'_> {
         crate::metrics::split_vote(split);
         drop(guard);
         if self.retry.attempts.is_some_and(|n| self.attempts >= n) {
-            return Tried::Done(Err(self.gave_up()));
+            return Tried::Done(Box::new(Err(self.gave_up())));
         }
         Tried::Refused { split }
     }
@@ -212,7 +212,7 @@ pub(crate) async fn acquire_waiting(
         let mut split = false;
         if try_now {
             match w.try_once(interest.as_ref()).await {
-                Tried::Done(r) => return crate::metrics::waited(start, r),
+                Tried::Done(r) => return crate::metrics::waited(start, *r),
                 Tried::Refused { split: s } => split = s,
                 Tried::Skipped => {}
             }

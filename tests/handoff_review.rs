@@ -1,0 +1,361 @@
+//! Adversarial review of the hand-off's edges against real `redis-server`s: a claim's
+//! winner letting its queue entries lapse (only where its claim was granted), and release
+//! subscriptions a node refuses (`BUSY` for a moment, or an ACL fixed at run time). Each
+//! test here failed on the version it reviewed.
+#![cfg(feature = "testkit")]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use quorumlock::testkit::LocalCluster;
+use quorumlock::{Redlock, Retry};
+use support::{eventually, lock_key, node_ms, raw};
+
+type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+fn queue(res: &str) -> String {
+    format!("quorumlock:queue:{res}")
+}
+fn qlease(res: &str) -> String {
+    format!("quorumlock:qlease:{res}")
+}
+
+async fn queue_sizes(cluster: &LocalCluster, res: &str) -> Vec<u64> {
+    let mut out = Vec::new();
+    for i in 0..cluster.len() {
+        let n: u64 = redis::cmd("ZCARD")
+            .arg(queue(res))
+            .query_async(&mut raw(cluster, i).await)
+            .await
+            .expect("ZCARD");
+        out.push(n);
+    }
+    out
+}
+
+async fn queued_everywhere(cluster: &LocalCluster, res: &str, n: u64) -> TestResult {
+    let ok = eventually(Duration::from_secs(5), || async {
+        queue_sizes(cluster, res).await.iter().all(|s| *s == n)
+    })
+    .await;
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("not queued: {:?}", queue_sizes(cluster, res).await).into())
+    }
+}
+
+/// Runs `release_one.lua` raw on node `i` for `token` (a release of an earlier holder that
+/// reaches this node late): `{kind, waiters[, fence]}`.
+async fn release_one(cluster: &LocalCluster, i: usize, res: &str, token: &str) -> Vec<i64> {
+    redis::Script::new(include_str!("../src/scripts/release_one.lua"))
+        .key(lock_key(res))
+        .key(queue(res))
+        .key(qlease(res))
+        .key(format!("quorumlock:qattrs:{res}"))
+        .key(format!("quorumlock:fence:{res}"))
+        .arg(token)
+        .arg(format!("quorumlock:released:{res}"))
+        .arg("")
+        .arg("0")
+        .invoke_async(&mut raw(cluster, i).await)
+        .await
+        .expect("release_one")
+}
+
+/// Suppose a waiter that won by a claim let its entries lapse on every node. On a node where
+/// its claim was refused (an earlier holder's key still there: that holder's release is
+/// late, or its key outlives the others), the earlier holder's release then transfers the
+/// key to the *next* waiter instead of to the claim's winner. The next waiter counts that
+/// one node, and when its hand-off window passes it claims — against a lock the winner
+/// holds on a quorum: the claim is refused, costs an attempt, and retires its token. With
+/// `Retry::attempts(2)` the next waiter gives up while the lock is still held, though it
+/// is queued and would be handed the lock by the winner's release. So the winner lets its
+/// entries lapse only where its claim was granted: the late release hands that key to the
+/// winner's own token (an extra key its release deletes), and the next waiter keeps
+/// waiting.
+///
+/// The next waiter is kept off the head by a live entry `Z` queued behind the winner on
+/// the two nodes that granted the claim (another waiter whose entry the third node lost),
+/// so that only the hand-off-window claim, not the head's fallback polling, can spend its
+/// attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_release_on_a_node_that_refused_the_claim_does_not_make_the_next_waiter_claim()
+-> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let res = "rev2-late-release";
+    let ttl = Duration::from_secs(10);
+    let earlier = "earlier-holder-token-0001";
+    // An earlier holder P holds the key on every node.
+    for i in 0..cluster.len() {
+        let _: () = redis::cmd("SET")
+            .arg(lock_key(res))
+            .arg(earlier)
+            .arg("PX")
+            .arg(60_000)
+            .query_async(&mut raw(&cluster, i).await)
+            .await?;
+    }
+    let claimer = Redlock::builder(cluster.urls())
+        .retry(
+            Retry::new()
+                .delay(Duration::from_millis(20), Duration::from_millis(50))
+                .max_wait(Duration::from_secs(20)),
+        )
+        .build()
+        .await?;
+    let next = Redlock::builder(cluster.urls())
+        .retry(
+            Retry::new()
+                .attempts(2)
+                .delay(Duration::from_millis(100), Duration::from_millis(200))
+                .max_wait(Duration::from_secs(20)),
+        )
+        .build()
+        .await?;
+    let h = tokio::spawn(async move { claimer.lock(res, ttl).await });
+    queued_everywhere(&cluster, res, 1).await?;
+    let w = tokio::spawn(async move { next.lock(res, ttl).await });
+    queued_everywhere(&cluster, res, 2).await?;
+    // Z: queued right behind the claimer on nodes 1 and 2, a live lease for 20 s.
+    for i in 1..cluster.len() {
+        let mut c = raw(&cluster, i).await;
+        let first: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(queue(res))
+            .arg(0)
+            .arg(0)
+            .arg("WITHSCORES")
+            .query_async(&mut c)
+            .await?;
+        let ticket = first.first().ok_or("empty queue")?.1 + 1.0;
+        let lease = node_ms(&cluster, i).await + 20_000;
+        let _: () = redis::pipe()
+            .cmd("ZADD")
+            .arg(queue(res))
+            .arg(format!("{ticket:.0}"))
+            .arg("Z")
+            .ignore()
+            .cmd("ZADD")
+            .arg(qlease(res))
+            .arg(lease)
+            .arg("Z")
+            .ignore()
+            .query_async(&mut c)
+            .await?;
+    }
+    // P's keys on nodes 1 and 2 are gone (expired, or released there without a queue):
+    // the claimer, the head, claims at its fallback timer and wins on nodes 1 and 2; node
+    // 0 refuses (P's key).
+    for i in 1..cluster.len() {
+        let _: () = redis::cmd("DEL")
+            .arg(lock_key(res))
+            .query_async(&mut raw(&cluster, i).await)
+            .await?;
+    }
+    let held = tokio::time::timeout(Duration::from_secs(5), h).await???;
+    let held_at = Instant::now();
+    // The winner's lapse renewal lands.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // P's release reaches node 0 late.
+    let r = release_one(&cluster, 0, res, earlier).await;
+    println!("late release on node 0: {r:?}");
+    // The winner holds for 2 s: the next waiter must still be waiting (it has one attempt
+    // left, and is queued).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    if w.is_finished() {
+        let out = w.await?;
+        panic!(
+            "the next waiter finished {:?} after the claim won, while the lock was held: {:?}",
+            held_at.elapsed(),
+            out.map(|l| l.token().to_string())
+        );
+    }
+    // Z goes; the winner releases: the next waiter is handed the lock.
+    for i in 1..cluster.len() {
+        let _: () = redis::cmd("ZREM")
+            .arg(queue(res))
+            .arg("Z")
+            .query_async(&mut raw(&cluster, i).await)
+            .await?;
+    }
+    held.release().await?;
+    let got = tokio::time::timeout(Duration::from_secs(5), w).await???;
+    got.release().await?;
+    Ok(())
+}
+
+/// The channels under `quorumlock:` node `i` has subscribers on: (inboxes, resource
+/// channels). An inbox is told by `inbox:` in its name (`quorumlock:released:\xFFinbox:<hex>`).
+async fn subscribed_channels(cluster: &LocalCluster, i: usize) -> (usize, Vec<String>) {
+    let chans: Vec<Vec<u8>> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg("quorumlock:*")
+        .query_async(&mut raw(cluster, i).await)
+        .await
+        .expect("PUBSUB CHANNELS");
+    let inboxes = chans
+        .iter()
+        .filter(|c| c.windows(6).any(|w| w == b"inbox:"))
+        .count();
+    let others = chans
+        .iter()
+        .filter(|c| !c.windows(6).any(|w| w == b"inbox:"))
+        .map(|c| String::from_utf8_lossy(c).into_owned())
+        .collect();
+    (inboxes, others)
+}
+
+/// A node busy with a long script (past `busy-reply-threshold`) answers `SUBSCRIBE` with
+/// `-BUSY` (SUBSCRIBE is not `allow_busy`): an error reply with a code. Taken for a
+/// refusal (as an ACL's `NOPERM`) and never asked again on that connection, which stays
+/// healthy and is never replaced, the client's inbox and the resource's channel would stay
+/// unsubscribed on that node for the connection's lifetime (hours), and its waiters would
+/// lose every announcement from it. A transient refusal must be asked again: the link is
+/// replaced (after its backoff) and subscribes once the node is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_refused_while_a_node_is_busy_is_asked_again() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let res = "rev2-busy";
+    for i in 0..cluster.len() {
+        let _: () = redis::cmd("SET")
+            .arg(lock_key(res))
+            .arg("someone-else")
+            .arg("PX")
+            .arg(60_000)
+            .query_async(&mut raw(&cluster, i).await)
+            .await?;
+    }
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("busy-reply-threshold")
+        .arg(100)
+        .query_async(&mut raw(&cluster, 0).await)
+        .await?;
+    // Node 0 runs a script that loops until killed.
+    let mut busy_conn = raw(&cluster, 0).await;
+    let busy = tokio::spawn(async move {
+        let r: redis::RedisResult<()> = redis::cmd("EVAL")
+            .arg("while true do end")
+            .arg(0)
+            .query_async(&mut busy_conn)
+            .await;
+        r.is_err()
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // A client starts (its inbox subscription goes out now) and waits for the resource.
+    let waiter = Redlock::builder(cluster.urls())
+        .retry(
+            Retry::new()
+                .delay(Duration::from_millis(200), Duration::from_millis(300))
+                .max_wait(Duration::from_secs(20)),
+        )
+        .build()
+        .await?;
+    let w = tokio::spawn(async move { waiter.lock(res, Duration::from_secs(10)).await });
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let _: () = redis::cmd("SCRIPT")
+        .arg("KILL")
+        .query_async(&mut raw(&cluster, 0).await)
+        .await?;
+    assert!(busy.await?, "the busy script was killed");
+    // Nodes 1 and 2 have both channels; node 0 must get them once it is free.
+    let resource_channel = format!("quorumlock:released:{res}");
+    let ok = eventually(Duration::from_secs(5), || {
+        let cluster = &cluster;
+        let resource_channel = resource_channel.clone();
+        async move {
+            let (inboxes, others) = subscribed_channels(cluster, 0).await;
+            inboxes >= 1 && others.contains(&resource_channel)
+        }
+    })
+    .await;
+    let states: Vec<_> =
+        futures::future::join_all((0..cluster.len()).map(|i| subscribed_channels(&cluster, i)))
+            .await;
+    w.abort();
+    assert!(
+        ok,
+        "5 s after node 0 became free, its subscriptions (inboxes, channels) per node: {states:?}"
+    );
+    Ok(())
+}
+
+/// The WARN logged for a refused subscription tells the operator the ACL user needs
+/// `&quorumlock:released:*`. Granting it at run time (`ACL SETUSER`) does not drop
+/// existing connections: if a refused channel were never asked again on a live one, the
+/// running client would stay without announcements from every node until some link
+/// breaks. A refused channel is asked again every few seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_refused_by_an_acl_is_asked_again_once_the_acl_allows_it() -> TestResult {
+    let cluster = LocalCluster::builder(3)
+        .args([
+            "--user",
+            "lockuser",
+            "on",
+            ">pw",
+            "~quorumlock:*",
+            "resetchannels",
+            "+@all",
+        ])
+        .launch()
+        .await?;
+    let urls: Vec<String> = cluster
+        .urls()
+        .iter()
+        .map(|u| u.replacen("redis://", "redis://lockuser:pw@", 1))
+        .collect();
+    let res = "rev2-acl-fixed";
+    for i in 0..cluster.len() {
+        let _: () = redis::cmd("SET")
+            .arg(lock_key(res))
+            .arg("someone-else")
+            .arg("PX")
+            .arg(60_000)
+            .query_async(&mut raw(&cluster, i).await)
+            .await?;
+    }
+    let waiter = Redlock::builder(urls)
+        .retry(
+            Retry::new()
+                .delay(Duration::from_millis(200), Duration::from_millis(300))
+                .max_wait(Duration::from_secs(30)),
+        )
+        .build()
+        .await?;
+    let w = tokio::spawn(async move { waiter.lock(res, Duration::from_secs(10)).await });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The operator follows the log's advice.
+    for i in 0..cluster.len() {
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("lockuser")
+            .arg("&quorumlock:released:*")
+            .query_async(&mut raw(&cluster, i).await)
+            .await?;
+    }
+    let resource_channel = format!("quorumlock:released:{res}");
+    let ok = eventually(Duration::from_secs(10), || {
+        let cluster = &cluster;
+        let resource_channel = resource_channel.clone();
+        async move {
+            for i in 0..cluster.len() {
+                let (inboxes, others) = subscribed_channels(cluster, i).await;
+                if inboxes == 0 || !others.contains(&resource_channel) {
+                    return false;
+                }
+            }
+            true
+        }
+    })
+    .await;
+    let states: Vec<_> =
+        futures::future::join_all((0..cluster.len()).map(|i| subscribed_channels(&cluster, i)))
+            .await;
+    w.abort();
+    assert!(
+        ok,
+        "10 s after the ACL allowed the channels, subscriptions (inboxes, channels) per node: {states:?}"
+    );
+    Ok(())
+}
