@@ -472,6 +472,25 @@ async fn a_cancelled_waiting_writer_stops_blocking_readers() {
     let a = client(&c.urls()).await;
     let b = client(&c.urls()).await;
     let reader = a.try_read_lock("rw:cancel", TTL).await.expect("reader");
+    // The read lock is decided at a quorum; wait until the slowest node has the reader
+    // too, or the writer's attempt could be granted there (no reader yet), never leave an
+    // intent there, and keep winning that node and cleaning it up while it waits.
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            let mut n = 0;
+            for i in 0..3 {
+                let live: usize = raw(&c, i)
+                    .await
+                    .zcard(readers_key("rw:cancel"))
+                    .await
+                    .expect("ZCARD");
+                n += usize::from(live > 0);
+            }
+            n == 3
+        })
+        .await,
+        "the reader is on every node"
+    );
     let waiting = tokio::spawn(async move { b.write_lock("rw:cancel", TTL).await });
     // The intent is registered on every node once the writer's first attempt is refused.
     assert!(
