@@ -427,16 +427,20 @@ async fn subscriber(
     mut cmds: mpsc::UnboundedReceiver<SubCmd>,
 ) {
     let mut backoff = Duration::from_millis(20);
+    // For links that break at once: starts at 100 ms, up to BROKEN_LINK_BACKOFF_MAX.
+    let mut broken = BROKEN_LINK_BACKOFF_MIN;
+    let mut broke_at_once: u32 = 0;
     let mut epoch: u64 = 0;
     loop {
         let conn = tokio::time::timeout(Duration::from_secs(1), client.get_async_pubsub()).await;
         let Ok(Ok(pubsub)) = conn else {
             tracing::debug!(node = %addr, "quorumlock: release subscription unavailable; waiters fall back to their retry delay");
-            if pause(&mut backoff, &mut cmds).await == Served::Done {
+            if pause(&mut backoff, Duration::from_secs(1), &mut cmds).await == Served::Done {
                 return;
             }
             continue;
         };
+        backoff = Duration::from_millis(20);
         let connected = Instant::now();
         epoch = epoch.wrapping_add(1);
         let (sink, mut stream) = pubsub.split();
@@ -454,26 +458,47 @@ async fn subscriber(
             return;
         }
         tracing::debug!(node = %addr, "quorumlock: release subscription lost; reconnecting");
-        // A link that broke at once (a server that drops it, say) is not reconnected in a
-        // tight loop: the backoff grows until a link lasts.
+        // A link that broke at once (a server or proxy that drops a connection on
+        // SUBSCRIBE, say) is not reconnected in a loop: the backoff grows, up to
+        // BROKEN_LINK_BACKOFF_MAX, until a link lasts.
         if connected.elapsed() >= STABLE_LINK {
-            backoff = Duration::from_millis(20);
-        } else if pause(&mut backoff, &mut cmds).await == Served::Done {
+            broken = BROKEN_LINK_BACKOFF_MIN;
+            broke_at_once = 0;
+            continue;
+        }
+        broke_at_once = broke_at_once.saturating_add(1);
+        if broke_at_once == 3 {
+            tracing::warn!(node = %addr, "quorumlock: the node breaks every release subscription at once (no pub/sub?); waiters fall back to their retry delay, and the client tries again with a growing backoff");
+        }
+        if pause(&mut broken, BROKEN_LINK_BACKOFF_MAX, &mut cmds).await == Served::Done {
             return;
         }
     }
 }
 
-/// How often a link asks again for the channels its node refused (`NOPERM`).
-const ASK_REFUSED_AGAIN: Duration = Duration::from_secs(5);
+/// The first wait before reconnecting a link that broke at once.
+const BROKEN_LINK_BACKOFF_MIN: Duration = Duration::from_millis(100);
 
-/// How long a subscription link must last for its backoff to start again from 20 ms.
+/// The longest wait before reconnecting a link that broke at once.
+const BROKEN_LINK_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// How often a link asks again for the channels its node refused (an error reply).
+const ASK_REFUSED_AGAIN: Duration = Duration::from_secs(2);
+
+/// How long a `SUBSCRIBE` may take before the link is taken for broken and replaced.
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a subscription link must last for its backoff to start again.
 const STABLE_LINK: Duration = Duration::from_secs(1);
 
-/// Waits out `backoff` (or until the notifier is gone) and doubles it, up to a second.
-async fn pause(backoff: &mut Duration, cmds: &mut mpsc::UnboundedReceiver<SubCmd>) -> Served {
+/// Waits out `backoff` (or until the notifier is gone) and doubles it, up to `max`.
+async fn pause(
+    backoff: &mut Duration,
+    max: Duration,
+    cmds: &mut mpsc::UnboundedReceiver<SubCmd>,
+) -> Served {
     let until = tokio::time::Instant::now() + *backoff;
-    *backoff = (*backoff * 2).min(Duration::from_secs(1));
+    *backoff = (*backoff * 2).min(max);
     loop {
         tokio::select! {
             () = tokio::time::sleep_until(until) => return Served::Lost,
@@ -500,9 +525,9 @@ struct Link {
     index: usize,
     epoch: u64,
     subscribed: HashSet<Vec<u8>>,
-    /// Channels the server refused to subscribe this connection to (an ACL without the
-    /// channel, `NOPERM`): asked again every [`ASK_REFUSED_AGAIN`] (an operator may grant
-    /// the channel without dropping connections).
+    /// Channels the server refused to subscribe this connection to (an error reply: an
+    /// ACL without the channel, a busy node): asked again every [`ASK_REFUSED_AGAIN`] (an
+    /// operator may grant the channel without dropping connections).
     refused: HashSet<Vec<u8>>,
     /// When the refused channels were last asked for.
     refused_asked: Instant,
@@ -511,19 +536,37 @@ struct Link {
 
 impl Link {
     /// Subscribes to `ch` (once) and announces that the subscription is active. `false`
-    /// when the link broke or the node answered with an error other than `NOPERM` (a
-    /// `BUSY` node running a long script, say: the link is replaced, after the backoff). A
-    /// channel the ACL refuses (`NOPERM`) is logged (at WARN the first time on this link)
-    /// and set aside, the link kept for the others, and asked for again every
-    /// [`ASK_REFUSED_AGAIN`]: meanwhile its waiters fall back to their retry delay, as with
-    /// a node whose subscription is down.
-    async fn subscribe(&mut self, ch: Vec<u8>, again: bool) -> bool {
-        if self.subscribed.contains(&ch) || (!again && self.refused.contains(&ch)) {
+    /// when the link broke or did not answer within [`SUBSCRIBE_TIMEOUT`] (it is then
+    /// replaced, after the backoff). A channel the node answers with an error (an ACL's
+    /// `NOPERM`, a `BUSY` node running a long script, a server without pub/sub) is logged
+    /// at WARN and set aside, the link kept for the others, and asked for again every
+    /// [`ASK_REFUSED_AGAIN`]: meanwhile its waiters fall back to their retry delay and
+    /// renewal replies, as with a node whose subscription is down.
+    async fn subscribe(&mut self, ch: Vec<u8>) -> bool {
+        if self.subscribed.contains(&ch) || self.refused.contains(&ch) {
             return true;
         }
-        match self.sink.subscribe(ch.as_slice()).await {
-            Ok(()) => {}
-            Err(e) if e.code() == Some("NOPERM") => {
+        let asked = tokio::time::timeout(SUBSCRIBE_TIMEOUT, self.sink.subscribe(ch.as_slice()));
+        let answer = asked.await;
+        self.apply(ch, answer, false)
+    }
+
+    /// Applies the answer to a `SUBSCRIBE` of `ch` (`again`: a refused channel asked for
+    /// again, logged at DEBUG if still refused). `false` when the link is to be replaced.
+    fn apply(
+        &mut self,
+        ch: Vec<u8>,
+        answer: Result<redis::RedisResult<()>, tokio::time::error::Elapsed>,
+        again: bool,
+    ) -> bool {
+        match answer {
+            Ok(Ok(())) => {
+                self.refused.remove(&ch);
+                announce_subscribed(&self.shared, &ch, self.epoch);
+                self.subscribed.insert(ch);
+                true
+            }
+            Ok(Err(e)) if e.code().is_some() => {
                 if again {
                     tracing::debug!(node = %self.addr, channel = %String::from_utf8_lossy(&ch), error = %e, "quorumlock: the node still refuses a release subscription");
                 } else {
@@ -531,33 +574,46 @@ impl Link {
                         node = %self.addr,
                         channel = %String::from_utf8_lossy(&ch),
                         error = %e,
-                        "quorumlock: the node refused a release subscription; waiters fall back to their retry delay (an ACL user needs the channels `quorumlock:released:*`)"
+                        "quorumlock: the node refused a release subscription; waiters fall back to their retry delay until it is accepted (an ACL user needs the channels `quorumlock:released:*`)"
                     );
                 }
                 self.refused.insert(ch);
-                return true;
+                true
             }
-            Err(_) => return false,
+            Ok(Err(e)) => {
+                tracing::debug!(node = %self.addr, error = %e, kind = ?e.kind(), "quorumlock: a release subscription failed; replacing the link");
+                false
+            }
+            Err(_) => {
+                tracing::debug!(node = %self.addr, "quorumlock: a release subscription took too long; replacing the link");
+                false
+            }
         }
-        self.refused.remove(&ch);
-        announce_subscribed(&self.shared, &ch, self.epoch);
-        self.subscribed.insert(ch);
-        true
     }
 
-    /// Asks again for the refused channels, if [`ASK_REFUSED_AGAIN`] has passed.
+    /// Asks again for the refused channels, if [`ASK_REFUSED_AGAIN`] has passed since
+    /// the last time: all at once (one round trip, bounded by [`SUBSCRIBE_TIMEOUT`]), so
+    /// the link's messages and new channels are held up for one round trip at most.
     async fn ask_refused_again(&mut self) -> bool {
         if self.refused.is_empty() || self.refused_asked.elapsed() < ASK_REFUSED_AGAIN {
             return true;
         }
+        let channels: Vec<Vec<u8>> = self.refused.iter().cloned().collect();
+        let asks = channels.iter().map(|ch| {
+            let mut sink = self.sink.clone();
+            async move { sink.subscribe(ch.as_slice()).await }
+        });
+        let answers =
+            tokio::time::timeout(SUBSCRIBE_TIMEOUT, futures::future::join_all(asks)).await;
         self.refused_asked = Instant::now();
-        let refused: Vec<Vec<u8>> = self.refused.iter().cloned().collect();
-        for ch in refused {
-            if !self.subscribe(ch, true).await {
-                return false;
-            }
+        let Ok(answers) = answers else {
+            return false;
+        };
+        let mut kept = true;
+        for (ch, answer) in channels.into_iter().zip(answers) {
+            kept &= self.apply(ch, Ok(answer), true);
         }
-        true
+        kept
     }
 
     /// Subscribes to every channel with an entry, then serves messages, new channels and
@@ -571,11 +627,12 @@ impl Link {
             return Served::Done;
         };
         for ch in wanted {
-            if !self.subscribe(ch, false).await {
+            if !self.subscribe(ch).await {
                 return Served::Lost;
             }
         }
         let mut sweep = tokio::time::interval(Duration::from_secs(1));
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 msg = stream.next() => {
@@ -587,7 +644,7 @@ impl Link {
                 }
                 cmd = cmds.recv() => {
                     let Some(SubCmd::Subscribe(ch)) = cmd else { return Served::Done };
-                    if !self.subscribe(ch, false).await {
+                    if !self.subscribe(ch).await {
                         return Served::Lost;
                     }
                 }

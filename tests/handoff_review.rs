@@ -6,6 +6,7 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quorumlock::testkit::LocalCluster;
@@ -356,6 +357,183 @@ async fn a_subscription_refused_by_an_acl_is_asked_again_once_the_acl_allows_it(
     assert!(
         ok,
         "10 s after the ACL allowed the channels, subscriptions (inboxes, channels) per node: {states:?}"
+    );
+    Ok(())
+}
+
+/// Whether node `i` has a subscriber on `channel`.
+async fn has_channel(cluster: &LocalCluster, i: usize, channel: &str) -> bool {
+    let chans: Vec<Vec<u8>> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg(channel)
+        .query_async(&mut raw(cluster, i).await)
+        .await
+        .expect("PUBSUB CHANNELS");
+    !chans.is_empty()
+}
+
+/// A link asks for its refused channels again inside its `select!` loop. Asked one after
+/// the other, one round trip each, the link would read no command (a new channel's
+/// subscription waits) and hand on no message (a transfer announced on the inbox waits in
+/// redis-rs's buffer) for `R × rtt` with `R` refused channels; once that exceeds the
+/// re-asking period the link is deaf nearly all the time. They are asked all at once.
+///
+/// Here: an ACL user allowed only `&quorumlock:released:ok-*` (the inbox and the `bad-*`
+/// resources' channels are refused: 81 channels), 100 ms round trip to each node (50 ms each
+/// way through the kit's proxies). 7 s after the client started, a waiter on `ok-1`, a
+/// channel the ACL allows, must be subscribed on every node within ~one round trip; the
+/// test allows 3 s (asked one at a time, it waited for the re-asking round, ~8 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asking_refused_channels_again_does_not_hold_up_the_link() -> TestResult {
+    const REFUSED: usize = 80;
+    let cluster = LocalCluster::builder(3)
+        .proxies(true)
+        .args([
+            "--user",
+            "lockuser",
+            "on",
+            ">pw",
+            "~quorumlock:*",
+            "resetchannels",
+            "&quorumlock:released:ok-*",
+            "+@all",
+        ])
+        .launch()
+        .await?;
+    let urls: Vec<String> = cluster
+        .urls()
+        .iter()
+        .map(|u| u.replacen("redis://", "redis://lockuser:pw@", 1))
+        .collect();
+    let names: Vec<String> = (0..REFUSED)
+        .map(|k| format!("bad-{k}"))
+        .chain(std::iter::once("ok-1".to_string()))
+        .collect();
+    // Every resource is held by someone else on every node (direct connections).
+    for i in 0..cluster.len() {
+        let mut pipe = redis::pipe();
+        for n in &names {
+            pipe.cmd("SET")
+                .arg(lock_key(n))
+                .arg("someone-else")
+                .arg("PX")
+                .arg(120_000)
+                .ignore();
+        }
+        let _: () = pipe.query_async(&mut raw(&cluster, i).await).await?;
+    }
+    let client = Arc::new(
+        Redlock::builder(urls)
+            .node_timeout(Duration::from_secs(2))
+            .retry(
+                Retry::new()
+                    .delay(Duration::from_secs(30), Duration::from_secs(40))
+                    .max_wait(Duration::from_secs(120)),
+            )
+            .build()
+            .await?,
+    );
+    let built = Instant::now();
+    let ttl = Duration::from_secs(30);
+    let mut waiters = Vec::new();
+    for n in names.iter().take(REFUSED) {
+        let c = client.clone();
+        let n = n.clone();
+        waiters.push(tokio::spawn(async move { c.lock(&n, ttl).await }));
+    }
+    // The refusals are quick (no delay yet); then every node is 100 ms away.
+    tokio::time::sleep_until((built + Duration::from_secs(2)).into()).await;
+    for i in 0..cluster.len() {
+        cluster.delay(i, Duration::from_millis(50))?;
+    }
+    // The first re-asking round starts at the first tick 5 s after the link connected.
+    tokio::time::sleep_until((built + Duration::from_secs(7)).into()).await;
+    let started = Instant::now();
+    let c = client.clone();
+    waiters.push(tokio::spawn(async move { c.lock("ok-1", ttl).await }));
+    let channel = "quorumlock:released:ok-1";
+    let ok = eventually(Duration::from_secs(3), || {
+        let cluster = &cluster;
+        async move {
+            for i in 0..cluster.len() {
+                if !has_channel(cluster, i, channel).await {
+                    return false;
+                }
+            }
+            true
+        }
+    })
+    .await;
+    let waited = started.elapsed();
+    // How long it did take (for the report).
+    let all = eventually(Duration::from_secs(20), || {
+        let cluster = &cluster;
+        async move {
+            for i in 0..cluster.len() {
+                if !has_channel(cluster, i, channel).await {
+                    return false;
+                }
+            }
+            true
+        }
+    })
+    .await;
+    println!(
+        "ok-1 subscribed on every node: within 3 s {ok} ({waited:?}); at all {all} after {:?}",
+        started.elapsed()
+    );
+    for w in waiters {
+        w.abort();
+    }
+    assert!(
+        ok,
+        "a channel the ACL allows was not subscribed on every node within 3 s of its first waiter (100 ms round trip): the link was re-asking {REFUSED}+1 refused channels one round trip at a time"
+    );
+    Ok(())
+}
+
+/// An error reply to a `SUBSCRIBE` that never goes away (a node or proxy that does not
+/// serve `SUBSCRIBE`: here `rename-command SUBSCRIBE ""`, answered `ERR unknown command`)
+/// must not replace the link every second for the client's lifetime (a backoff capped at
+/// 1 s made ~20 connections in 20 s). redis-rs drops a pub/sub connection whose
+/// `SUBSCRIBE` is answered with an error it cannot match, so the link breaks at once each
+/// time: its backoff grows to 30 s, and a WARN says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_error_that_never_clears_is_not_a_reconnection_loop() -> TestResult {
+    let cluster = LocalCluster::builder(3)
+        .proxies(true)
+        .args(["--rename-command", "SUBSCRIBE", ""])
+        .launch()
+        .await?;
+    let res = "rev3-no-subscribe";
+    for i in 0..cluster.len() {
+        let _: () = redis::cmd("SET")
+            .arg(lock_key(res))
+            .arg("someone-else")
+            .arg("PX")
+            .arg(60_000)
+            .query_async(&mut raw(&cluster, i).await)
+            .await?;
+    }
+    let client = Redlock::builder(cluster.urls())
+        .retry(
+            Retry::new()
+                .delay(Duration::from_millis(200), Duration::from_millis(300))
+                .max_wait(Duration::from_secs(40)),
+        )
+        .build()
+        .await?;
+    let w = tokio::spawn(async move { client.lock(res, Duration::from_secs(10)).await });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = cluster.proxy(0)?.accepted_connections();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let after = cluster.proxy(0)?.accepted_connections();
+    w.abort();
+    let n = after - before;
+    println!("node 0's proxy accepted {n} connections in 8 s");
+    assert!(
+        n <= 3,
+        "a node that never serves SUBSCRIBE: {n} connections from one client in 8 s"
     );
     Ok(())
 }
