@@ -18,7 +18,10 @@ use futures::StreamExt;
 use quorumlock::testkit::{History, LocalCluster, ProxyMode};
 use quorumlock::{Redlock, Retry};
 use redis::aio::MultiplexedConnection;
-use support::{count_key, eventually, get, lock_key, raw};
+use support::{
+    acl_cluster, connections_received, count_key, eventually, get, lock_key, plant_everywhere, raw,
+    zcards,
+};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
@@ -200,16 +203,7 @@ const NOTIFIED_ONLY: Retry = Retry::new()
 
 /// The number of entries in the resource's wait queue on each node.
 async fn queue_sizes(cluster: &LocalCluster, res: &str) -> Vec<u64> {
-    let mut out = Vec::new();
-    for i in 0..cluster.len() {
-        let n: u64 = redis::cmd("ZCARD")
-            .arg(format!("quorumlock:queue:{res}"))
-            .query_async(&mut raw(cluster, i).await)
-            .await
-            .expect("ZCARD");
-        out.push(n);
-    }
-    out
+    zcards(cluster, &format!("quorumlock:queue:{res}")).await
 }
 
 /// Waits (bounded) until `n` waiters are queued on every node and every node has a
@@ -773,50 +767,13 @@ async fn a_plain_release_wakes_the_waiter_at_the_head() -> TestResult {
     Ok(())
 }
 
-/// The connections node `i` has accepted since it started (`INFO stats`).
-async fn connections_received(cluster: &LocalCluster, i: usize) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("stats")
-        .query_async(&mut raw(cluster, i).await)
-        .await
-        .expect("INFO stats");
-    info.lines()
-        .find_map(|l| l.strip_prefix("total_connections_received:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
-/// A cluster whose nodes know the ACL user `lockuser` (password `pw`) allowed `channels`
-/// (an ACL channel rule, such as `&quorumlock:released:*` or `resetchannels`) and every
-/// key under `quorumlock:`. The default user stays open for the test's raw connections.
-async fn acl_cluster(channels: &str) -> Result<(LocalCluster, Vec<String>), std::io::Error> {
-    let cluster = LocalCluster::builder(3)
-        .args([
-            "--user",
-            "lockuser",
-            "on",
-            ">pw",
-            "~quorumlock:*",
-            channels,
-            "+@all",
-        ])
-        .launch()
-        .await?;
-    let urls = cluster
-        .urls()
-        .iter()
-        .map(|u| u.replacen("redis://", "redis://lockuser:pw@", 1))
-        .collect();
-    Ok((cluster, urls))
-}
-
 /// The ACL a deployment needs for hand-offs is keys `~quorumlock:*` and the channels
 /// `&quorumlock:released:*`: a client's inbox lies under that prefix too, so a waiter's
 /// subscription is accepted, the release's announcement to it is allowed (the release
 /// succeeds), the waiter holds by transfer, and no node sees a stream of reconnections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handoff_needs_no_channel_beyond_the_release_prefix() -> TestResult {
-    let (cluster, urls) = acl_cluster("&quorumlock:released:*").await?;
+    let (cluster, urls) = acl_cluster(&["&quorumlock:released:*"], false).await?;
     let before: Vec<u64> =
         futures::future::join_all((0..cluster.len()).map(|i| connections_received(&cluster, i)))
             .await;
@@ -843,17 +800,9 @@ async fn a_handoff_needs_no_channel_beyond_the_release_prefix() -> TestResult {
 /// delay), gives up at its maximum wait, and each node accepts a handful of connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_subscription_is_not_retried_in_a_loop() -> TestResult {
-    let (cluster, urls) = acl_cluster("resetchannels").await?;
+    let (cluster, urls) = acl_cluster(&["resetchannels"], false).await?;
     let res = "handoff-refused";
-    for i in 0..cluster.len() {
-        let _: () = redis::cmd("SET")
-            .arg(lock_key(res))
-            .arg("someone-else")
-            .arg("PX")
-            .arg(60_000)
-            .query_async(&mut raw(&cluster, i).await)
-            .await?;
-    }
+    plant_everywhere(&cluster, &lock_key(res), "someone-else", 60_000).await;
     let before: Vec<u64> =
         futures::future::join_all((0..cluster.len()).map(|i| connections_received(&cluster, i)))
             .await;

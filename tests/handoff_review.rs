@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use quorumlock::testkit::LocalCluster;
 use quorumlock::{Redlock, Retry};
-use support::{eventually, lock_key, node_ms, raw};
+use support::{acl_cluster, eventually, lock_key, node_ms, plant_everywhere, raw, zcards};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
@@ -23,16 +23,7 @@ fn qlease(res: &str) -> String {
 }
 
 async fn queue_sizes(cluster: &LocalCluster, res: &str) -> Vec<u64> {
-    let mut out = Vec::new();
-    for i in 0..cluster.len() {
-        let n: u64 = redis::cmd("ZCARD")
-            .arg(queue(res))
-            .query_async(&mut raw(cluster, i).await)
-            .await
-            .expect("ZCARD");
-        out.push(n);
-    }
-    out
+    zcards(cluster, &queue(res)).await
 }
 
 async fn queued_everywhere(cluster: &LocalCluster, res: &str, n: u64) -> TestResult {
@@ -89,15 +80,7 @@ async fn a_late_release_on_a_node_that_refused_the_claim_does_not_make_the_next_
     let ttl = Duration::from_secs(10);
     let earlier = "earlier-holder-token-0001";
     // An earlier holder P holds the key on every node.
-    for i in 0..cluster.len() {
-        let _: () = redis::cmd("SET")
-            .arg(lock_key(res))
-            .arg(earlier)
-            .arg("PX")
-            .arg(60_000)
-            .query_async(&mut raw(&cluster, i).await)
-            .await?;
-    }
+    plant_everywhere(&cluster, &lock_key(res), earlier, 60_000).await;
     let claimer = Redlock::builder(cluster.urls())
         .retry(
             Retry::new()
@@ -218,15 +201,7 @@ async fn subscribed_channels(cluster: &LocalCluster, i: usize) -> (usize, Vec<St
 async fn a_subscription_refused_while_a_node_is_busy_is_asked_again() -> TestResult {
     let cluster = LocalCluster::builder(3).launch().await?;
     let res = "rev2-busy";
-    for i in 0..cluster.len() {
-        let _: () = redis::cmd("SET")
-            .arg(lock_key(res))
-            .arg("someone-else")
-            .arg("PX")
-            .arg(60_000)
-            .query_async(&mut raw(&cluster, i).await)
-            .await?;
-    }
+    plant_everywhere(&cluster, &lock_key(res), "someone-else", 60_000).await;
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
         .arg("busy-reply-threshold")
@@ -289,33 +264,9 @@ async fn a_subscription_refused_while_a_node_is_busy_is_asked_again() -> TestRes
 /// breaks. A refused channel is asked again every few seconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscription_refused_by_an_acl_is_asked_again_once_the_acl_allows_it() -> TestResult {
-    let cluster = LocalCluster::builder(3)
-        .args([
-            "--user",
-            "lockuser",
-            "on",
-            ">pw",
-            "~quorumlock:*",
-            "resetchannels",
-            "+@all",
-        ])
-        .launch()
-        .await?;
-    let urls: Vec<String> = cluster
-        .urls()
-        .iter()
-        .map(|u| u.replacen("redis://", "redis://lockuser:pw@", 1))
-        .collect();
+    let (cluster, urls) = acl_cluster(&["resetchannels"], false).await?;
     let res = "rev2-acl-fixed";
-    for i in 0..cluster.len() {
-        let _: () = redis::cmd("SET")
-            .arg(lock_key(res))
-            .arg("someone-else")
-            .arg("PX")
-            .arg(60_000)
-            .query_async(&mut raw(&cluster, i).await)
-            .await?;
-    }
+    plant_everywhere(&cluster, &lock_key(res), "someone-else", 60_000).await;
     let waiter = Redlock::builder(urls)
         .retry(
             Retry::new()
@@ -386,25 +337,8 @@ async fn has_channel(cluster: &LocalCluster, i: usize, channel: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn asking_refused_channels_again_does_not_hold_up_the_link() -> TestResult {
     const REFUSED: usize = 80;
-    let cluster = LocalCluster::builder(3)
-        .proxies(true)
-        .args([
-            "--user",
-            "lockuser",
-            "on",
-            ">pw",
-            "~quorumlock:*",
-            "resetchannels",
-            "&quorumlock:released:ok-*",
-            "+@all",
-        ])
-        .launch()
-        .await?;
-    let urls: Vec<String> = cluster
-        .urls()
-        .iter()
-        .map(|u| u.replacen("redis://", "redis://lockuser:pw@", 1))
-        .collect();
+    let (cluster, urls) =
+        acl_cluster(&["resetchannels", "&quorumlock:released:ok-*"], true).await?;
     let names: Vec<String> = (0..REFUSED)
         .map(|k| format!("bad-{k}"))
         .chain(std::iter::once("ok-1".to_string()))
@@ -506,15 +440,7 @@ async fn a_subscription_error_that_never_clears_is_not_a_reconnection_loop() -> 
         .launch()
         .await?;
     let res = "rev3-no-subscribe";
-    for i in 0..cluster.len() {
-        let _: () = redis::cmd("SET")
-            .arg(lock_key(res))
-            .arg("someone-else")
-            .arg("PX")
-            .arg(60_000)
-            .query_async(&mut raw(&cluster, i).await)
-            .await?;
-    }
+    plant_everywhere(&cluster, &lock_key(res), "someone-else", 60_000).await;
     let client = Redlock::builder(cluster.urls())
         .retry(
             Retry::new()

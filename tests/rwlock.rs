@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use quorumlock::testkit::LocalCluster;
 use quorumlock::{Error, LockMode, Redlock, Retry, Watchdog};
 use redis::AsyncCommands;
-use support::{eventually, raw};
+use support::{eventually, raw, zcards};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -464,6 +464,14 @@ async fn a_waiting_writer_gets_in_under_a_stream_of_readers() {
     }
 }
 
+/// Whether the sorted set `key` has a member on every node within 3 s.
+async fn on_every_node(c: &LocalCluster, key: &str) -> bool {
+    eventually(Duration::from_secs(3), || async {
+        zcards(c, key).await.iter().all(|n| *n > 0)
+    })
+    .await
+}
+
 /// A waiting writer that is cancelled stops blocking readers: its intent is removed in
 /// the background, and would lapse within the intent lease anyway.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -476,37 +484,13 @@ async fn a_cancelled_waiting_writer_stops_blocking_readers() {
     // too, or the writer's attempt could be granted there (no reader yet), never leave an
     // intent there, and keep winning that node and cleaning it up while it waits.
     assert!(
-        eventually(Duration::from_secs(3), || async {
-            let mut n = 0;
-            for i in 0..3 {
-                let live: usize = raw(&c, i)
-                    .await
-                    .zcard(readers_key("rw:cancel"))
-                    .await
-                    .expect("ZCARD");
-                n += usize::from(live > 0);
-            }
-            n == 3
-        })
-        .await,
+        on_every_node(&c, &readers_key("rw:cancel")).await,
         "the reader is on every node"
     );
     let waiting = tokio::spawn(async move { b.write_lock("rw:cancel", TTL).await });
     // The intent is registered on every node once the writer's first attempt is refused.
     assert!(
-        eventually(Duration::from_secs(3), || async {
-            let mut n = 0;
-            for i in 0..3 {
-                let live: usize = raw(&c, i)
-                    .await
-                    .zcard(intent_key("rw:cancel"))
-                    .await
-                    .expect("ZCARD");
-                n += usize::from(live > 0);
-            }
-            n == 3
-        })
-        .await,
+        on_every_node(&c, &intent_key("rw:cancel")).await,
         "the waiting writer's intent is on every node"
     );
     // Its intent's key expires with the lease (PEXPIREAT max score, not -1).

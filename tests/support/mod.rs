@@ -110,3 +110,68 @@ pub async fn client(
         .await
         .expect("build client")
 }
+
+/// Sets `key` to `value` with a TTL of `ttl_ms` on every node (raw): a holder planted
+/// behind the library's back.
+pub async fn plant_everywhere(cluster: &LocalCluster, key: &str, value: &str, ttl_ms: u64) {
+    for i in 0..cluster.len() {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .arg("PX")
+            .arg(ttl_ms)
+            .query_async(&mut raw(cluster, i).await)
+            .await
+            .expect("SET");
+    }
+}
+
+/// The number of members of the sorted set `key` on each node.
+pub async fn zcards(cluster: &LocalCluster, key: &str) -> Vec<u64> {
+    let mut out = Vec::with_capacity(cluster.len());
+    for i in 0..cluster.len() {
+        let n: u64 = redis::cmd("ZCARD")
+            .arg(key)
+            .query_async(&mut raw(cluster, i).await)
+            .await
+            .expect("ZCARD");
+        out.push(n);
+    }
+    out
+}
+
+/// The connections node `i` has accepted since it started (`INFO stats`).
+pub async fn connections_received(cluster: &LocalCluster, i: usize) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(&mut raw(cluster, i).await)
+        .await
+        .expect("INFO stats");
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A cluster of three whose nodes know the ACL user `lockuser` (password `pw`) with keys
+/// `~quorumlock:*`, every command, and the channel rules `channels` (such as
+/// `["&quorumlock:released:*"]` or `["resetchannels"]`), behind proxies if `proxies`; and
+/// its URLs with that user. The default user stays open for the tests' raw connections.
+pub async fn acl_cluster(
+    channels: &[&str],
+    proxies: bool,
+) -> std::io::Result<(LocalCluster, Vec<String>)> {
+    let cluster = LocalCluster::builder(3)
+        .proxies(proxies)
+        .args(["--user", "lockuser", "on", ">pw", "~quorumlock:*"])
+        .args(channels.iter().copied())
+        .arg("+@all")
+        .launch()
+        .await?;
+    let urls = cluster
+        .urls()
+        .iter()
+        .map(|u| u.replacen("redis://", "redis://lockuser:pw@", 1))
+        .collect();
+    Ok((cluster, urls))
+}
