@@ -149,6 +149,9 @@ async fn t30_killed_nodes() {
     c.kill(0).await.unwrap();
     let l = a.try_lock("k", TTL).await.expect("4 of 5 alive");
     l.release().await.unwrap();
+    // The release returns at a quorum; its last leg must land before the next attempt,
+    // or that node still holds the old token and three failures decide.
+    assert!(a.flush(Duration::from_secs(2)).await);
     c.kill(1).await.unwrap();
     let l = a.try_lock("k", TTL).await.expect("3 of 5 alive");
     let votes_ok = l.remaining();
