@@ -47,6 +47,10 @@ pub(crate) struct Ask {
     /// attempt uses it instead of a fresh one, and a key that already holds it (transferred
     /// to it) counts as granted (`claim.lua`; fenced: `acquire_fenced.lua` on one key).
     pub(crate) own: Option<Token>,
+    /// An ordered multi-resource waiter's reservations: the tokens under which it already
+    /// holds some of the keys (one resource at a time, see [`ordered`](crate::ordered)).
+    /// A key holding one of them counts as free, and is set to the attempt's token.
+    pub(crate) over: Vec<Token>,
 }
 
 impl Ask {
@@ -58,6 +62,7 @@ impl Ask {
             intent: Vec::new(),
             permit: None,
             own: None,
+            over: Vec::new(),
         }
     }
 
@@ -71,12 +76,16 @@ impl Ask {
     ) -> (Request, Option<FenceKeys>) {
         match &self.kind {
             Kind::Exclusive if fencing => {
-                let (request, keys) = crate::fencing::request(res, token, ttl);
+                let (request, keys) = crate::fencing::request(res, token, ttl, &self.over);
                 (request, Some(keys))
             }
             Kind::Exclusive if self.own.is_some() => {
                 (Request::claim(res.lock_keys(), token, ttl), None)
             }
+            Kind::Exclusive if !self.over.is_empty() => (
+                Request::acquire_over(res.lock_keys(), token, ttl, &self.over),
+                None,
+            ),
             Kind::Exclusive => (Request::acquire(res.lock_keys(), token, ttl), None),
             Kind::Read(k) => (Request::read_acquire(k, token, ttl), None),
             Kind::Write(k) => (

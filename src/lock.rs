@@ -320,6 +320,11 @@ impl Lock {
         std::str::from_utf8(self.token.as_bytes()).unwrap_or("")
     }
 
+    /// The token itself (an ordered waiter's reservations are named by it).
+    pub(crate) fn token_value(&self) -> &Token {
+        &self.token
+    }
+
     /// The fencing token, when the client was built with
     /// [`fencing(true)`](crate::RedlockBuilder::fencing): a number that strictly
     /// increases across successive holders of each of this lock's resources. Pass it to

@@ -579,6 +579,20 @@ impl Request {
         }
     }
 
+    /// The all-or-nothing acquire of `keys` where a key holding one of `over` (our own
+    /// reservations: the tokens under which an ordered waiter already holds some of the
+    /// keys) counts as free (`acquire.lua`).
+    pub(crate) fn acquire_over(
+        keys: &[Vec<u8>],
+        token: &Token,
+        ttl: Duration,
+        over: &[Token],
+    ) -> Request {
+        let mut args = vec![token.as_bytes().to_vec(), millis_arg(ttl)];
+        args.extend(over.iter().map(|t| t.as_bytes().to_vec()));
+        Request::script(&ACQUIRE_MANY, keys.to_vec(), args, Answer::Acquire)
+    }
+
     /// A queued waiter's acquire of one key with its own queued token (`claim.lua`): as
     /// `SET … NX PX GET`, and a key that already holds `token` (transferred to it) counts
     /// as granted, its expiry set to `ttl`. Several keys: the ordinary acquire.
@@ -602,9 +616,17 @@ impl Request {
     }
 
     /// The fenced acquire (round 1); `keys` are the lock keys, then the fence counters.
-    pub(crate) fn acquire_fenced(keys: Vec<Vec<u8>>, token: &Token, ttl: Duration) -> Request {
+    /// A key holding one of `over` (our reservations, see [`Request::acquire_over`])
+    /// counts as free.
+    pub(crate) fn acquire_fenced(
+        keys: Vec<Vec<u8>>,
+        token: &Token,
+        ttl: Duration,
+        over: &[Token],
+    ) -> Request {
         let px = millis_ceil(ttl).to_string().into_bytes();
-        let args = vec![token.as_bytes().to_vec(), px];
+        let mut args = vec![token.as_bytes().to_vec(), px];
+        args.extend(over.iter().map(|t| t.as_bytes().to_vec()));
         Request::script(&ACQUIRE_FENCED, keys, args, Answer::Acquire)
     }
 
