@@ -212,6 +212,7 @@ mod config;
 mod fencing;
 pub mod inspect;
 mod lock;
+mod ordered;
 mod rwlock;
 mod semaphore;
 mod shared;

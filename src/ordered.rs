@@ -1,0 +1,272 @@
+//! The ordered waiter: a multi-resource mutex that waits in each resource's queue, one
+//! resource at a time, in a fixed order (notify waiting; docs/safety.md, "Several
+//! resources: the ordered waiter").
+//!
+//! ```text
+//!   all-or-nothing attempt ──granted──▶ Lock
+//!        │ refused
+//!        ▼
+//!   for r in sorted(resources): transfer waiter on r alone ──▶ reservation R_r (a held lock)
+//!        │   (the reservations held so far are extended while the next one is awaited)
+//!        ▼
+//!   conversion: one all-or-nothing round over every key, where a key holding one of our
+//!   reservations counts as free ──granted──▶ Lock (one token), reservations released
+//!        │ refused
+//!        ▼
+//!   every reservation released ──▶ start again (until the retry budget is spent)
+//! ```
+//!
+//! * **Fair.** Each resource is taken through its own wait queue, so the waiter keeps its
+//!   place behind earlier waiters and ahead of later ones, on every resource, as a
+//!   single-resource waiter does.
+//! * **No deadlock.** A waiter holds only resources that sort before the one it waits
+//!   for. Whoever holds that one either waits for nothing (an ordinary holder: it releases
+//!   or its keys expire) or is an ordered waiter waiting for a resource that sorts later
+//!   still. Following who-waits-for-whom, the resources strictly increase, so the chain
+//!   ends, and no cycle can form.
+//! * **Safe by the ordinary argument.** The reservations only keep others off; the lock
+//!   the caller gets comes from the conversion, an ordinary acquisition round (quorum,
+//!   validity from the round's start, fencing rounds when fencing is on). A key that holds
+//!   one of our reservation tokens counts as free in it because it is ours: tokens are
+//!   random and only this waiter holds them. A reservation that lapsed, or a key someone
+//!   else holds, makes the node refuse as for any acquisition.
+//! * **Costs.** Waiting holds the reservations taken so far: a later waiter for those
+//!   resources alone waits too (that is what keeps the place). A waiter that is dropped
+//!   or gives up releases its reservations at once; one that crashes costs what a crashed
+//!   holder costs, the TTL of each reservation (and its queue entries lapse with their
+//!   lease).
+//!
+//! The order is the resources' sorted order: [`Resources`] keeps names sorted, so every
+//! client agrees on it. It covers the resources of one call: a caller that holds one lock
+//! and asks for another orders those calls itself.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::acquire::{Ask, acquire_as};
+use crate::config::Retry;
+use crate::error::{Error, Timeout, Votes};
+use crate::lock::Lock;
+use crate::notifier::Notifier;
+use crate::protocol::contention::POLITE_DELAY;
+use crate::resource::{Kind, Resources};
+use crate::shared::Inner;
+use crate::time::later;
+
+/// What is left of the caller's retry budget.
+struct Budget {
+    start: Instant,
+    give_up_at: Option<Instant>,
+    attempts: u32,
+    retry: Retry,
+    last: Option<Votes>,
+}
+
+impl Budget {
+    fn new(retry: &Retry) -> Budget {
+        let start = Instant::now();
+        Budget {
+            start,
+            give_up_at: retry.max_wait.map(|d| later(start, d)),
+            attempts: 0,
+            retry: *retry,
+            last: None,
+        }
+    }
+
+    fn spent(&self) -> bool {
+        self.retry.attempts.is_some_and(|n| self.attempts >= n)
+            || self.give_up_at.is_some_and(|at| Instant::now() >= at)
+    }
+
+    fn gave_up(&self) -> Error {
+        Timeout::gave_up(self.start, self.attempts, self.last.clone())
+    }
+
+    /// The policy for one resource's wait: the caller's, within what is left of the
+    /// maximum wait. `None` when nothing is left.
+    fn step(&self) -> Option<Retry> {
+        let max_wait = match self.give_up_at {
+            Some(at) => Some(
+                at.checked_duration_since(Instant::now())
+                    .filter(|d| !d.is_zero())?,
+            ),
+            None => None,
+        };
+        Some(Retry {
+            max_wait,
+            ..self.retry
+        })
+    }
+}
+
+/// Acquires the multi-resource mutex `res` (two or more resources) with notify waiting:
+/// an all-or-nothing attempt, then, while refused, reservations taken in order and a
+/// conversion (see the module docs). The retry policy bounds the whole call: its maximum
+/// wait covers every step; its attempt count bounds the all-or-nothing rounds (the first
+/// attempt and the conversions), and each resource's own wait counts its attempts
+/// against the same number (so `attempts(1)` is one all-or-nothing attempt, as
+/// [`try_lock_many`](crate::Redlock::try_lock_many)).
+pub(crate) async fn acquire(
+    inner: &Arc<Inner>,
+    n: &Notifier,
+    res: &Resources,
+    ttl: Duration,
+    retry: &Retry,
+) -> Result<Lock, Error> {
+    let mut b = Budget::new(retry);
+    let result = acquire_in_order(inner, n, res, ttl, &mut b).await;
+    crate::metrics::waited(b.start, result)
+}
+
+async fn acquire_in_order(
+    inner: &Arc<Inner>,
+    n: &Notifier,
+    res: &Resources,
+    ttl: Duration,
+    b: &mut Budget,
+) -> Result<Lock, Error> {
+    let plain = Ask::new(Kind::Exclusive, inner.quorum);
+    let mut first = true;
+    loop {
+        if first {
+            first = false;
+            if n.should_yield(res) {
+                // We released these moments ago while others listened: let them go first.
+                tokio::time::sleep(POLITE_DELAY).await;
+            }
+            b.attempts = b.attempts.saturating_add(1);
+            match acquire_as(inner, res, &plain, ttl, b.attempts).await {
+                Ok(lock) => return Ok(lock),
+                Err(e) if !e.is_retryable() => return Err(e),
+                Err(e) => b.last = e.votes().cloned(),
+            }
+            if b.spent() {
+                return Err(b.gave_up());
+            }
+        }
+        let held = match reserve_all(inner, n, res, ttl, b).await {
+            Ok(held) => held,
+            Err(e) => return Err(e),
+        };
+        b.attempts = b.attempts.saturating_add(1);
+        let ask = Ask {
+            over: held.iter().map(|l| l.token_value().clone()).collect(),
+            ..plain.clone()
+        };
+        let converted = acquire_as(inner, res, &ask, ttl, b.attempts).await;
+        // Either way the reservations are done with: converted, their keys hold the new
+        // token (the release finds nothing of theirs there, except a key a late straggler
+        // set or a node that refused the conversion, which it frees); refused, they go so
+        // that the others are not held up while we start again.
+        release_all(held);
+        match converted {
+            Ok(lock) => {
+                tracing::debug!(resource = %res.label(), "quorumlock: ordered waiter converted its reservations");
+                return Ok(lock);
+            }
+            Err(e) if !e.is_retryable() => return Err(e),
+            Err(e) => {
+                tracing::debug!(resource = %res.label(), error = %e,
+                    "quorumlock: ordered waiter's conversion refused; starting again");
+                b.last = e.votes().cloned();
+            }
+        }
+        if b.spent() {
+            return Err(b.gave_up());
+        }
+    }
+}
+
+/// Takes a reservation on each resource in order, each through the resource's own wait
+/// queue, extending those already held while the next is awaited. On failure (the budget
+/// ran out, or an error that is not retryable) every reservation taken is released.
+async fn reserve_all(
+    inner: &Arc<Inner>,
+    n: &Notifier,
+    res: &Resources,
+    ttl: Duration,
+    b: &mut Budget,
+) -> Result<Vec<Lock>, Error> {
+    let mut held: Vec<Lock> = Vec::with_capacity(res.len());
+    for name in res.names() {
+        let Some(step) = b.step() else {
+            release_all(held);
+            return Err(b.gave_up());
+        };
+        let one = Resources::new(&[name.as_str()])?;
+        let yield_first = n.should_yield(&one);
+        let interest = n.interest(&one);
+        let wait = crate::transfer::acquire(inner, &one, ttl, &step, interest, yield_first);
+        let taken = keep_alive(&mut held, crate::metrics::as_part(wait), ttl).await;
+        match taken {
+            Ok(lock) => held.push(lock),
+            Err(e) => {
+                release_all(held);
+                if !e.is_retryable() && !matches!(e, Error::Timeout(_)) {
+                    return Err(e);
+                }
+                // The resource's wait ran out of the budget it was given: what was left.
+                b.last = e.votes().cloned().or(b.last.take());
+                return Err(b.gave_up());
+            }
+        }
+    }
+    Ok(held)
+}
+
+/// Awaits `wait`, extending each lock of `held` when a third of its TTL is left, so that
+/// a long wait for the next resource does not lose the ones already taken. A lock whose
+/// extension failed is not extended again (the conversion will find out).
+async fn keep_alive<F>(held: &mut [Lock], wait: F, ttl: Duration) -> Result<Lock, Error>
+where
+    F: std::future::Future<Output = Result<Lock, Error>>,
+{
+    tokio::pin!(wait);
+    let mut alive = vec![true; held.len()];
+    let margin = ttl / 3;
+    loop {
+        let due = held
+            .iter()
+            .zip(&alive)
+            .filter(|(_, a)| **a)
+            .map(|(l, _)| {
+                l.deadline()
+                    .checked_sub(margin)
+                    .unwrap_or_else(Instant::now)
+            })
+            .min();
+        let Some(due) = due else {
+            return wait.await;
+        };
+        tokio::select! {
+            r = &mut wait => return r,
+            () = tokio::time::sleep_until(tokio::time::Instant::from_std(due)) => {}
+        }
+        for (lock, a) in held.iter_mut().zip(alive.iter_mut()) {
+            if *a
+                && lock.remaining() <= margin
+                && let Err(e) = lock.extend(ttl).await
+            {
+                tracing::debug!(error = %e, "quorumlock: ordered waiter lost a reservation");
+                *a = false;
+            }
+        }
+    }
+}
+
+/// Releases every reservation in the background.
+fn release_all(held: Vec<Lock>) {
+    if held.is_empty() {
+        return;
+    }
+    let spawned = crate::background::spawn(async move {
+        let all = held.into_iter().map(Lock::release);
+        let _ = futures::future::join_all(all).await;
+    });
+    if !spawned {
+        tracing::debug!(
+            "quorumlock: reservations dropped outside a Tokio runtime; they expire by TTL"
+        );
+    }
+}
