@@ -487,7 +487,6 @@ pub(crate) async fn acquire(
                 Some(lock) => {
                     w.keep();
                     crate::metrics::handoff(true);
-                    interest.adapt(false);
                     return crate::metrics::waited(start, Ok(lock));
                 }
                 None => {
@@ -514,7 +513,6 @@ pub(crate) async fn acquire(
                     w.keep();
                     w.lapse_in_background(lock.granted_nodes());
                     crate::metrics::handoff(w.epoch.sent_anywhere());
-                    interest.adapt(false);
                     lock.set_waiter(w.epoch.token.as_bytes().to_vec());
                     return crate::metrics::waited(start, Ok(lock));
                 }
