@@ -588,6 +588,34 @@ impl Lock {
         }
     }
 
+    /// Lets go of an ordered waiter's reservation, which is neither a release the caller
+    /// made (no metrics, no error, whatever it finds) nor one that makes this client's
+    /// next `lock()` of the resource yield. `hand_over`: the release round of the lock
+    /// (compare-and-delete, handing the key to the resource's next waiter where it still
+    /// holds the reservation token), for reservations given up; otherwise a silent
+    /// compare-and-delete ([`Request::release_silently`]), for reservations whose
+    /// conversion was granted: on the nodes that refused it, the next waiter must not be
+    /// handed a resource the converted lock holds on a quorum (it would count that node
+    /// and claim against a held lock); it hears the converted lock's release instead.
+    pub(crate) async fn let_go(mut self, hand_over: bool) {
+        if Error::ensure_runtime().is_err() {
+            return;
+        }
+        let mut round = if hand_over {
+            self.release_round()
+        } else {
+            let call = Arc::new(Request::release_silently(self.res.lock_keys(), &self.token));
+            let timeout = self.inner.config.node_timeout_for(self.ttl);
+            let inflight = self.inflight.clone();
+            Round::start(&self.inner.nodes, self.quorum, |i, node| {
+                ordered(i, inflight.clone(), timeout, node.clone(), call.clone())
+            })
+        };
+        let _ = round.decide().await;
+        self.released = true;
+        round.detach();
+    }
+
     fn release_round(&self) -> Round {
         let announce = self.inner.config.notify;
         let waiter = self.waiter.as_deref().unwrap_or_default();

@@ -676,6 +676,16 @@ impl Request {
         Request::script(&RELEASE, res.lock_keys().to_vec(), args, Answer::Release)
     }
 
+    /// Compare-and-delete of the lock keys only, announcing nothing and handing nothing
+    /// over (`release.lua` with no channels): an ordered waiter's reservation once its
+    /// conversion was granted, where the key still holding the reservation token (a node
+    /// that refused the conversion) must not be handed to the resource's next waiter
+    /// while the converted lock is held on a quorum.
+    pub(crate) fn release_silently(keys: &[Vec<u8>], token: &Token) -> Request {
+        let args = vec![token.as_bytes().to_vec()];
+        Request::script(&RELEASE, keys.to_vec(), args, Answer::Release)
+    }
+
     /// A reader's acquire on a read-write lock's keys.
     pub(crate) fn read_acquire(keys: &RwKeys, token: &Token, ttl: Duration) -> Request {
         let ks = vec![

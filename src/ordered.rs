@@ -151,15 +151,20 @@ async fn acquire_in_order(
         };
         b.attempts = b.attempts.saturating_add(1);
         let ask = Ask {
-            over: held.iter().map(|l| l.token_value().clone()).collect(),
+            over: held.0.iter().map(|l| l.token_value().clone()).collect(),
             ..plain.clone()
         };
         let converted = acquire_as(inner, res, &ask, ttl, b.attempts).await;
-        // Either way the reservations are done with: converted, their keys hold the new
-        // token (the release finds nothing of theirs there, except a key a late straggler
-        // set or a node that refused the conversion, which it frees); refused, they go so
-        // that the others are not held up while we start again.
-        release_all(held);
+        // Either way the reservations are done with. Converted, their keys hold the new
+        // token, except on nodes that refused the conversion: there they are deleted
+        // silently, not handed to the resource's next waiter (it would claim against the
+        // converted lock); it hears that lock's release. Refused, they are released and
+        // handed over, so that the others are not held up while we start again.
+        if converted.is_ok() {
+            held.converted();
+        } else {
+            drop(held);
+        }
         match converted {
             Ok(lock) => {
                 tracing::debug!(resource = %res.label(), "quorumlock: ordered waiter converted its reservations");
@@ -187,22 +192,21 @@ async fn reserve_all(
     res: &Resources,
     ttl: Duration,
     b: &mut Budget,
-) -> Result<Vec<Lock>, Error> {
-    let mut held: Vec<Lock> = Vec::with_capacity(res.len());
+) -> Result<Reservations, Error> {
+    let mut held = Reservations(Vec::with_capacity(res.len()));
     for name in res.names() {
         let Some(step) = b.step() else {
-            release_all(held);
             return Err(b.gave_up());
         };
         let one = Resources::new(&[name.as_str()])?;
         let yield_first = n.should_yield(&one);
         let interest = n.interest(&one);
         let wait = crate::transfer::acquire(inner, &one, ttl, &step, interest, yield_first);
-        let taken = keep_alive(&mut held, crate::metrics::as_part(wait), ttl).await;
+        let taken = keep_alive(&mut held.0, crate::metrics::as_part(wait), ttl).await;
         match taken {
-            Ok(lock) => held.push(lock),
+            Ok(lock) => held.0.push(lock),
             Err(e) => {
-                release_all(held);
+                drop(held);
                 if !e.is_retryable() && !matches!(e, Error::Timeout(_)) {
                     return Err(e);
                 }
@@ -216,53 +220,90 @@ async fn reserve_all(
 }
 
 /// Awaits `wait`, extending each lock of `held` when a third of its TTL is left, so that
-/// a long wait for the next resource does not lose the ones already taken. A lock whose
-/// extension failed is not extended again (the conversion will find out).
+/// a long wait for the next resource does not lose the ones already taken. A lock found
+/// lost is not extended again (the conversion will find out); one whose extension missed
+/// a quorum (too few answers in time) keeps its deadline and is tried again a twelfth of
+/// the TTL later, while it lasts.
 async fn keep_alive<F>(held: &mut [Lock], wait: F, ttl: Duration) -> Result<Lock, Error>
 where
     F: std::future::Future<Output = Result<Lock, Error>>,
 {
     tokio::pin!(wait);
-    let mut alive = vec![true; held.len()];
     let margin = ttl / 3;
-    loop {
-        let due = held
-            .iter()
-            .zip(&alive)
-            .filter(|(_, a)| **a)
-            .map(|(l, _)| {
+    let pause = ttl / 12;
+    // When each lock is next due for an extension; `None`: given up.
+    let mut next: Vec<Option<Instant>> = held
+        .iter()
+        .map(|l| {
+            Some(
                 l.deadline()
                     .checked_sub(margin)
-                    .unwrap_or_else(Instant::now)
-            })
-            .min();
-        let Some(due) = due else {
+                    .unwrap_or_else(Instant::now),
+            )
+        })
+        .collect();
+    loop {
+        let Some(due) = next.iter().flatten().min().copied() else {
             return wait.await;
         };
         tokio::select! {
             r = &mut wait => return r,
             () = tokio::time::sleep_until(tokio::time::Instant::from_std(due)) => {}
         }
-        for (lock, a) in held.iter_mut().zip(alive.iter_mut()) {
-            if *a
-                && lock.remaining() <= margin
-                && let Err(e) = lock.extend(ttl).await
-            {
-                tracing::debug!(error = %e, "quorumlock: ordered waiter lost a reservation");
-                *a = false;
+        for (lock, at) in held.iter_mut().zip(next.iter_mut()) {
+            let Some(t) = *at else { continue };
+            if Instant::now() < t {
+                continue;
             }
+            *at = match lock.extend(ttl).await {
+                Ok(()) => {
+                    // Never sooner than the pause: a round slower than two thirds of the
+                    // TTL must not turn into a loop of extensions.
+                    let due = lock
+                        .deadline()
+                        .checked_sub(margin)
+                        .unwrap_or_else(Instant::now);
+                    Some(due.max(later(Instant::now(), pause)))
+                }
+                Err(e) if matches!(e, Error::Lost(_)) || !lock.is_valid() => {
+                    tracing::debug!(error = %e, "quorumlock: ordered waiter lost a reservation");
+                    None
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "quorumlock: a reservation's extension missed a quorum; trying again");
+                    Some(later(Instant::now(), pause))
+                }
+            };
         }
     }
 }
 
-/// Releases every reservation in the background.
-fn release_all(held: Vec<Lock>) {
+/// The reservations taken so far: let go of in the background when dropped (done with,
+/// given up, or the caller cancelled), without counting as the caller's releases or
+/// drops.
+struct Reservations(Vec<Lock>);
+
+impl Reservations {
+    /// Done with after a granted conversion: let go of silently (see [`Lock::let_go`]).
+    fn converted(mut self) {
+        release_all(std::mem::take(&mut self.0), false);
+    }
+}
+
+impl Drop for Reservations {
+    fn drop(&mut self) {
+        release_all(std::mem::take(&mut self.0), true);
+    }
+}
+
+/// Lets go of every reservation in the background.
+fn release_all(held: Vec<Lock>, hand_over: bool) {
     if held.is_empty() {
         return;
     }
     let spawned = crate::background::spawn(async move {
-        let all = held.into_iter().map(Lock::release);
-        let _ = futures::future::join_all(all).await;
+        let all = held.into_iter().map(|l| l.let_go(hand_over));
+        futures::future::join_all(all).await;
     });
     if !spawned {
         tracing::debug!(

@@ -798,3 +798,59 @@ fn docs_list_every_metric() {
     documented.dedup();
     assert_eq!(documented, in_source);
 }
+
+/// A `lock_many` that waits (reservations taken in order, then converted) is one waiting
+/// call and one release: its reservations, let go of after the conversion, are counted
+/// neither as releases nor as lost locks (their keys hold the converted token, so a release
+/// would find them "not held"), nor as hand-offs or dropped guards.
+#[test]
+fn an_ordered_wait_is_counted_once() -> TestResult {
+    let recorder = DebuggingRecorder::new();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let cluster = rt.block_on(cluster(3, false));
+    let urls = authed(&cluster);
+    let run = async {
+        let holder = Redlock::builder(&urls).build().await?;
+        let multi = Redlock::builder(&urls).build().await?;
+        let b = holder.try_lock("met-ordered-b", TTL).await?;
+        let m = tokio::spawn(async move {
+            let lock = multi
+                .lock_many(["met-ordered-a", "met-ordered-b"], TTL)
+                .await?;
+            lock.release().await?;
+            let flushed = multi.flush(Duration::from_secs(5)).await;
+            Ok::<bool, Error>(flushed)
+        });
+        let queued = support::eventually(Duration::from_secs(5), || async {
+            queued_on(&cluster, "met-ordered-b", 1).await == 3
+        })
+        .await;
+        if !queued {
+            return Err("the multi-resource waiter never queued".into());
+        }
+        b.release().await?;
+        let flushed = tokio::time::timeout(Duration::from_secs(10), m).await???;
+        if !flushed || !holder.flush(Duration::from_secs(5)).await {
+            return Err("flush".into());
+        }
+        Ok::<(), Box<dyn std::error::Error>>(())
+    };
+    metrics::with_local_recorder(&recorder, || rt.block_on(run)).map_err(|e| e.to_string())?;
+    let s = seen(&recorder);
+    assert_eq!(s.counter_sum("quorumlock_locks_lost_total"), 0);
+    let rel = "quorumlock_release_total";
+    assert_eq!(
+        s.counter(rel, &[("outcome", "released")]),
+        2,
+        "the holder's and the caller's"
+    );
+    assert_eq!(s.counter_sum(rel), 2);
+    assert_eq!(s.counter("quorumlock_locks_dropped_total", &[]), 0);
+    assert_eq!(s.counter("quorumlock_handoffs_total", &[]), 0);
+    let wait = "quorumlock_wait_seconds";
+    assert_eq!(s.observations(wait, &[("outcome", "acquired")]).len(), 1);
+    assert_eq!(s.observations(wait, &[("outcome", "timeout")]).len(), 0);
+    Ok(())
+}

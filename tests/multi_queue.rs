@@ -14,9 +14,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::LocalCluster;
+use quorumlock::testkit::{LocalCluster, ProxyMode};
 use quorumlock::{Error, Redlock, Retry};
-use support::{count_key, eventually, get, lock_key, plant_everywhere, raw, zcards};
+use support::{
+    commands_run, count_key, eventually, get, lock_key, log_every_command, plant_everywhere, raw,
+    zcards,
+};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
@@ -434,6 +437,133 @@ async fn a_planted_holder_is_waited_for_until_it_expires() -> TestResult {
     let took = started.elapsed();
     assert!(took >= Duration::from_millis(500), "{took:?}");
     assert!(took < Duration::from_secs(4), "{took:?}");
+    lock.release().await?;
+    Ok(())
+}
+
+/// After a conversion, the caller's next `lock()` of one of the resources, with no one
+/// waiting, takes it at once: letting go of the reservations is not a release that makes
+/// the client yield (join the queue first, then wait for its fallback timer). Checked in
+/// every node's command log: nothing touches the resource's queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversion_does_not_make_the_callers_next_lock_yield() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let holder = Redlock::builder(cluster.urls()).build().await?;
+    let multi = Redlock::builder(cluster.urls()).build().await?;
+    let ttl = Duration::from_secs(5);
+    let b = holder.try_lock("mq-yield-b", ttl).await?;
+    let m = tokio::spawn(async move {
+        let lock = multi.lock_many(["mq-yield-a", "mq-yield-b"], ttl).await?;
+        lock.release().await?;
+        Ok::<Redlock, Error>(multi)
+    });
+    queued(&cluster, "mq-yield-b", 1).await?;
+    b.release().await?;
+    let multi = tokio::time::timeout(Duration::from_secs(5), m).await???;
+    assert!(multi.flush(Duration::from_secs(5)).await);
+    log_every_command(&cluster).await?;
+    let again = multi.lock("mq-yield-a", ttl).await?;
+    let queue = "quorumlock:queue:mq-yield-a";
+    for (i, node) in commands_run(&cluster).await.iter().enumerate() {
+        for cmd in node {
+            assert!(!cmd.iter().any(|a| a == queue), "node {i} ran {cmd:?}");
+        }
+    }
+    again.release().await?;
+    Ok(())
+}
+
+/// A node that refused the conversion (a foreign key of the second resource there) still
+/// holds the reservation of the first when the conversion is granted elsewhere: letting go
+/// of it there must not hand that resource to its next waiter while the converted lock
+/// holds it on a quorum (the waiter would count that node and claim against a held lock).
+/// The waiter gets the resource once the converted lock is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_left_on_a_refusing_node_is_not_handed_on() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let holder = Redlock::builder(cluster.urls()).build().await?;
+    let multi = Redlock::builder(cluster.urls()).build().await?;
+    let single = Redlock::builder(cluster.urls()).build().await?;
+    let ttl = Duration::from_secs(10);
+    let (a, b) = ("mq-left-a", "mq-left-b");
+    let _: () = redis::cmd("SET")
+        .arg(lock_key(b))
+        .arg("foreign")
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut raw(&cluster, 2).await)
+        .await?;
+    let held = holder.try_lock(a, ttl).await?;
+    let m = tokio::spawn(async move {
+        let lock = multi.lock_many([a, b], ttl).await?;
+        Ok::<(Redlock, quorumlock::Lock), Error>((multi, lock))
+    });
+    queued(&cluster, a, 1).await?;
+    let s = tokio::spawn(async move { single.lock(a, ttl).await });
+    queued(&cluster, a, 2).await?;
+    held.release().await?;
+    let (multi, lock) = tokio::time::timeout(Duration::from_secs(5), m).await???;
+    assert!(multi.flush(Duration::from_secs(5)).await);
+    let on_2 = get(&cluster, 2, &lock_key(a)).await;
+    assert!(
+        on_2.is_none() || on_2.as_deref() == Some(lock.token()),
+        "node 2 handed the converted lock's resource to another token: {on_2:?}"
+    );
+    assert!(
+        !s.is_finished(),
+        "the single waiter holds while the converted lock does"
+    );
+    lock.release().await?;
+    let got = tokio::time::timeout(Duration::from_secs(5), s).await???;
+    assert_eq!(count_key(&cluster, 0..3, &lock_key(a)).await, 3);
+    got.release().await?;
+    Ok(())
+}
+
+/// A reservation whose extension misses a quorum (the links to two of three nodes cut,
+/// every connection reset, for 800 ms around the moment it is due) is tried again rather
+/// than given up: the first resource never becomes free while the second is awaited, and
+/// the caller ends up with both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_whose_extension_misses_a_quorum_is_tried_again() -> TestResult {
+    let cluster = LocalCluster::builder(3).proxies(true).launch().await?;
+    let direct: Vec<String> = (0..3)
+        .map(|i| cluster.direct_url(i))
+        .collect::<Result<_, _>>()?;
+    let holder = Redlock::builder(&direct).build().await?;
+    let other = Redlock::builder(&direct).build().await?;
+    let multi = Redlock::builder(cluster.urls())
+        .node_timeout(Duration::from_millis(100))
+        .build()
+        .await?;
+    let ttl = Duration::from_secs(4);
+    let (a, b) = ("mq-retry-a", "mq-retry-b");
+    let held = holder.try_lock(b, Duration::from_secs(30)).await?;
+    let m = tokio::spawn(async move { multi.lock_many([a, b], ttl).await });
+    queued(&cluster, b, 1).await?;
+    // The reservation of `a` was taken before this, so its extension is due (a third of
+    // the TTL before its deadline) by 2.67 s from here: inside the cut.
+    let reserved = Instant::now();
+    tokio::time::sleep_until((reserved + Duration::from_millis(2200)).into()).await;
+    for i in [0, 1] {
+        cluster.proxy(i)?.set_mode(ProxyMode::Reset);
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    for i in [0, 1] {
+        cluster.proxy(i)?.set_mode(ProxyMode::Pass);
+    }
+    while reserved.elapsed() < Duration::from_millis(5500) {
+        assert!(
+            other.try_lock(a, ttl).await.is_err(),
+            "the reservation lapsed {:?} after the waiter queued",
+            reserved.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    held.release().await?;
+    let lock = tokio::time::timeout(Duration::from_secs(5), m).await???;
+    assert!(lock.is_valid());
+    assert_eq!(lock.resources(), [a, b]);
     lock.release().await?;
     Ok(())
 }

@@ -175,3 +175,54 @@ pub async fn acl_cluster(
         .collect();
     Ok((cluster, urls))
 }
+
+/// Every command each node ran since the slow log was reset, as its arguments.
+pub async fn commands_run(cluster: &LocalCluster) -> Vec<Vec<Vec<String>>> {
+    let mut all = Vec::new();
+    for i in 0..cluster.len() {
+        let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
+            .arg("GET")
+            .arg(-1)
+            .query_async(&mut raw(cluster, i).await)
+            .await
+            .expect("SLOWLOG GET");
+        let mut node = Vec::new();
+        for e in entries {
+            let redis::Value::Array(fields) = e else {
+                continue;
+            };
+            if let Some(redis::Value::Array(args)) = fields.get(3) {
+                node.push(
+                    args.iter()
+                        .map(|a| match a {
+                            redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                            other => format!("{other:?}"),
+                        })
+                        .collect(),
+                );
+            }
+        }
+        all.push(node);
+    }
+    all
+}
+
+/// Logs every command from now on (slow log threshold 0, long enough for the test).
+pub async fn log_every_command(cluster: &LocalCluster) -> redis::RedisResult<()> {
+    for i in 0..cluster.len() {
+        let mut c = raw(cluster, i).await;
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("slowlog-log-slower-than")
+            .arg(0)
+            .arg("slowlog-max-len")
+            .arg(10_000)
+            .query_async(&mut c)
+            .await?;
+        let _: () = redis::cmd("SLOWLOG")
+            .arg("RESET")
+            .query_async(&mut c)
+            .await?;
+    }
+    Ok(())
+}
