@@ -23,7 +23,8 @@
 //!   for. Whoever holds that one either waits for nothing (an ordinary holder: it releases
 //!   or its keys expire) or is an ordered waiter waiting for a resource that sorts later
 //!   still. Following who-waits-for-whom, the resources strictly increase, so the chain
-//!   ends, and no cycle can form.
+//!   ends, and no cycle can form. This assumes holders that do not themselves wait:
+//!   callers that nest locks must take them in the same sorted order.
 //! * **Safe by the ordinary argument.** The reservations only keep others off; the lock
 //!   the caller gets comes from the conversion, an ordinary acquisition round (quorum,
 //!   validity from the round's start, fencing rounds when fencing is on). A key that holds
