@@ -592,9 +592,9 @@ impl Lock {
     /// made (no metrics, no error, whatever it finds) nor one that makes this client's
     /// next `lock()` of the resource yield. `hand_over`: the release round of the lock
     /// (compare-and-delete, handing the key to the resource's next waiter where it still
-    /// holds the reservation token), for reservations given up; otherwise a silent
-    /// compare-and-delete ([`Request::release_silently`]), for reservations whose
-    /// conversion was granted: on the nodes that refused it, the next waiter must not be
+    /// holds the reservation token), for reservations given up; otherwise
+    /// [`Request::let_go`] (compare-and-delete, and the reservation's queue entries
+    /// removed, with no hand-over), for reservations whose conversion was granted: on the nodes that refused it, the next waiter must not be
     /// handed a resource the converted lock holds on a quorum (it would count that node
     /// and claim against a held lock); it hears the converted lock's release instead.
     pub(crate) async fn let_go(mut self, hand_over: bool) {
@@ -604,7 +604,8 @@ impl Lock {
         let mut round = if hand_over {
             self.release_round()
         } else {
-            let call = Arc::new(Request::release_silently(self.res.lock_keys(), &self.token));
+            let waiter = self.waiter.as_deref().unwrap_or_default();
+            let call = Arc::new(Request::let_go(&self.res, &self.token, waiter));
             let timeout = self.inner.config.node_timeout_for(self.ttl);
             let inflight = self.inflight.clone();
             Round::start(&self.inner.nodes, self.quorum, |i, node| {

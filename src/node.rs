@@ -81,6 +81,8 @@ pub(crate) static ACQUIRE_MANY: Lua = lua!("scripts/acquire.lua", idempotent: fa
 pub(crate) static RELEASE: Lua = lua!("scripts/release.lua", idempotent: true);
 /// Compare-and-delete of one key, handing over to the wait queue's head.
 pub(crate) static RELEASE_ONE: Lua = lua!("scripts/release_one.lua", idempotent: true);
+/// An ordered waiter lets go of a reservation after its conversion: no hand-over.
+pub(crate) static LET_GO: Lua = lua!("scripts/let_go.lua", idempotent: true);
 /// Join a wait queue. Never finished late nor retried (as an acquire): a first join landing
 /// after the waiter's leave release would queue a token no one waits with, and the next
 /// release would transfer the lock to it (found by `faults::row06b_…`).
@@ -676,14 +678,18 @@ impl Request {
         Request::script(&RELEASE, res.lock_keys().to_vec(), args, Answer::Release)
     }
 
-    /// Compare-and-delete of the lock keys only, announcing nothing and handing nothing
-    /// over (`release.lua` with no channels): an ordered waiter's reservation once its
-    /// conversion was granted, where the key still holding the reservation token (a node
-    /// that refused the conversion) must not be handed to the resource's next waiter
-    /// while the converted lock is held on a quorum.
-    pub(crate) fn release_silently(keys: &[Vec<u8>], token: &Token) -> Request {
-        let args = vec![token.as_bytes().to_vec()];
-        Request::script(&RELEASE, keys.to_vec(), args, Answer::Release)
+    /// An ordered waiter lets go of a reservation of one resource once its conversion was
+    /// granted (`let_go.lua`): the reservation's queue entries (`token`, `waiter`) leave the
+    /// queue and the key is deleted if it still holds `token`, with no hand-over and no
+    /// announcement. On a node that refused the conversion, the key still holds the
+    /// reservation; handing it to the resource's next waiter there would make that waiter
+    /// claim against the converted lock, which holds a quorum.
+    pub(crate) fn let_go(res: &Resources, token: &Token, waiter: &[u8]) -> Request {
+        let [queue, leases, attrs] = res.queue_keys();
+        let mut keys = res.lock_keys().to_vec();
+        keys.extend([queue, leases, attrs]);
+        let args = vec![token.as_bytes().to_vec(), waiter.to_vec()];
+        Request::script(&LET_GO, keys, args, Answer::Release)
     }
 
     /// A reader's acquire on a read-write lock's keys.
@@ -811,7 +817,7 @@ impl Request {
         let is = |lua: &Lua| std::ptr::eq(s.code, lua.code);
         if is(&EXTEND) || is(&SHARED_EXTEND) {
             Op::Extend
-        } else if is(&RELEASE) || is(&RELEASE_ONE) || is(&SHARED_RELEASE) {
+        } else if is(&RELEASE) || is(&RELEASE_ONE) || is(&SHARED_RELEASE) || is(&LET_GO) {
             Op::Release
         } else if is(&COMMIT_FENCE) {
             Op::FenceCommit
@@ -1472,6 +1478,7 @@ mod tests {
             &ACQUIRE_MANY,
             &RELEASE,
             &RELEASE_ONE,
+            &LET_GO,
             &ENQUEUE,
             &CLAIM,
             &EXTEND,

@@ -129,6 +129,7 @@ async fn acquire_in_order(
 ) -> Result<Lock, Error> {
     let plain = Ask::new(Kind::Exclusive, inner.quorum);
     let mut first = true;
+    let mut again = false;
     loop {
         if first {
             first = false;
@@ -146,7 +147,7 @@ async fn acquire_in_order(
                 return Err(b.gave_up());
             }
         }
-        let held = match reserve_all(inner, n, res, ttl, b).await {
+        let held = match reserve_all(inner, n, res, ttl, b, again).await {
             Ok(held) => held,
             Err(e) => return Err(e),
         };
@@ -178,6 +179,7 @@ async fn acquire_in_order(
                 b.last = e.votes().cloned();
             }
         }
+        again = true;
         if b.spent() {
             return Err(b.gave_up());
         }
@@ -193,6 +195,7 @@ async fn reserve_all(
     res: &Resources,
     ttl: Duration,
     b: &mut Budget,
+    again: bool,
 ) -> Result<Reservations, Error> {
     let mut held = Reservations(Vec::with_capacity(res.len()));
     for name in res.names() {
@@ -200,7 +203,9 @@ async fn reserve_all(
             return Err(b.gave_up());
         };
         let one = Resources::new(&[name.as_str()])?;
-        let yield_first = n.should_yield(&one);
+        // Starting again after a refused conversion, whose reservations were just handed
+        // to the next waiters: join behind them rather than claim straight back.
+        let yield_first = again || n.should_yield(&one);
         let interest = n.interest(&one);
         let wait = crate::transfer::acquire(inner, &one, ttl, &step, interest, yield_first);
         let taken = keep_alive(&mut held.0, crate::metrics::as_part(wait), ttl).await;
@@ -224,7 +229,9 @@ async fn reserve_all(
 /// a long wait for the next resource does not lose the ones already taken. A lock found
 /// lost is not extended again (the conversion will find out); one whose extension missed
 /// a quorum (too few answers in time) keeps its deadline and is tried again a twelfth of
-/// the TTL later, while it lasts.
+/// the TTL later, while it lasts. The wait is polled throughout, and when it completes
+/// while extensions are under way they are dropped (an extension is cancel-safe: a late
+/// one never shortens a lock).
 async fn keep_alive<F>(held: &mut [Lock], wait: F, ttl: Duration) -> Result<Lock, Error>
 where
     F: std::future::Future<Output = Result<Lock, Error>>,
@@ -251,30 +258,48 @@ where
             r = &mut wait => return r,
             () = tokio::time::sleep_until(tokio::time::Instant::from_std(due)) => {}
         }
-        for (lock, at) in held.iter_mut().zip(next.iter_mut()) {
-            let Some(t) = *at else { continue };
-            if Instant::now() < t {
-                continue;
-            }
-            *at = match lock.extend(ttl).await {
-                Ok(()) => {
-                    // Never sooner than the pause: a round slower than two thirds of the
-                    // TTL must not turn into a loop of extensions.
-                    let due = lock
-                        .deadline()
-                        .checked_sub(margin)
-                        .unwrap_or_else(Instant::now);
-                    Some(due.max(later(Instant::now(), pause)))
-                }
-                Err(e) if matches!(e, Error::Lost(_)) || !lock.is_valid() => {
-                    tracing::debug!(error = %e, "quorumlock: ordered waiter lost a reservation");
-                    None
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "quorumlock: a reservation's extension missed a quorum; trying again");
-                    Some(later(Instant::now(), pause))
-                }
-            };
+        // Every extension that is due, at once, while the wait goes on: a slow round
+        // (a node at its timeout) must not keep the wait from renewing its place.
+        let now = Instant::now();
+        let due = held
+            .iter_mut()
+            .zip(next.iter_mut())
+            .filter(|(_, at)| at.is_some_and(|t| t <= now))
+            .map(|(lock, at)| async move {
+                *at = extended(lock, ttl, margin, pause).await;
+            });
+        let extending = futures::future::join_all(due);
+        tokio::select! {
+            r = &mut wait => return r,
+            _ = extending => {}
+        }
+    }
+}
+
+/// Extends one reservation; when its next extension is due (`None`: given up).
+async fn extended(
+    lock: &mut Lock,
+    ttl: Duration,
+    margin: Duration,
+    pause: Duration,
+) -> Option<Instant> {
+    match lock.extend(ttl).await {
+        Ok(()) => {
+            // Never sooner than the pause: a round slower than two thirds of the TTL must
+            // not turn into a loop of extensions.
+            let due = lock
+                .deadline()
+                .checked_sub(margin)
+                .unwrap_or_else(Instant::now);
+            Some(due.max(later(Instant::now(), pause)))
+        }
+        Err(e) if matches!(e, Error::Lost(_)) || !lock.is_valid() => {
+            tracing::debug!(error = %e, "quorumlock: ordered waiter lost a reservation");
+            None
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "quorumlock: a reservation's extension missed a quorum; trying again");
+            Some(later(Instant::now(), pause))
         }
     }
 }

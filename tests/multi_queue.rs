@@ -567,3 +567,64 @@ async fn a_reservation_whose_extension_misses_a_quorum_is_tried_again() -> TestR
     lock.release().await?;
     Ok(())
 }
+
+/// After a granted conversion, letting go of a reservation also takes its queue entries
+/// off every node, so that a release landing late on a node that refused the conversion
+/// does not hand the key to the reservation's token, which no one waits with any more (the
+/// key would then be held by no one for a whole TTL). Here the previous holder's release
+/// is held back on node 2 (its link stalled) until the caller has converted; the single
+/// waiter queued behind the caller then ends up holding the resource on every node soon
+/// after the caller releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_release_does_not_hand_the_key_to_a_let_go_reservation() -> TestResult {
+    let cluster = LocalCluster::builder(3).proxies(true).launch().await?;
+    let direct: Vec<String> = (0..3)
+        .map(|i| cluster.direct_url(i))
+        .collect::<Result<_, _>>()?;
+    let holder = Redlock::builder(cluster.urls()).build().await?;
+    let multi = Redlock::builder(&direct).build().await?;
+    let single = Redlock::builder(&direct).build().await?;
+    let ttl = Duration::from_secs(10);
+    let (a, b) = ("mq-late-a", "mq-late-b");
+    let held = holder.try_lock(a, ttl).await?;
+    let m = tokio::spawn(async move {
+        let lock = multi.lock_many([a, b], ttl).await?;
+        Ok::<(Redlock, quorumlock::Lock), Error>((multi, lock))
+    });
+    queued(&cluster, a, 1).await?;
+    let s = tokio::spawn(async move { single.lock(a, ttl).await });
+    queued(&cluster, a, 2).await?;
+    cluster.proxy(2)?.set_mode(ProxyMode::Stall);
+    let released = held.release().await;
+    let converted = tokio::time::timeout(Duration::from_secs(5), m).await;
+    cluster.proxy(2)?.set_mode(ProxyMode::Pass);
+    released?;
+    let (multi, lock) = converted???;
+    assert!(multi.flush(Duration::from_secs(5)).await);
+    assert!(holder.flush(Duration::from_secs(5)).await);
+    lock.release().await?;
+    let got = tokio::time::timeout(Duration::from_secs(8), s).await???;
+    let key = lock_key(a);
+    let values = || async {
+        let mut v = Vec::new();
+        for i in 0..3 {
+            v.push(get(&cluster, i, &key).await);
+        }
+        v
+    };
+    let everywhere = eventually(Duration::from_secs(3), || async {
+        values()
+            .await
+            .iter()
+            .all(|v| v.as_deref() == Some(got.token()))
+    })
+    .await;
+    let on = values().await;
+    assert!(
+        everywhere,
+        "the waiter's token {} vs the nodes' {on:?}",
+        got.token()
+    );
+    got.release().await?;
+    Ok(())
+}
