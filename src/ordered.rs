@@ -49,7 +49,6 @@ use crate::config::Retry;
 use crate::error::{Error, Timeout, Votes};
 use crate::lock::Lock;
 use crate::notifier::Notifier;
-use crate::protocol::contention::POLITE_DELAY;
 use crate::resource::{Kind, Resources};
 use crate::shared::Inner;
 use crate::time::later;
@@ -129,14 +128,13 @@ async fn acquire_in_order(
 ) -> Result<Lock, Error> {
     let plain = Ask::new(Kind::Exclusive, inner.quorum);
     let mut first = true;
-    let mut again = false;
+    // Released moments ago while others listened: no all-or-nothing attempt (a releaser is
+    // always first to see the keys free, and would take them back before any waiter that
+    // heard the release could claim); join every queue behind those waiters instead.
+    let mut again = n.should_yield(res);
     loop {
-        if first {
+        if first && !again {
             first = false;
-            if n.should_yield(res) {
-                // We released these moments ago while others listened: let them go first.
-                tokio::time::sleep(POLITE_DELAY).await;
-            }
             b.attempts = b.attempts.saturating_add(1);
             match acquire_as(inner, res, &plain, ttl, b.attempts).await {
                 Ok(lock) => return Ok(lock),

@@ -19,6 +19,7 @@ use super::time::{Moment, later};
 /// How long a caller that released several resources moments ago (while others listened
 /// for the release) waits before trying to take them again, so that a waiter gets them
 /// first. (A single resource has a queue: such a caller joins its end instead.)
+#[allow(dead_code)]
 pub const POLITE_DELAY: Duration = Duration::from_micros(1500);
 /// How long after such a release the caller is considered "just released": its next
 /// `lock()` of a single resource joins the wait queue first and tries at once only if no
