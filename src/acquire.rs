@@ -47,10 +47,6 @@ pub(crate) struct Ask {
     /// attempt uses it instead of a fresh one, and a key that already holds it (transferred
     /// to it) counts as granted (`claim.lua`; fenced: `acquire_fenced.lua` on one key).
     pub(crate) own: Option<Token>,
-    /// An ordered multi-resource waiter's reservations: the tokens under which it already
-    /// holds some of the keys (one resource at a time, see [`ordered`](crate::ordered)).
-    /// A key holding one of them counts as free, and is set to the attempt's token.
-    pub(crate) over: Vec<Token>,
 }
 
 impl Ask {
@@ -62,7 +58,6 @@ impl Ask {
             intent: Vec::new(),
             permit: None,
             own: None,
-            over: Vec::new(),
         }
     }
 
@@ -76,16 +71,12 @@ impl Ask {
     ) -> (Request, Option<FenceKeys>) {
         match &self.kind {
             Kind::Exclusive if fencing => {
-                let (request, keys) = crate::fencing::request(res, token, ttl, &self.over);
+                let (request, keys) = crate::fencing::request(res, token, ttl);
                 (request, Some(keys))
             }
             Kind::Exclusive if self.own.is_some() => {
                 (Request::claim(res.lock_keys(), token, ttl), None)
             }
-            Kind::Exclusive if !self.over.is_empty() => (
-                Request::acquire_over(res.lock_keys(), token, ttl, &self.over),
-                None,
-            ),
             Kind::Exclusive => (Request::acquire(res.lock_keys(), token, ttl), None),
             Kind::Read(k) => (Request::read_acquire(k, token, ttl), None),
             Kind::Write(k) => (

@@ -287,27 +287,13 @@ impl Redlock {
 
     /// Takes every resource in the list, all-or-nothing, waiting per the retry policy.
     ///
-    /// The lock returned holds every resource under one token, taken in one all-or-nothing
-    /// round. With notify waiting (the default), a caller that has to wait queues for the
-    /// resources one at a time in sorted order, holding a short *reservation* on each one
-    /// it has reached while it waits for the next (so it keeps its place behind earlier
-    /// waiters and ahead of later ones), then takes them all at once. Overlapping sets
-    /// asked for by `lock_many` in any order never deadlock. **Callers that nest locks
-    /// (hold one, then ask for another) must take them in sorted order**: a `lock(A)` made
-    /// while holding B can otherwise wait for a `lock_many([A, B])` that reserved A and
-    /// waits for B, until one of them runs out of its maximum wait. With notify waiting
-    /// off, it retries all-or-nothing attempts and holds nothing while it waits.
-    /// [`Retry::attempts`](crate::Retry::attempts) bounds the all-or-nothing rounds (so
-    /// `attempts(1)` is [`try_lock_many`](Redlock::try_lock_many)).
-    ///
     /// # Errors
     ///
     /// As [`lock`](Redlock::lock) and [`try_lock_many`](Redlock::try_lock_many).
     ///
     /// # Cancel safety
     ///
-    /// Cancel-safe, as [`try_lock`](Redlock::try_lock): the reservations taken so far are
-    /// released in the background.
+    /// Cancel-safe, as [`try_lock`](Redlock::try_lock).
     ///
     /// # Example
     ///

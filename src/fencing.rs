@@ -76,17 +76,10 @@ impl FenceKeys {
 /// Round 1's request for the mutex: the fenced acquire of `res`, and the keys both rounds
 /// name. (A read-write lock's writer sends its own fenced acquire, with
 /// [`FenceKeys::writer`].)
-///
-/// A key holding one of `over` (an ordered waiter's reservations) counts as free.
-pub(crate) fn request(
-    res: &Resources,
-    token: &Token,
-    ttl: Duration,
-    over: &[Token],
-) -> (Request, FenceKeys) {
+pub(crate) fn request(res: &Resources, token: &Token, ttl: Duration) -> (Request, FenceKeys) {
     let mut keys = res.lock_keys().to_vec();
     keys.extend(res.fence_keys());
-    let call = Request::acquire_fenced(keys.clone(), token, ttl, over);
+    let call = Request::acquire_fenced(keys.clone(), token, ttl);
     (call, FenceKeys(keys))
 }
 

@@ -212,7 +212,6 @@ mod config;
 mod fencing;
 pub mod inspect;
 mod lock;
-mod ordered;
 mod rwlock;
 mod semaphore;
 mod shared;

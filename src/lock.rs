@@ -320,11 +320,6 @@ impl Lock {
         std::str::from_utf8(self.token.as_bytes()).unwrap_or("")
     }
 
-    /// The token itself (an ordered waiter's reservations are named by it).
-    pub(crate) fn token_value(&self) -> &Token {
-        &self.token
-    }
-
     /// The fencing token, when the client was built with
     /// [`fencing(true)`](crate::RedlockBuilder::fencing): a number that strictly
     /// increases across successive holders of each of this lock's resources. Pass it to
@@ -586,35 +581,6 @@ impl Lock {
             Verdict::Lost(_) => Err(Error::lost(LostReason::NotHeld, Some(votes))),
             _ => Err(Error::NoQuorum(votes)),
         }
-    }
-
-    /// Lets go of an ordered waiter's reservation, which is neither a release the caller
-    /// made (no metrics, no error, whatever it finds) nor one that makes this client's
-    /// next `lock()` of the resource yield. `hand_over`: the release round of the lock
-    /// (compare-and-delete, handing the key to the resource's next waiter where it still
-    /// holds the reservation token), for reservations given up; otherwise
-    /// [`Request::let_go`] (compare-and-delete, and the reservation's queue entries
-    /// removed, with no hand-over), for reservations whose conversion was granted: on the nodes that refused it, the next waiter must not be
-    /// handed a resource the converted lock holds on a quorum (it would count that node
-    /// and claim against a held lock); it hears the converted lock's release instead.
-    pub(crate) async fn let_go(mut self, hand_over: bool) {
-        if Error::ensure_runtime().is_err() {
-            return;
-        }
-        let mut round = if hand_over {
-            self.release_round()
-        } else {
-            let waiter = self.waiter.as_deref().unwrap_or_default();
-            let call = Arc::new(Request::let_go(&self.res, &self.token, waiter));
-            let timeout = self.inner.config.node_timeout_for(self.ttl);
-            let inflight = self.inflight.clone();
-            Round::start(&self.inner.nodes, self.quorum, |i, node| {
-                ordered(i, inflight.clone(), timeout, node.clone(), call.clone())
-            })
-        };
-        let _ = round.decide().await;
-        self.released = true;
-        round.detach();
     }
 
     fn release_round(&self) -> Round {

@@ -218,42 +218,16 @@ pub(crate) fn split_vote(split: bool) {
 #[inline(always)]
 pub(crate) fn handoff(on_turn: bool) {
     #[cfg(feature = "metrics")]
-    if !in_part() {
-        imp::handoff(on_turn);
-    }
+    imp::handoff(on_turn);
     #[cfg(not(feature = "metrics"))]
     let _ = on_turn;
-}
-
-#[cfg(feature = "metrics")]
-tokio::task_local! {
-    /// Set while a waiting call runs the waits of its parts (the ordered waiter's one
-    /// wait per resource), which are not waiting calls or hand-offs of their own.
-    static PART: ();
-}
-
-/// Whether this runs inside [`as_part`].
-#[cfg(feature = "metrics")]
-fn in_part() -> bool {
-    PART.try_with(|_| ()).is_ok()
-}
-
-/// Runs `f`, a part of a waiting call, without recording its waits as waiting calls or
-/// hand-offs: the call records itself once.
-pub(crate) async fn as_part<F: std::future::Future>(f: F) -> F::Output {
-    #[cfg(feature = "metrics")]
-    return PART.scope((), f).await;
-    #[cfg(not(feature = "metrics"))]
-    f.await
 }
 
 /// A waiting call started at `started` ends with `result`, which is handed back.
 #[inline(always)]
 pub(crate) fn waited<T>(started: Instant, result: Result<T, Error>) -> Result<T, Error> {
     #[cfg(feature = "metrics")]
-    if !in_part() {
-        imp::waited(started.elapsed(), result.as_ref().err());
-    }
+    imp::waited(started.elapsed(), result.as_ref().err());
     #[cfg(not(feature = "metrics"))]
     let _ = started;
     result

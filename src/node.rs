@@ -81,8 +81,6 @@ pub(crate) static ACQUIRE_MANY: Lua = lua!("scripts/acquire.lua", idempotent: fa
 pub(crate) static RELEASE: Lua = lua!("scripts/release.lua", idempotent: true);
 /// Compare-and-delete of one key, handing over to the wait queue's head.
 pub(crate) static RELEASE_ONE: Lua = lua!("scripts/release_one.lua", idempotent: true);
-/// An ordered waiter lets go of a reservation after its conversion: no hand-over.
-pub(crate) static LET_GO: Lua = lua!("scripts/let_go.lua", idempotent: true);
 /// Join a wait queue. Never finished late nor retried (as an acquire): a first join landing
 /// after the waiter's leave release would queue a token no one waits with, and the next
 /// release would transfer the lock to it (found by `faults::row06b_…`).
@@ -581,20 +579,6 @@ impl Request {
         }
     }
 
-    /// The all-or-nothing acquire of `keys` where a key holding one of `over` (our own
-    /// reservations: the tokens under which an ordered waiter already holds some of the
-    /// keys) counts as free (`acquire.lua`).
-    pub(crate) fn acquire_over(
-        keys: &[Vec<u8>],
-        token: &Token,
-        ttl: Duration,
-        over: &[Token],
-    ) -> Request {
-        let mut args = vec![token.as_bytes().to_vec(), millis_arg(ttl)];
-        args.extend(over.iter().map(|t| t.as_bytes().to_vec()));
-        Request::script(&ACQUIRE_MANY, keys.to_vec(), args, Answer::Acquire)
-    }
-
     /// A queued waiter's acquire of one key with its own queued token (`claim.lua`): as
     /// `SET … NX PX GET`, and a key that already holds `token` (transferred to it) counts
     /// as granted, its expiry set to `ttl`. Several keys: the ordinary acquire.
@@ -618,17 +602,9 @@ impl Request {
     }
 
     /// The fenced acquire (round 1); `keys` are the lock keys, then the fence counters.
-    /// A key holding one of `over` (our reservations, see [`Request::acquire_over`])
-    /// counts as free.
-    pub(crate) fn acquire_fenced(
-        keys: Vec<Vec<u8>>,
-        token: &Token,
-        ttl: Duration,
-        over: &[Token],
-    ) -> Request {
+    pub(crate) fn acquire_fenced(keys: Vec<Vec<u8>>, token: &Token, ttl: Duration) -> Request {
         let px = millis_ceil(ttl).to_string().into_bytes();
-        let mut args = vec![token.as_bytes().to_vec(), px];
-        args.extend(over.iter().map(|t| t.as_bytes().to_vec()));
+        let args = vec![token.as_bytes().to_vec(), px];
         Request::script(&ACQUIRE_FENCED, keys, args, Answer::Acquire)
     }
 
@@ -676,20 +652,6 @@ impl Request {
             args.extend(res.channels());
         }
         Request::script(&RELEASE, res.lock_keys().to_vec(), args, Answer::Release)
-    }
-
-    /// An ordered waiter lets go of a reservation of one resource once its conversion was
-    /// granted (`let_go.lua`): the reservation's queue entries (`token`, `waiter`) leave the
-    /// queue and the key is deleted if it still holds `token`, with no hand-over and no
-    /// announcement. On a node that refused the conversion, the key still holds the
-    /// reservation; handing it to the resource's next waiter there would make that waiter
-    /// claim against the converted lock, which holds a quorum.
-    pub(crate) fn let_go(res: &Resources, token: &Token, waiter: &[u8]) -> Request {
-        let [queue, leases, attrs] = res.queue_keys();
-        let mut keys = res.lock_keys().to_vec();
-        keys.extend([queue, leases, attrs]);
-        let args = vec![token.as_bytes().to_vec(), waiter.to_vec()];
-        Request::script(&LET_GO, keys, args, Answer::Release)
     }
 
     /// A reader's acquire on a read-write lock's keys.
@@ -817,7 +779,7 @@ impl Request {
         let is = |lua: &Lua| std::ptr::eq(s.code, lua.code);
         if is(&EXTEND) || is(&SHARED_EXTEND) {
             Op::Extend
-        } else if is(&RELEASE) || is(&RELEASE_ONE) || is(&SHARED_RELEASE) || is(&LET_GO) {
+        } else if is(&RELEASE) || is(&RELEASE_ONE) || is(&SHARED_RELEASE) {
             Op::Release
         } else if is(&COMMIT_FENCE) {
             Op::FenceCommit
@@ -1478,7 +1440,6 @@ mod tests {
             &ACQUIRE_MANY,
             &RELEASE,
             &RELEASE_ONE,
-            &LET_GO,
             &ENQUEUE,
             &CLAIM,
             &EXTEND,

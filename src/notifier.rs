@@ -82,6 +82,8 @@ struct Channel {
     releases: Releases,
     interest: usize,
     idle_since: Option<Instant>,
+    /// Held by the one waiter of this client that is trying right now.
+    gate: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Channel {
@@ -91,6 +93,7 @@ impl Channel {
             releases: Releases::default(),
             interest: 0,
             idle_since: None,
+            gate: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
 
@@ -209,6 +212,7 @@ impl Notifier {
     pub(crate) fn interest(&self, res: &Resources) -> Interest {
         let mut rxs = Vec::new();
         let mut seen = Vec::new();
+        let mut gate = None;
         let channels = res.channels();
         if let Ok(mut map) = self.shared.channels.lock() {
             for ch in &channels {
@@ -223,6 +227,7 @@ impl Notifier {
                 let rx = entry.tx.subscribe();
                 seen.push(rx.borrow().0);
                 rxs.push(rx);
+                gate.get_or_insert_with(|| entry.gate.clone());
             }
         }
         Interest {
@@ -230,6 +235,7 @@ impl Notifier {
             channels,
             rxs,
             seen,
+            gate: gate.unwrap_or_default(),
         }
     }
 }
@@ -258,9 +264,40 @@ pub(crate) struct Interest {
     rxs: Vec<watch::Receiver<(u64, u64)>>,
     /// The release count each receiver showed when last looked at.
     seen: Vec<u64>,
+    /// Held while this client's waiter for the resource is trying.
+    pub(crate) gate: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Interest {
+    /// Runs `f` on the resource's (first) channel, if the notifier is still there.
+    fn with_channel<R>(&self, f: impl FnOnce(&mut Channel) -> R) -> Option<R> {
+        let s = self.shared.upgrade()?;
+        let ch = self.channels.first()?;
+        let mut m = s.channels.lock().ok()?;
+        m.get_mut(ch).map(f)
+    }
+
+    /// The current contention window of the resource (its first channel).
+    pub(crate) fn window(&self) -> Duration {
+        self.with_channel(|c| c.releases.window())
+            .unwrap_or(contention::NOTIFY_STAGGER)
+    }
+
+    /// Adapts the contention window of every resource after a split vote (`true`) or an
+    /// acquisition.
+    pub(crate) fn adapt(&self, split: bool) {
+        let Some(s) = self.shared.upgrade() else {
+            return;
+        };
+        if let Ok(mut m) = s.channels.lock() {
+            for ch in &self.channels {
+                if let Some(c) = m.get_mut(ch) {
+                    c.releases.adapt(split);
+                }
+            }
+        }
+    }
+
     /// Completes at the next release announced for any of the resources, or at a
     /// subscription that became active (a release may have been missed before it did):
     /// which one, [`Wake`] says.

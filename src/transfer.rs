@@ -465,10 +465,6 @@ pub(crate) async fn acquire(
     let mut attempts: u32 = 0;
     let mut last: Option<Votes> = None;
     let mut claim_now = !yield_first;
-    // Claim if the next join or renewal says this waiter is the head: after a plain
-    // release heard when not the head, and, yielding, after the first join (the yield
-    // puts it behind the waiters already queued, not behind an empty queue).
-    let mut recheck = yield_first;
     let mut fallback_at = later(
         tokio::time::Instant::now(),
         jitter(retry.delay_min, retry.delay_max),
@@ -491,6 +487,7 @@ pub(crate) async fn acquire(
                 Some(lock) => {
                     w.keep();
                     crate::metrics::handoff(true);
+                    interest.adapt(false);
                     return crate::metrics::waited(start, Ok(lock));
                 }
                 None => {
@@ -517,6 +514,7 @@ pub(crate) async fn acquire(
                     w.keep();
                     w.lapse_in_background(lock.granted_nodes());
                     crate::metrics::handoff(w.epoch.sent_anywhere());
+                    interest.adapt(false);
                     lock.set_waiter(w.epoch.token.as_bytes().to_vec());
                     return crate::metrics::waited(start, Ok(lock));
                 }
@@ -550,11 +548,6 @@ pub(crate) async fn acquire(
         }
         if tokio::time::Instant::now() >= w.renew_at {
             w.join().await;
-            if std::mem::take(&mut recheck) && w.epoch.head {
-                // A plain release was heard while a waiter ahead was still on record:
-                // the renewal says that waiter has gone, so this one is the head now.
-                claim_now = true;
-            }
             continue;
         }
         if give_up_at.is_some_and(|at| Instant::now() >= at) {
@@ -586,13 +579,6 @@ pub(crate) async fn acquire(
                 // found by the fallback timer and the renewals).
                 if wake == Wake::Released && (w.epoch.head || !w.epoch.sent_anywhere()) {
                     claim_now = true;
-                } else if wake == Wake::Released {
-                    // Not the head as of the latest reply; that may be stale (the waiter
-                    // ahead took the lock by a claim or an ordered waiter's conversion
-                    // and its entry has gone since). Renew now to find out, rather than
-                    // at the next renewal (a third of the lease later).
-                    w.renew_at = tokio::time::Instant::now();
-                    recheck = true;
                 }
             }
             () = tokio::time::sleep_until(fallback_at) => {

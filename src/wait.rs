@@ -3,7 +3,7 @@
 //!
 //! [`Redlock::lock`](crate::Redlock::lock) makes one attempt; if the resource is held (or
 //! too few nodes answered) it waits and tries again, until the [`Retry`] policy's attempt
-//! count or maximum wait is reached. Only attempts that were sent count. Four ways to
+//! count or maximum wait is reached. Only attempts that were sent count. Three ways to
 //! wait:
 //!
 //! * **Transfer** (a single resource, notify waiting: the default for the mutex): the
@@ -13,18 +13,19 @@
 //!   in arrival order. That waiter lives in [`transfer`](crate::transfer); the rules are in
 //!   [`protocol::handoff`](crate::protocol::handoff) and the argument in docs/safety.md
 //!   ("Direct hand-off").
-//! * **In order** (several resources, notify waiting): after one all-or-nothing attempt,
-//!   the waiter takes the resources one at a time in their sorted order, each through its
-//!   own wait queue as a single-resource waiter does (a *reservation*), then turns the
-//!   reservations into one lock with an ordinary all-or-nothing round in which a key
-//!   holding one of its reservations counts as free. It keeps its place on every resource,
-//!   and since it only ever holds resources that sort before the one it waits for, no
-//!   cycle of waiters can form. That waiter lives in [`ordered`](crate::ordered); the
-//!   argument is in docs/safety.md ("Several resources: the ordered waiter"). Every
-//!   release publishes on the resource's channel (`quorumlock:released:{name}`), which
-//!   wakes the waiters of the resources it frees; the waiters of a
+//! * **Notify** (several resources, notify waiting): every release publishes on the
+//!   resource's channel (`quorumlock:released:{name}`). Waiters of a
 //!   [`Redlock`](crate::Redlock) share one subscription connection per node
-//!   ([`Notifier`](crate::notifier::Notifier)).
+//!   ([`Notifier`]) and, woken by a release, try again after a random stagger within the
+//!   resource's contention window (initially [`NOTIFY_STAGGER`]; it doubles on every split
+//!   vote and shrinks on every acquisition), so that waking every waiter at once does not
+//!   split the votes. The random delay stays as a fallback timer, so a lost message (a cut
+//!   subscription link, a node down) only delays a waiter, never strands it. A split vote
+//!   (no one holds a quorum, so no release will be announced) backs off randomly within
+//!   the window instead; a caller that released the resources moments ago while others
+//!   listened waits [`POLITE_DELAY`] before its first attempt; within one `Redlock`, only
+//!   one waiter per resource tries at a time (a turn skipped so sends nothing and is not
+//!   counted as an attempt).
 //! * **Polling** (notify waiting off, read-write locks, semaphore permits:
 //!   [`acquire_polling`]): an attempt, then a random delay from the policy's range. Jitter
 //!   keeps contenders out of lock-step. Reader and permit releases announce nothing (a
@@ -32,22 +33,24 @@
 //!   many), so there is nothing to listen for; a waiting writer's fairness comes from its
 //!   intent instead (see `rwlock`).
 //!
-//! The rules waiters follow are functions of the protocol
-//! ([`protocol::contention`](crate::protocol::contention),
-//! [`protocol::handoff`](crate::protocol::handoff)): what a failed attempt's votes mean,
-//! what an announcement means, when a releaser yields. The subscription connections and
-//! the per-resource state they keep are in [`notifier`](crate::notifier).
+//! Every rule of the notify loop is a function of the protocol
+//! ([`protocol::contention`](crate::protocol::contention)): what a failed attempt's votes
+//! mean, how the window moves, when a releaser yields. The subscription connections and
+//! the per-resource state they keep are in [`notifier`](crate::notifier). This module is
+//! the loop that runs them, with the clock and the random draws.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::acquire::{Ask, acquire_as};
+use crate::acquire::{Ask, acquire_as, acquire_once};
 use crate::config::Retry;
 use crate::error::{Error, Timeout, Votes};
 use crate::lock::Lock;
-use crate::protocol::contention;
+use crate::notifier::Interest;
+pub(crate) use crate::protocol::contention::POLITE_DELAY;
 pub use crate::protocol::contention::QUEUE_LEASE;
-use crate::resource::{Kind, Resources};
+use crate::protocol::contention::{self, Pause};
+use crate::resource::Resources;
 use crate::shared::Inner;
 pub(crate) use crate::time::jitter;
 use crate::time::later;
@@ -96,10 +99,80 @@ pub(crate) async fn acquire_polling(
     crate::metrics::waited(start, Err(Timeout::gave_up(start, attempts, last)))
 }
 
-/// Acquires an exclusive lock with retries, per `retry`: a single resource with notify
-/// waiting waits by transfer ([`transfer`](crate::transfer)), several resources with
-/// notify waiting in order ([`ordered`](crate::ordered)), and with notify waiting off
-/// every lock polls ([`acquire_polling`]).
+/// What one turn of the loop did.
+enum Tried {
+    /// Acquired, or failed for good: return this.
+    Done(Box<Result<Lock, Error>>),
+    /// The attempt was refused; whether the votes were split.
+    Refused { split: bool },
+    /// Another waiter of this client is trying right now: nothing was sent.
+    Skipped,
+}
+
+/// One waiter: its budget, its attempts and the last attempt's votes.
+struct Waiter<'a> {
+    inner: &'a Arc<Inner>,
+    res: &'a Resources,
+    ttl: Duration,
+    retry: &'a Retry,
+    start: Instant,
+    give_up_at: Option<Instant>,
+    attempts: u32,
+    last: Option<Votes>,
+}
+
+impl Waiter<'_> {
+    fn gave_up(&self) -> Error {
+        Timeout::gave_up(self.start, self.attempts, self.last.clone())
+    }
+
+    /// One attempt, unless another waiter of this client holds the resource's gate (then
+    /// nothing is sent and nothing counted).
+    async fn try_once(&mut self, interest: Option<&Interest>) -> Tried {
+        let gate = interest.map(|i| i.gate.clone());
+        let guard = gate.as_ref().and_then(|g| g.try_lock().ok());
+        if gate.is_some() && guard.is_none() {
+            return Tried::Skipped;
+        }
+        self.attempts = self.attempts.saturating_add(1);
+        let split = match acquire_once(self.inner, self.res, self.ttl, self.attempts).await {
+            Ok(lock) => {
+                crate::metrics::handoff(false);
+                if let Some(i) = interest {
+                    i.adapt(false);
+                }
+                return Tried::Done(Box::new(Ok(lock)));
+            }
+            Err(e) if !e.is_retryable() => return Tried::Done(Box::new(Err(e))),
+            Err(e) => {
+                self.last = e.votes().cloned();
+                self.last.as_ref().is_some_and(Votes::is_split)
+            }
+        };
+        crate::metrics::split_vote(split);
+        drop(guard);
+        if self.retry.attempts.is_some_and(|n| self.attempts >= n) {
+            return Tried::Done(Box::new(Err(self.gave_up())));
+        }
+        Tried::Refused { split }
+    }
+}
+
+/// Acquires with retries, per `retry`.
+///
+/// A single resource with notify waiting waits by transfer ([`transfer`](crate::transfer)).
+/// Every other lock (several resources; or notify waiting off) runs this loop. After a
+/// failed attempt ([`contention::pause`]):
+/// * someone may hold a quorum → wait for a release announcement (then a short random
+///   stagger) or the retry delay, whichever comes first;
+/// * the votes were split (no one holds a quorum) → retry after a random back-off within
+///   the resource's contention window, which doubles on every split and shrinks on every
+///   acquisition (like Ethernet's exponential back-off);
+/// * a caller that itself released these resources moments ago, while others were
+///   listening for them, waits [`POLITE_DELAY`] before its first attempt.
+///
+/// Only attempts that were sent count against [`Retry::attempts`]: a turn skipped because
+/// another waiter of this client is trying right now sends nothing.
 pub(crate) async fn acquire_waiting(
     inner: &Arc<Inner>,
     res: &Resources,
@@ -114,13 +187,82 @@ pub(crate) async fn acquire_waiting(
         let interest = n.interest(res);
         return crate::transfer::acquire(inner, res, ttl, retry, interest, yield_first).await;
     }
-    if let Some(n) = &inner.notifier {
-        // Several resources with notify waiting: in each resource's queue, in order.
-        return crate::ordered::acquire(inner, n, res, ttl, retry).await;
+    let start = Instant::now();
+    let mut w = Waiter {
+        inner,
+        res,
+        ttl,
+        retry,
+        start,
+        give_up_at: retry.max_wait.map(|d| later(start, d)),
+        attempts: 0,
+        last: None,
+    };
+    let mut interest: Option<Interest> = None;
+    let mut try_now = true;
+    let mut fallback_at: Option<tokio::time::Instant> = None;
+    if let Some(n) = &inner.notifier
+        && n.should_yield(res)
+    {
+        // We released them moments ago while others listened: let a waiter go first.
+        interest = Some(n.interest(res));
+        tokio::time::sleep(POLITE_DELAY).await;
     }
-    // Notify waiting off: polling.
-    let ask = Ask::new(Kind::Exclusive, inner.quorum);
-    acquire_polling(inner, res, &ask, ttl, retry).await
+    loop {
+        let mut split = false;
+        if try_now {
+            match w.try_once(interest.as_ref()).await {
+                Tried::Done(r) => return crate::metrics::waited(start, *r),
+                Tried::Refused { split: s } => split = s,
+                Tried::Skipped => {}
+            }
+        }
+        if interest.is_none() {
+            interest = inner.notifier.as_ref().map(|n| n.interest(res));
+        }
+        if split && let Some(i) = &interest {
+            i.adapt(true);
+        }
+        // The fallback timer runs from the last attempt.
+        if try_now || fallback_at.is_none() {
+            let mut delay = jitter(retry.delay_min, retry.delay_max);
+            if let Some(at) = w.give_up_at {
+                let left = at.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return crate::metrics::waited(start, Err(w.gave_up()));
+                }
+                delay = delay.min(left);
+            }
+            fallback_at = Some(later(tokio::time::Instant::now(), delay));
+        }
+        let wake_at = fallback_at.unwrap_or_else(tokio::time::Instant::now);
+        let delay = wake_at.saturating_duration_since(tokio::time::Instant::now());
+        try_now = true;
+        match (
+            contention::pause(interest.is_some(), split),
+            interest.as_mut(),
+        ) {
+            (Pause::Backoff, Some(i)) => {
+                // No one holds it: back off randomly and try again, no announcement will come.
+                tokio::time::sleep(jitter(Duration::ZERO, i.window()).min(delay)).await;
+            }
+            (Pause::Listen, Some(i)) => {
+                // An announcement (then a random stagger within the contention window,
+                // against the herd) or the fallback timer, whichever comes first.
+                tokio::select! {
+                    _ = i.released() => {
+                        tokio::time::sleep(jitter(Duration::ZERO, i.window())).await;
+                    }
+                    () = tokio::time::sleep_until(wake_at) => {}
+                }
+            }
+            _ => tokio::time::sleep(delay).await,
+        }
+        if w.give_up_at.is_some_and(|at| Instant::now() >= at) {
+            // One last look is not taken: the budget is spent.
+            return crate::metrics::waited(start, Err(w.gave_up()));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -19,8 +19,8 @@ use quorumlock::testkit::{History, LocalCluster, ProxyMode};
 use quorumlock::{Redlock, Retry};
 use redis::aio::MultiplexedConnection;
 use support::{
-    acl_cluster, commands_run, connections_received, count_key, eventually, get, lock_key,
-    log_every_command, plant_everywhere, raw, zcards,
+    acl_cluster, connections_received, count_key, eventually, get, lock_key, plant_everywhere, raw,
+    zcards,
 };
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -250,6 +250,57 @@ async fn holds_everywhere(cluster: &LocalCluster, res: &str, token: &str) -> boo
         true
     })
     .await
+}
+
+/// Every command each node ran since the slow log was reset, as its arguments.
+async fn commands_run(cluster: &LocalCluster) -> Vec<Vec<Vec<String>>> {
+    let mut all = Vec::new();
+    for i in 0..cluster.len() {
+        let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
+            .arg("GET")
+            .arg(-1)
+            .query_async(&mut raw(cluster, i).await)
+            .await
+            .expect("SLOWLOG GET");
+        let mut node = Vec::new();
+        for e in entries {
+            let redis::Value::Array(fields) = e else {
+                continue;
+            };
+            if let Some(redis::Value::Array(args)) = fields.get(3) {
+                node.push(
+                    args.iter()
+                        .map(|a| match a {
+                            redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                            other => format!("{other:?}"),
+                        })
+                        .collect(),
+                );
+            }
+        }
+        all.push(node);
+    }
+    all
+}
+
+/// Logs every command from now on (slow log threshold 0, long enough for the test).
+async fn log_every_command(cluster: &LocalCluster) -> TestResult {
+    for i in 0..cluster.len() {
+        let mut c = raw(cluster, i).await;
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("slowlog-log-slower-than")
+            .arg(0)
+            .arg("slowlog-max-len")
+            .arg(10_000)
+            .query_async(&mut c)
+            .await?;
+        let _: () = redis::cmd("SLOWLOG")
+            .arg("RESET")
+            .query_async(&mut c)
+            .await?;
+    }
+    Ok(())
 }
 
 /// A contended hand-off happens by transfer: once the holder releases, the queued waiter

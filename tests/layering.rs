@@ -3,8 +3,7 @@
 //! ```text
 //!   tools     testkit, sim                                   (may use everything)
 //!   top       watchdog                                       (kept locks, scoped use)
-//!   client    client, config, shared, lock, acquire, fencing, wait, transfer, ordered, inspect,
-//!             rwlock, semaphore
+//!   client    client, config, shared, lock, acquire, fencing, wait, inspect, rwlock, semaphore
 //!   io        node, fanout, background, notifier, extender   (sockets, tasks, timers)
 //!   base      addr, error, metrics, resource, token, time    (plain data and arithmetic; metrics)
 //!   protocol  protocol::*                                    (the pure core)
@@ -66,7 +65,6 @@ const LAYERS: &[(&str, &[&str])] = &[
             "fencing",
             "wait",
             "transfer",
-            "ordered",
             "inspect",
             "rwlock",
             "semaphore",

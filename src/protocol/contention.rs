@@ -1,10 +1,12 @@
 //! Contention and waiting: who tries next, when, and what a release announcement means
-//! for a waiter. Pure rules; the waiters (`transfer.rs`, `ordered.rs`) and the subscription
+//! for a waiter. Pure rules; the waiting loop (`wait.rs`) and the subscription
 //! connections (`notifier.rs`) execute them, with the clock and the random draws as
 //! inputs.
 //!
 //! ```text
-//!   attempt failed ──▶ is_split? ──yes──▶ no one holds a quorum: no release will be announced
+//!   attempt failed ──▶ is_split? ──yes──▶ Pause::Backoff   random within the contention window
+//!        │                                                  (next_window: doubles on a split, ¾ on a win)
+//!        └── otherwise ──▶ Pause::Listen: an announcement (then a stagger) or the fallback timer
 //!
 //!   Releases::hear(announcement) ──▶ New / Again / Old        once per release, whichever herald
 //!   releaser_yields ──▶ the next lock() yields: the transfer waiter joins the queue's end
@@ -16,10 +18,18 @@ use std::time::Duration;
 
 use super::time::{Moment, later};
 
+/// The initial contention window: a waiter woken by a release announcement (or backing
+/// off after a split vote) pauses a random time in `0..window` before trying. The window
+/// adapts per resource: it doubles on every split vote (up to [`STAGGER_MAX`]) and shrinks
+/// by a quarter on every acquisition (down to [`STAGGER_MIN`]).
+pub const NOTIFY_STAGGER: Duration = Duration::from_micros(1000);
+/// The smallest contention window.
+pub const STAGGER_MIN: Duration = Duration::from_micros(250);
+/// The largest contention window.
+pub const STAGGER_MAX: Duration = Duration::from_millis(16);
 /// How long a caller that released several resources moments ago (while others listened
 /// for the release) waits before trying to take them again, so that a waiter gets them
 /// first. (A single resource has a queue: such a caller joins its end instead.)
-#[allow(dead_code)]
 pub const POLITE_DELAY: Duration = Duration::from_micros(1500);
 /// How long after such a release the caller is considered "just released": its next
 /// `lock()` of a single resource joins the wait queue first and tries at once only if no
@@ -44,6 +54,17 @@ pub const QUEUE_LEASE: Duration = Duration::from_secs(3);
 /// per release however many nodes announce it.
 const REMEMBERED: usize = 16;
 
+/// One contention-window step: doubled on a split vote, three quarters on an acquisition,
+/// kept within [`STAGGER_MIN`]..=[`STAGGER_MAX`] (Ethernet-style back-off).
+pub(crate) fn next_window(window: Duration, split: bool) -> Duration {
+    let next = if split {
+        window.saturating_mul(2)
+    } else {
+        window.saturating_mul(3) / 4
+    };
+    next.clamp(STAGGER_MIN, STAGGER_MAX)
+}
+
 /// Whether a failed attempt's votes show that no one holds a quorum: the refusing nodes
 /// named their holders (`largest_holder` is the most nodes one of them holds; `None` when
 /// some refusal named no one), and even if every node that did not answer belonged to the
@@ -65,6 +86,28 @@ pub(crate) fn is_split(
 /// longest fallback delay is allowed for a slow scheduler.
 pub(crate) fn handoff_window(node_timeout: Duration, delay_max: Duration) -> Duration {
     node_timeout.max(delay_max)
+}
+
+/// What a waiter does between a failed attempt and the next one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pause {
+    /// The votes were split: no announcement will come; back off randomly within the
+    /// contention window.
+    Backoff,
+    /// Wait for an announcement or the fallback timer.
+    Listen,
+    /// No release notifications: the retry delay.
+    Sleep,
+}
+
+/// The pause after a failed attempt: no notifier → [`Pause::Sleep`]; a split vote →
+/// [`Pause::Backoff`]; otherwise [`Pause::Listen`].
+pub(crate) fn pause(notify: bool, split: bool) -> Pause {
+    match (notify, split) {
+        (false, _) => Pause::Sleep,
+        (true, true) => Pause::Backoff,
+        (true, false) => Pause::Listen,
+    }
 }
 
 /// The delay before a polling waiter's next attempt, given the one its retry policy drew:
@@ -130,12 +173,13 @@ pub(crate) fn parse_announcement(payload: &[u8]) -> (&[u8], Vec<Vec<u8>>) {
     (id, heads)
 }
 
-/// What one client has heard of one resource's releases: the recent release ids and the
-/// waiters the latest one named.
-#[derive(Debug, Clone, Default)]
+/// What one client has heard of one resource's releases: the recent release ids, the
+/// waiters the latest one named, and the resource's contention window.
+#[derive(Debug, Clone)]
 pub(crate) struct Releases {
     recent: VecDeque<Vec<u8>>,
     heads: Vec<Vec<u8>>,
+    window: Duration,
 }
 
 /// What an announcement was, for [`Releases::hear`].
@@ -155,6 +199,16 @@ pub(crate) enum Announced {
     },
     /// An older release, heard before: nothing to do.
     Old,
+}
+
+impl Default for Releases {
+    fn default() -> Releases {
+        Releases {
+            recent: VecDeque::new(),
+            heads: Vec::new(),
+            window: NOTIFY_STAGGER,
+        }
+    }
 }
 
 impl Releases {
@@ -184,6 +238,16 @@ impl Releases {
     pub(crate) fn heads(&self) -> &[Vec<u8>] {
         &self.heads
     }
+
+    /// The contention window.
+    pub(crate) fn window(&self) -> Duration {
+        self.window
+    }
+
+    /// Adapts the contention window after a split vote (`true`) or an acquisition.
+    pub(crate) fn adapt(&mut self, split: bool) {
+        self.window = next_window(self.window, split);
+    }
 }
 
 #[cfg(test)]
@@ -192,7 +256,9 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
-    fn polite_delay_is_short() {
+    fn window_bounds_are_ordered() {
+        assert!(Duration::ZERO < STAGGER_MIN);
+        assert!(STAGGER_MIN <= NOTIFY_STAGGER && NOTIFY_STAGGER <= STAGGER_MAX);
         assert!(POLITE_DELAY < Duration::from_millis(10));
     }
 
@@ -221,7 +287,26 @@ mod tests {
     }
 
     #[test]
+    fn window_adapts_within_bounds() {
+        let mut w = NOTIFY_STAGGER;
+        for _ in 0..20 {
+            w = next_window(w, true);
+        }
+        assert_eq!(w, STAGGER_MAX);
+        for _ in 0..40 {
+            w = next_window(w, false);
+        }
+        assert_eq!(w, STAGGER_MIN);
+        assert_eq!(next_window(Duration::MAX, true), STAGGER_MAX);
+        assert_eq!(next_window(Duration::ZERO, false), STAGGER_MIN);
+    }
+
+    #[test]
     fn waiting_decisions() {
+        assert_eq!(pause(false, true), Pause::Sleep);
+        assert_eq!(pause(false, false), Pause::Sleep);
+        assert_eq!(pause(true, true), Pause::Backoff);
+        assert_eq!(pause(true, false), Pause::Listen);
         assert_eq!(handoff_window(MS, 2 * MS), 2 * MS);
         assert_eq!(renew_at(Duration::ZERO), QUEUE_LEASE / 3);
         let long = QUEUE_LEASE * 2;
@@ -291,6 +376,20 @@ mod tests {
             let q = n / 2 + 1;
             let someone_may_reach = l.is_none_or(|l| l + (n - g - h) >= q);
             prop_assert_eq!(is_split(n, g, h, l, q), !someone_may_reach);
+        }
+
+        /// The window stays in bounds, grows on splits and shrinks on wins.
+        #[test]
+        fn window_bounded(w_us in 0u64..100_000, split in any::<bool>()) {
+            let w = Duration::from_micros(w_us);
+            let next = next_window(w, split);
+            prop_assert!((STAGGER_MIN..=STAGGER_MAX).contains(&next));
+            if (STAGGER_MIN..=STAGGER_MAX).contains(&w) {
+                let grew = next >= w;
+                let shrank = next <= w;
+                prop_assert!(grew || !split);
+                prop_assert!(shrank || split);
+            }
         }
 
         /// Whatever order the heralds' announcements arrive in (each release announced by

@@ -27,8 +27,8 @@
 //!   which once their pending request lands.
 //! * [`fencing`]: the fence counter's grant (`max(counter + 1, clock)`), its strict
 //!   parse, the token, where the commit goes and when it makes the token usable.
-//! * [`contention`]: split votes, what an announcement means for a waiter, the
-//!   releaser-yields rule, the queue's lease.
+//! * [`contention`]: split votes, the contention window, turns, what an announcement
+//!   means for a waiter, the releaser-yields rule, the queue's lease.
 //! * [`semaphore`]: counted semaphores: the per-node limit `c`, the capacity (with every
 //!   node up and with some down), the configuration every node checks, which grants a new
 //!   holder gives back.

@@ -6,8 +6,6 @@
 -- issued before it went down.
 -- KEYS[1..n]: the lock keys. KEYS[n+1..2n]: the fence counters, in the same order.
 -- ARGV[1]: our token. ARGV[2]: the TTL in milliseconds.
--- ARGV[3..] (optional): our reservations (see acquire.lua): a lock key holding one of
--- them counts as free.
 -- Returns {0} when any lock key exists (one key holding our token excepted, see below),
 -- else {1, largest counter}; an error (and no
 -- write) when a counter is not a plain decimal integer below 2^53.
@@ -17,25 +15,12 @@
 -- round INCR's answer, and two holders could get the same token.
 local n = #KEYS / 2
 local counters = {}
-local function reserved(key)
-  if #ARGV < 3 or redis.call('TYPE', key)['ok'] ~= 'string' then
-    return false
-  end
-  local v = redis.call('GET', key)
-  for j = 3, #ARGV do
-    if v == ARGV[j] then
-      return true
-    end
-  end
-  return false
-end
 for i = 1, n do
   if redis.call('EXISTS', KEYS[i]) == 1 then
     -- One key that already holds our token (transferred to our queued token) counts as
     -- free: it is taken again, with our TTL, and the counter raised as for a fresh grant.
-    -- So does a key holding one of our reservations.
-    if not reserved(KEYS[i]) and (n ~= 1 or redis.call('TYPE', KEYS[i])['ok'] ~= 'string'
-        or redis.call('GET', KEYS[i]) ~= ARGV[1]) then
+    if n ~= 1 or redis.call('TYPE', KEYS[i])['ok'] ~= 'string'
+        or redis.call('GET', KEYS[i]) ~= ARGV[1] then
       return {0}
     end
   end

@@ -184,7 +184,7 @@ impl World {
         let req = if fenced {
             let mut keys = self.p.res.lock_keys().to_vec();
             keys.extend(self.p.res.fence_keys());
-            Request::acquire_fenced(keys, &token, ttl, &[])
+            Request::acquire_fenced(keys, &token, ttl)
         } else {
             Request::acquire(self.p.res.lock_keys(), &token, ttl)
         };

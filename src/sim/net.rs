@@ -73,11 +73,7 @@ pub(super) fn translate(req: &node::Request) -> Result<Translated, String> {
             let is = |lua: &node::Lua| std::ptr::eq(code, lua.code());
             let arg = |i: usize| args.get(i).cloned().ok_or_else(bad);
             let half = keys.len() / 2;
-            // An ordered waiter's reservations (arguments past the TTL) are not modelled.
-            let reserving = args.len() > 2;
-            let r = if reserving && (is(&node::ACQUIRE_MANY) || is(&node::ACQUIRE_FENCED)) {
-                return Err(bad());
-            } else if is(&node::ACQUIRE_MANY) {
+            let r = if is(&node::ACQUIRE_MANY) {
                 SimRequest::Acquire {
                     keys: keys.to_vec(),
                     token: arg(0)?,
@@ -464,7 +460,7 @@ mod tests {
         );
         assert!(!t.script);
         let keys = vec![key.clone(), fence.clone()];
-        let t = translate(&Request::acquire_fenced(keys.clone(), &token, ttl, &[])).unwrap();
+        let t = translate(&Request::acquire_fenced(keys.clone(), &token, ttl)).unwrap();
         assert_eq!(
             *t.req,
             SimRequest::AcquireFenced {
