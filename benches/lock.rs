@@ -32,7 +32,12 @@
 //!   (capacity 16: full only when every task holds one) and 64 permits (never full), and
 //!   the raw floor: throughput, acquire latency, attempts per acquisition.
 //!
-//! The last two are timed windows only (no Criterion group, as `contended_16`): waiting
+//! * `contended_pairs`: 8 tasks, each with its own client, taking (`lock_many`) one of four
+//!   overlapping pairs of a ring of four resources, two tasks per pair: notify waiting
+//!   (woken by release announcements, staggered) against plain polling (notify off), in
+//!   the same run: throughput, acquire latency, each task's share, timeouts.
+//!
+//! The last three are timed windows only (no Criterion group, as `contended_16`): waiting
 //! makes a per-iteration mean meaningless.
 //!
 //! Machine-readable results go to `bench-out/summary.jsonl` (one JSON object per line;
@@ -119,6 +124,10 @@ fn main() {
     if wants("contended_16") {
         // Last: it runs on its own runtime with a tracing layer that counts split votes.
         bench_contended(&summary, &urls);
+    }
+    if wants("contended_pairs") {
+        let rt = Runtime::new().expect("tokio runtime");
+        bench_pairs(&rt, &summary, &urls);
     }
     if wants("readers_16") || wants("semaphore_16") {
         // Own runtime, with the attempt counter of `contended_16`.
@@ -930,6 +939,80 @@ fn run_windows(
         ));
     }
     medians
+}
+
+/// `contended_pairs` (see the module docs): per waiting strategy, one 3 s window of 8
+/// tasks on the ring of pairs, twice, alternating the strategies.
+fn bench_pairs(rt: &Runtime, summary: &Summary, urls: &[String]) {
+    const N: usize = 8;
+    let window = Duration::from_secs(3);
+    for round in 0..2 {
+        for (name, notify) in [("quorumlock-notify", true), ("quorumlock-poll", false)] {
+            let (mut lat, shares, timeouts) = rt.block_on(async {
+                let mut tasks = Vec::new();
+                let mut clients = Vec::new();
+                for _ in 0..N {
+                    let ql = Redlock::builder(urls.to_vec())
+                        .notify(notify)
+                        .retry(quorumlock::Retry::new().max_wait(Duration::from_secs(5)))
+                        .build()
+                        .await
+                        .expect("quorumlock build");
+                    clients.push(ql);
+                }
+                let stop = Instant::now() + window;
+                for (id, ql) in clients.into_iter().enumerate() {
+                    let pair = [
+                        format!("pairs:{round}:{name}:{}", id % 4),
+                        format!("pairs:{round}:{name}:{}", (id + 1) % 4),
+                    ];
+                    tasks.push(tokio::spawn(async move {
+                        let mut lat = Vec::new();
+                        let mut timeouts = 0u64;
+                        while Instant::now() < stop {
+                            let t = Instant::now();
+                            match ql.lock_many(&pair, Duration::from_secs(2)).await {
+                                Ok(l) => {
+                                    if Instant::now() < stop {
+                                        lat.push(t.elapsed());
+                                    }
+                                    l.release().await.expect("release");
+                                }
+                                Err(e) => {
+                                    assert!(e.is_retryable(), "contended pair: {e}");
+                                    timeouts += 1;
+                                }
+                            }
+                        }
+                        (lat, timeouts)
+                    }));
+                }
+                let mut lat = Vec::new();
+                let mut shares = Vec::new();
+                let mut timeouts = 0;
+                for t in tasks {
+                    let (l, to) = t.await.expect("pair task");
+                    shares.push(l.len());
+                    lat.extend(l);
+                    timeouts += to;
+                }
+                (lat, shares, timeouts)
+            });
+            let n = lat.len();
+            let ops = n as f64 / window.as_secs_f64();
+            let p50 = us(percentile(&mut lat, 0.5));
+            let p99 = us(percentile(&mut lat, 0.99));
+            let max = us(percentile(&mut lat, 1.0));
+            let min_share = shares.iter().min().copied().unwrap_or(0);
+            let max_share = shares.iter().max().copied().unwrap_or(0);
+            eprintln!(
+                "[contended_pairs] round {round} {name:<18} {ops:>7.0} ops/s  acquire p50 {p50:>9.1} µs  p99 {p99:>9.1} µs  max {max:>9.1} µs  per task {shares:?}  timeouts {timeouts}"
+            );
+            summary.line(&format!(
+                r#"{{"section":"contended_pairs","round":{round},"impl":"{name}","ops_per_s":{ops:.0},"acquisitions":{n},"p50_us":{p50:.1},"p99_us":{p99:.1},"max_us":{max:.1},"min_task_share":{min_share},"max_task_share":{max_share},"timeouts":{timeouts}}}"#
+            ));
+        }
+    }
 }
 
 /// `TASKS` quorumlock clients, connected (their scripts loaded) by `warm`.

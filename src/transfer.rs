@@ -423,6 +423,10 @@ fn all_refused(v: Option<&Votes>) -> bool {
     })
 }
 
+/// The least time between a waiter's join or renewal and a renewal prompted by a plain
+/// release heard when it was not the head (at most ten such renewals a second).
+const RECHECK_GAP: Duration = Duration::from_millis(100);
+
 /// Acquires a single-resource mutex with notify waiting by transfer (see the module
 /// docs). `yield_first`: this client released the resource moments ago while others
 /// waited; join first instead of claiming at once.
@@ -465,6 +469,9 @@ pub(crate) async fn acquire(
     let mut attempts: u32 = 0;
     let mut last: Option<Votes> = None;
     let mut claim_now = !yield_first;
+    // A plain release was heard when not the head: claim if the renewal it prompts says
+    // this waiter is the head now.
+    let mut recheck = false;
     let mut fallback_at = later(
         tokio::time::Instant::now(),
         jitter(retry.delay_min, retry.delay_max),
@@ -548,6 +555,11 @@ pub(crate) async fn acquire(
         }
         if tokio::time::Instant::now() >= w.renew_at {
             w.join().await;
+            if std::mem::take(&mut recheck) && w.epoch.head {
+                // A plain release was heard while a waiter ahead was still on record:
+                // the renewal says that waiter has gone, so this one is the head now.
+                claim_now = true;
+            }
             continue;
         }
         if give_up_at.is_some_and(|at| Instant::now() >= at) {
@@ -579,6 +591,21 @@ pub(crate) async fn acquire(
                 // found by the fallback timer and the renewals).
                 if wake == Wake::Released && (w.epoch.head || !w.epoch.sent_anywhere()) {
                     claim_now = true;
+                } else if wake == Wake::Released {
+                    // Not the head as of the latest reply; that may be stale (the waiter
+                    // that was ahead left, cancelled, or took the lock by a claim, and its
+                    // entry has gone since). Renew soon to find out, rather than at the
+                    // next renewal (a third of the lease later); at most every tenth of
+                    // the lease, so that a resource with frequent plain releases and many
+                    // waiters does not turn every release into a round of renewals.
+                    let since_join = QUEUE_LEASE / 3 - RECHECK_GAP;
+                    let soonest = w
+                        .renew_at
+                        .checked_sub(since_join)
+                        .unwrap_or_else(tokio::time::Instant::now)
+                        .max(tokio::time::Instant::now());
+                    w.renew_at = w.renew_at.min(soonest);
+                    recheck = true;
                 }
             }
             () = tokio::time::sleep_until(fallback_at) => {

@@ -891,3 +891,41 @@ async fn a_crashed_claim_holder_does_not_hold_back_the_next_waiter() -> TestResu
     got.release().await?;
     Ok(())
 }
+
+/// A waiter whose latest reply had someone ahead of it hears a plain release (here of a
+/// multi-resource holder) after that someone left: it renews at once, learns that it is the
+/// head, and claims, instead of waiting for its next renewal and its fallback timer (30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_release_after_the_waiter_ahead_left_wakes_the_next_one() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let holder = Redlock::builder(cluster.urls()).build().await?;
+    let first = Redlock::builder(cluster.urls())
+        .retry(NOTIFIED_ONLY)
+        .build()
+        .await?;
+    let second = Redlock::builder(cluster.urls())
+        .retry(NOTIFIED_ONLY)
+        .build()
+        .await?;
+    let res = "handoff-stale-head";
+    let ttl = Duration::from_secs(10);
+    let lock = holder
+        .try_lock_many([res, "handoff-stale-head-other"], ttl)
+        .await?;
+    let a = tokio::spawn(async move { first.lock(res, ttl).await });
+    queued_everywhere(&cluster, res, 1).await?;
+    let b = tokio::spawn(async move { second.lock(res, ttl).await });
+    queued_everywhere(&cluster, res, 2).await?;
+    // The first waiter leaves; the second one's latest reply still had it ahead.
+    a.abort();
+    let _ = a.await;
+    queued_everywhere(&cluster, res, 1).await?;
+    let releasing = Instant::now();
+    lock.release().await?;
+    let got = tokio::time::timeout(Duration::from_secs(8), b).await???;
+    let took = releasing.elapsed();
+    println!("the next waiter held {took:?} after the plain release began");
+    assert!(took < Duration::from_millis(700), "{took:?}");
+    got.release().await?;
+    Ok(())
+}
