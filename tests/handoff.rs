@@ -893,8 +893,9 @@ async fn a_crashed_claim_holder_does_not_hold_back_the_next_waiter() -> TestResu
 }
 
 /// A waiter whose latest reply had someone ahead of it hears a plain release (here of a
-/// multi-resource holder) after that someone left: it renews at once, learns that it is the
-/// head, and claims, instead of waiting for its next renewal and its fallback timer (30 s).
+/// multi-resource holder) after that someone left: it renews soon (100 ms after its previous
+/// join at the soonest), learns that it is the head, and claims, instead of waiting for its
+/// next renewal and its fallback timer (30 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_release_after_the_waiter_ahead_left_wakes_the_next_one() -> TestResult {
     let cluster = LocalCluster::builder(3).launch().await?;
