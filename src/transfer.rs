@@ -423,10 +423,6 @@ fn all_refused(v: Option<&Votes>) -> bool {
     })
 }
 
-/// The least time between a waiter's join or renewal and a renewal prompted by a plain
-/// release heard when it was not the head (at most ten such renewals a second).
-const RECHECK_GAP: Duration = Duration::from_millis(100);
-
 /// Acquires a single-resource mutex with notify waiting by transfer (see the module
 /// docs). `yield_first`: this client released the resource moments ago while others
 /// waited; join first instead of claiming at once.
@@ -589,23 +585,18 @@ pub(crate) async fn acquire(
                 // that only became active is no release: claiming on it would spend an
                 // attempt on a lock still held (a release missed before it was active is
                 // found by the fallback timer and the renewals).
-                if wake == Wake::Released && (w.epoch.head || !w.epoch.sent_anywhere()) {
-                    claim_now = true;
-                } else if wake == Wake::Released {
-                    // Not the head as of the latest reply; that may be stale (the waiter
-                    // that was ahead left, cancelled, or took the lock by a claim, and its
-                    // entry has gone since). Renew soon to find out, rather than at the
-                    // next renewal (a third of the lease later); at most every tenth of
-                    // the lease, so that a resource with frequent plain releases and many
-                    // waiters does not turn every release into a round of renewals.
-                    let since_join = QUEUE_LEASE / 3 - RECHECK_GAP;
-                    let soonest = w
-                        .renew_at
-                        .checked_sub(since_join)
-                        .unwrap_or_else(tokio::time::Instant::now)
-                        .max(tokio::time::Instant::now());
-                    w.renew_at = w.renew_at.min(soonest);
-                    recheck = true;
+                if wake == Wake::Released {
+                    if w.epoch.head || !w.epoch.sent_anywhere() {
+                        claim_now = true;
+                    } else {
+                        // Not the head as of the latest reply; that may be stale (the
+                        // waiter that was ahead left, or took the lock by a claim, and its
+                        // entry has gone since). Renew soon to find out, rather than at the
+                        // next renewal (a third of the lease later).
+                        let now = tokio::time::Instant::now();
+                        w.renew_at = contention::recheck_at(w.renew_at, now);
+                        recheck = true;
+                    }
                 }
             }
             () = tokio::time::sleep_until(fallback_at) => {

@@ -128,6 +128,24 @@ pub(crate) fn renew_at<T: Moment>(joined_at: T) -> T {
     later(joined_at, QUEUE_LEASE / 3)
 }
 
+/// The least time between a waiter's join or renewal and a renewal prompted by a release
+/// that handed the lock to no one ([`recheck_at`]): at most ten such renewals a second.
+pub(crate) const RECHECK_GAP: Duration = Duration::from_millis(100);
+
+/// When a waiter that is not the head renews after hearing, at `now`, a release that
+/// handed the lock to no one (the waiter ahead may have left since its latest reply): at
+/// once, but no sooner than [`RECHECK_GAP`] after the join that scheduled its next renewal
+/// for `renew_at` ([`renew_at`]), and never later than that renewal. A resource with
+/// frequent plain releases and many waiters must not turn each release into a round of
+/// renewals.
+pub(crate) fn recheck_at<T: Moment>(renew_at: T, now: T) -> T {
+    renew_at
+        .minus(QUEUE_LEASE / 3 - RECHECK_GAP)
+        .unwrap_or(now)
+        .max(now)
+        .min(renew_at)
+}
+
 /// Whether a release should make this client yield its next `lock()` of the resource:
 /// others listened for it. `listeners` is what the release reported: for one resource the
 /// waiters queued for it on a herald (this client is not among them), for several the
@@ -309,6 +327,13 @@ mod tests {
         assert_eq!(pause(true, false), Pause::Listen);
         assert_eq!(handoff_window(MS, 2 * MS), 2 * MS);
         assert_eq!(renew_at(Duration::ZERO), QUEUE_LEASE / 3);
+        // Joined at 9 s (next renewal at 9 s + a third of the lease): a plain release heard
+        // at 9.05 s renews at 9.1 s, one at 9.5 s at once; never after the renewal due.
+        let joined = Duration::from_secs(9);
+        let due = renew_at(joined);
+        assert_eq!(recheck_at(due, joined + 50 * MS), joined + RECHECK_GAP);
+        assert_eq!(recheck_at(due, joined + 500 * MS), joined + 500 * MS);
+        assert_eq!(recheck_at(due, due + MS), due);
         let long = QUEUE_LEASE * 2;
         assert_eq!(polling_delay(long, true), QUEUE_LEASE / 3);
         assert_eq!(polling_delay(long, false), long);
