@@ -201,6 +201,14 @@ const NOTIFIED_ONLY: Retry = Retry::new()
     .delay(Duration::from_secs(30), Duration::from_secs(30))
     .max_wait(Duration::from_secs(8));
 
+/// A client of `cluster` that waits with [`NOTIFIED_ONLY`].
+async fn notified(cluster: &LocalCluster) -> Result<Redlock, quorumlock::Error> {
+    Redlock::builder(cluster.urls())
+        .retry(NOTIFIED_ONLY)
+        .build()
+        .await
+}
+
 /// The number of entries in the resource's wait queue on each node.
 async fn queue_sizes(cluster: &LocalCluster, res: &str) -> Vec<u64> {
     zcards(cluster, &format!("quorumlock:queue:{res}")).await
@@ -312,10 +320,7 @@ async fn log_every_command(cluster: &LocalCluster) -> TestResult {
 async fn a_queued_waiter_holds_by_transfer_without_an_acquire_round() -> TestResult {
     let cluster = LocalCluster::builder(3).launch().await?;
     let holder = Redlock::builder(cluster.urls()).build().await?;
-    let waiter = Redlock::builder(cluster.urls())
-        .retry(NOTIFIED_ONLY)
-        .build()
-        .await?;
+    let waiter = notified(&cluster).await?;
     let res = "handoff-waiter";
     let ttl = Duration::from_secs(10);
     let lock = holder.try_lock(res, ttl).await?;
@@ -413,14 +418,8 @@ async fn a_fenced_waiter_holds_by_transfer_with_a_larger_committed_token() -> Te
 async fn a_cancelled_waiter_does_not_strand_the_lock() -> TestResult {
     let cluster = LocalCluster::builder(3).launch().await?;
     let holder = Redlock::builder(cluster.urls()).build().await?;
-    let first = Redlock::builder(cluster.urls())
-        .retry(NOTIFIED_ONLY)
-        .build()
-        .await?;
-    let second = Redlock::builder(cluster.urls())
-        .retry(NOTIFIED_ONLY)
-        .build()
-        .await?;
+    let first = notified(&cluster).await?;
+    let second = notified(&cluster).await?;
     let res = "handoff-cancelled";
     let ttl = Duration::from_secs(10);
     let lock = holder.try_lock(res, ttl).await?;
@@ -450,10 +449,7 @@ async fn a_lost_announcement_still_ends_with_the_waiter_holding() -> TestResult 
         .map(|i| cluster.direct_url(i))
         .collect::<Result<_, _>>()?;
     let holder = Redlock::builder(&direct).build().await?;
-    let waiter = Redlock::builder(cluster.urls())
-        .retry(NOTIFIED_ONLY)
-        .build()
-        .await?;
+    let waiter = notified(&cluster).await?;
     let res = "handoff-lost";
     let ttl = Duration::from_secs(10);
     let lock = holder.try_lock(res, ttl).await?;
@@ -657,10 +653,7 @@ async fn a_fenced_waiter_that_lost_the_announcement_claims_what_it_was_handed() 
 async fn a_transfer_is_announced_to_the_waiters_client_only() -> TestResult {
     let cluster = LocalCluster::builder(3).launch().await?;
     let holder = Redlock::builder(cluster.urls()).build().await?;
-    let waiter = Redlock::builder(cluster.urls())
-        .retry(NOTIFIED_ONLY)
-        .build()
-        .await?;
+    let waiter = notified(&cluster).await?;
     let res = "handoff-inbox";
     let ttl = Duration::from_secs(10);
     let lock = holder.try_lock(res, ttl).await?;
@@ -730,10 +723,7 @@ async fn a_transfer_is_announced_to_the_waiters_client_only() -> TestResult {
 async fn a_plain_release_wakes_the_waiter_at_the_head() -> TestResult {
     let cluster = LocalCluster::builder(3).launch().await?;
     let holder = Redlock::builder(cluster.urls()).build().await?;
-    let waiter = Redlock::builder(cluster.urls())
-        .retry(NOTIFIED_ONLY)
-        .build()
-        .await?;
+    let waiter = notified(&cluster).await?;
     let res = "handoff-plain";
     let ttl = Duration::from_secs(10);
     let lock = holder.try_lock(res, ttl).await?;
@@ -900,14 +890,8 @@ async fn a_crashed_claim_holder_does_not_hold_back_the_next_waiter() -> TestResu
 async fn a_plain_release_after_the_waiter_ahead_left_wakes_the_next_one() -> TestResult {
     let cluster = LocalCluster::builder(3).launch().await?;
     let holder = Redlock::builder(cluster.urls()).build().await?;
-    let first = Redlock::builder(cluster.urls())
-        .retry(NOTIFIED_ONLY)
-        .build()
-        .await?;
-    let second = Redlock::builder(cluster.urls())
-        .retry(NOTIFIED_ONLY)
-        .build()
-        .await?;
+    let first = notified(&cluster).await?;
+    let second = notified(&cluster).await?;
     let res = "handoff-stale-head";
     let ttl = Duration::from_secs(10);
     let lock = holder
