@@ -586,35 +586,30 @@ impl Lock {
     fn release_round(&self) -> Round {
         let announce = self.inner.config.notify;
         let waiter = self.waiter.as_deref().unwrap_or_default();
-        let kind = &self.kind;
-        let loud = Arc::new(Request::release_held(
-            kind,
-            &self.res,
-            &self.token,
-            announce,
-            waiter,
-        ));
-        let quiet = Arc::new(Request::release_held(
-            kind,
-            &self.res,
-            &self.token,
-            false,
-            waiter,
-        ));
-        let timeout = self.inner.config.node_timeout_for(self.ttl);
-        let inflight = self.inflight.clone();
         let n = self.inner.nodes.len();
         let res = &self.res;
+        let timeout = self.inner.config.node_timeout_for(self.ttl);
+        let inflight = self.inflight.clone();
+        // Only each resource's two heralds announce its plain releases (and name its
+        // name-only entries): the nodes share the few distinct requests that gives.
+        let mut built: Vec<(Vec<bool>, Arc<Request>)> = Vec::with_capacity(2);
         Round::start(&self.inner.nodes, self.quorum, |i, node| {
-            let node = node.clone();
-            // Only the resource's two heralds announce (and hand over to the queue).
-            let call = if res.len() > 1 || res.is_herald(i, n) {
-                loud.clone()
-            } else {
-                quiet.clone()
+            let loud = crate::resource::heralds_on(res, i, n, announce);
+            let call = match built.iter().find(|(l, _)| *l == loud) {
+                Some((_, r)) => r.clone(),
+                None => {
+                    let r = Arc::new(Request::release_held(
+                        &self.kind,
+                        res,
+                        &self.token,
+                        waiter,
+                        |r| loud.get(r).copied().unwrap_or(false),
+                    ));
+                    built.push((loud, r.clone()));
+                    r
+                }
             };
-            let inflight = inflight.clone();
-            ordered(i, inflight, timeout, node, call)
+            ordered(i, inflight.clone(), timeout, node.clone(), call)
         })
     }
 }

@@ -621,37 +621,34 @@ impl Request {
         Request::script(&EXTEND, keys, args, Answer::Compare)
     }
 
-    /// Compare-and-delete. One resource: the transfer script (`release_one.lua`: it
-    /// removes this holder's own queue entries, `token` and `waiter`, and hands the key to
-    /// the wait queue's head when that is a transfer entry, announcing the transfer);
-    /// `announce` says whether a plain release is announced and a name-only entry named.
-    /// Several resources: the plain one, announced only when `announce`.
+    /// Compare-and-delete of a mutex's keys, with hand-off: `release_one.lua` removes this
+    /// holder's own queue entries (`token` and `waiter`) from each resource's queue and
+    /// hands each key it deletes to that resource's queue head when that is a transfer
+    /// entry, announcing the transfer. `loud(r)` says whether this node announces the plain
+    /// releases of the resource at index `r` (of [`Resources::names`]) and names its
+    /// name-only entries.
     pub(crate) fn release(
         res: &Resources,
         token: &Token,
-        announce: bool,
         waiter: &[u8],
+        loud: impl Fn(usize) -> bool,
     ) -> Request {
-        if res.len() == 1 {
-            let [queue, leases, attrs] = res.queue_keys();
-            let mut keys = res.lock_keys().to_vec();
-            keys.extend([queue, leases, attrs]);
-            keys.extend(res.fence_keys());
-            let channel = res.channels().into_iter().next().unwrap_or_default();
-            let loud = if announce { b"1" } else { b"0" };
-            let args = vec![
-                token.as_bytes().to_vec(),
-                channel,
-                waiter.to_vec(),
-                loud.to_vec(),
-            ];
-            return Request::script(&RELEASE_ONE, keys, args, Answer::Release);
+        let mut keys = Vec::with_capacity(res.len() * 5);
+        let mut args = Vec::with_capacity(2 + res.len() * 2);
+        args.push(token.as_bytes().to_vec());
+        args.push(waiter.to_vec());
+        for (r, name) in res.names().iter().enumerate() {
+            let [queue, leases, attrs] = crate::resource::queue_keys(name);
+            keys.push(crate::resource::lock_key(name));
+            keys.extend([queue, leases, attrs, crate::resource::fence_key(name)]);
+            args.push(crate::resource::channel(name));
+            args.push(if loud(r) {
+                b"1".to_vec()
+            } else {
+                b"0".to_vec()
+            });
         }
-        let mut args = vec![token.as_bytes().to_vec()];
-        if announce {
-            args.extend(res.channels());
-        }
-        Request::script(&RELEASE, res.lock_keys().to_vec(), args, Answer::Release)
+        Request::script(&RELEASE_ONE, keys, args, Answer::Release)
     }
 
     /// A reader's acquire on a read-write lock's keys.
@@ -732,20 +729,21 @@ impl Request {
     }
 
     /// The release of a held lock of any kind (also the clean-up of a failed attempt and a
-    /// permit's give-back). Only the mutex announces and hands over ([`Request::release`]).
+    /// permit's give-back). Only the mutex announces and hands over ([`Request::release`],
+    /// with `loud`).
     pub(crate) fn release_held(
         kind: &Kind,
         res: &Resources,
         token: &Token,
-        announce: bool,
         waiter: &[u8],
+        loud: impl Fn(usize) -> bool,
     ) -> Request {
         let shared = |keys: Vec<Vec<u8>>| {
             let args = vec![token.as_bytes().to_vec()];
             Request::script(&SHARED_RELEASE, keys, args, Answer::Release)
         };
         match kind {
-            Kind::Exclusive => Request::release(res, token, announce, waiter),
+            Kind::Exclusive => Request::release(res, token, waiter, loud),
             Kind::Write(k) => {
                 let args = vec![token.as_bytes().to_vec()];
                 Request::script(&RELEASE, vec![k.writer.clone()], args, Answer::Release)

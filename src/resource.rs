@@ -99,30 +99,14 @@ impl Resources {
     pub(crate) fn fence_keys(&self) -> Vec<Vec<u8>> {
         self.names.iter().map(|n| key(FENCE_PREFIX, n)).collect()
     }
-    /// Whether node `i` of `n` is one of the resource's two *heralds*: the nodes that
-    /// announce its releases and keep its wait queue (a deterministic choice from the
-    /// name, so every client agrees; two, so one node down does not silence them).
+    /// Whether node `i` of `n` is one of the two *heralds* of the first resource ([`is_herald`]).
     pub(crate) fn is_herald(&self, i: usize, n: usize) -> bool {
-        if n <= 2 {
-            return true;
-        }
-        let name = self.names.first().map(String::as_bytes).unwrap_or_default();
-        // FNV-1a: stable across processes and versions.
-        let h = name.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-        });
-        let first = usize::try_from(h % n as u64).unwrap_or(0);
-        i == first || i == (first + 1) % n
+        is_herald(self.names.first().map_or("", String::as_str), i, n)
     }
 
     /// The wait queue and its leases (single-resource locks use the first name).
     pub(crate) fn queue_keys(&self) -> [Vec<u8>; 3] {
-        let name = self.names.first().map(String::as_str).unwrap_or("");
-        [
-            key(QUEUE_PREFIX, name),
-            key(QUEUE_LEASE_PREFIX, name),
-            key(QUEUE_ATTRS_PREFIX, name),
-        ]
+        queue_keys(self.names.first().map_or("", String::as_str))
     }
     pub(crate) fn channels(&self) -> Vec<Vec<u8>> {
         self.names.iter().map(|n| channel(n)).collect()
@@ -210,14 +194,44 @@ impl Kind {
 }
 
 /// The lock key of one resource name.
-#[cfg(test)]
 pub(crate) fn lock_key(name: &str) -> Vec<u8> {
     key(LOCK_PREFIX, name)
 }
 /// The fence counter key of one resource name.
-#[cfg(test)]
 pub(crate) fn fence_key(name: &str) -> Vec<u8> {
     key(FENCE_PREFIX, name)
+}
+/// The wait queue, its leases and its entries' attributes of one resource name.
+pub(crate) fn queue_keys(name: &str) -> [Vec<u8>; 3] {
+    [
+        key(QUEUE_PREFIX, name),
+        key(QUEUE_LEASE_PREFIX, name),
+        key(QUEUE_ATTRS_PREFIX, name),
+    ]
+}
+
+/// For each resource of `res`, whether node `i` of `n` announces its plain releases:
+/// `announce` (notify waiting) and one of its heralds ([`is_herald`]).
+pub(crate) fn heralds_on(res: &Resources, i: usize, n: usize, announce: bool) -> Vec<bool> {
+    res.names()
+        .iter()
+        .map(|name| announce && is_herald(name, i, n))
+        .collect()
+}
+
+/// Whether node `i` of `n` is one of the resource's two *heralds*: the nodes that
+/// announce its releases and keep its wait queue (a deterministic choice from the name, so
+/// every client agrees; two, so one node down does not silence them).
+pub(crate) fn is_herald(name: &str, i: usize, n: usize) -> bool {
+    if n <= 2 {
+        return true;
+    }
+    // FNV-1a: stable across processes and versions.
+    let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let first = usize::try_from(h % n as u64).unwrap_or(0);
+    i == first || i == (first + 1) % n
 }
 /// The release channel of one resource name.
 pub(crate) fn channel(name: &str) -> Vec<u8> {

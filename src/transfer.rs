@@ -126,7 +126,9 @@ impl Waiter {
     /// Releases `token` on the nodes `on` in the background (a release with transfer:
     /// drops its queue entry there and passes on a transfer to it).
     fn release_in_background(&self, token: &Token, on: &[usize]) {
-        let req = Arc::new(Request::release(&self.res, token, false, token.as_bytes()));
+        let req = Arc::new(Request::release(&self.res, token, token.as_bytes(), |_| {
+            false
+        }));
         let nodes: Vec<_> = on
             .iter()
             .filter_map(|i| self.inner.nodes.get(*i).cloned())
@@ -337,7 +339,7 @@ impl Waiter {
             return;
         }
         let token = self.epoch.token.clone();
-        let req = Request::release(&self.res, &token, false, token.as_bytes());
+        let req = Request::release(&self.res, &token, token.as_bytes(), |_| false);
         let timeout = self.timeout;
         let all: FuturesUnordered<_> = self
             .inner

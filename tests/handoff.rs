@@ -368,6 +368,54 @@ async fn a_queued_waiter_holds_by_transfer_without_an_acquire_round() -> TestRes
     Ok(())
 }
 
+/// The release of a lock on several resources hands each key to its own queue's head
+/// too: a waiter queued on one of them holds it by transfer, with no acquire round of its
+/// own (checked in every node's command log), while the other resource's key is simply
+/// deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_of_several_resources_transfers_each_to_its_queue() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let holder = Redlock::builder(cluster.urls()).build().await?;
+    let waiter = notified(&cluster).await?;
+    let (res, other) = ("handoff-many-a", "handoff-many-b");
+    let ttl = Duration::from_secs(10);
+    let lock = holder.try_lock_many([res, other], ttl).await?;
+    let w = tokio::spawn(async move { waiter.lock(res, ttl).await });
+    queued_everywhere(&cluster, res, 1).await?;
+    let claim_sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(include_str!("../src/scripts/claim.lua"))
+        .query_async(&mut raw(&cluster, 0).await)
+        .await?;
+    log_every_command(&cluster).await?;
+    let releasing = Instant::now();
+    lock.release().await?;
+    let got = tokio::time::timeout(Duration::from_secs(5), w).await???;
+    for (i, node) in commands_run(&cluster).await.iter().enumerate() {
+        for args in node {
+            let name = args
+                .first()
+                .map(|a| a.to_ascii_uppercase())
+                .unwrap_or_default();
+            let acquire = (name == "SET" && args.iter().any(|a| a.eq_ignore_ascii_case("NX")))
+                || ((name == "EVALSHA" || name == "EVAL")
+                    && args
+                        .get(1)
+                        .is_some_and(|s| *s == claim_sha || s.contains("NX")));
+            assert!(
+                !acquire,
+                "node {i} ran an acquire after the release: {args:?}"
+            );
+        }
+    }
+    assert!(holds_everywhere(&cluster, res, got.token()).await);
+    assert_eq!(count_key(&cluster, 0..3, &lock_key(other)).await, 0);
+    assert!(got.deadline() <= releasing + ttl, "{:?}", got.deadline());
+    got.release().await?;
+    assert_eq!(count_key(&cluster, 0..3, &lock_key(res)).await, 0);
+    Ok(())
+}
+
 /// A fenced transfer: the waiter's fencing token is larger than the releaser's, and the
 /// commit round ran: at least a quorum of counters is exactly the waiter's fencing token
 /// (the transfers raised each node's counter to its own value, from the node's clock in

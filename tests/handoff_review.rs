@@ -48,8 +48,8 @@ async fn release_one(cluster: &LocalCluster, i: usize, res: &str, token: &str) -
         .key(format!("quorumlock:qattrs:{res}"))
         .key(format!("quorumlock:fence:{res}"))
         .arg(token)
-        .arg(format!("quorumlock:released:{res}"))
         .arg("")
+        .arg(format!("quorumlock:released:{res}"))
         .arg("0")
         .invoke_async(&mut raw(cluster, i).await)
         .await

@@ -23,7 +23,7 @@
 
 use std::time::{Duration, Instant};
 
-use quorumlock::sim::{Persistence as SimPersistence, Reply, Request, SimNode, Value};
+use quorumlock::sim::{Persistence as SimPersistence, Queued, Reply, Request, SimNode, Value};
 use quorumlock::testkit::{LocalCluster, Persistence};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -295,21 +295,34 @@ fn gen_step(rng: &mut ChaCha8Rng, now_us: u64, last_top: u64, arrivals: &Arrival
             }
         }
         66..=75 => {
-            let r = RESOURCES[rng.random_range(0..3)];
+            // One resource, or (a third of the time) two or three, each on its own keys.
+            let count = if rng.random_bool(0.67) {
+                1
+            } else {
+                rng.random_range(2..=3)
+            };
+            let resources = (0..count)
+                .map(|_| {
+                    let r = RESOURCES[rng.random_range(0..3)];
+                    Queued {
+                        key: key_or_stray(rng, lock_key(r)),
+                        queue: key_or_stray(rng, queue_key(r)),
+                        leases: key_or_stray(rng, lease_key(r)),
+                        attrs: key_or_stray(rng, attrs_key(r)),
+                        fence: key_or_stray(rng, fence_key(r)),
+                        channel: channel(r),
+                        loud: rng.random_bool(0.7),
+                    }
+                })
+                .collect();
             Request::ReleaseOne {
-                key: key_or_stray(rng, lock_key(r)),
-                queue: key_or_stray(rng, queue_key(r)),
-                leases: key_or_stray(rng, lease_key(r)),
-                attrs: key_or_stray(rng, attrs_key(r)),
-                fence: key_or_stray(rng, fence_key(r)),
                 token: token_or_waiter(rng),
-                channel: channel(r),
                 waiter: if rng.random_bool(0.4) {
                     WAITERS[rng.random_range(0..3)].as_bytes().to_vec()
                 } else {
                     Vec::new()
                 },
-                loud: rng.random_bool(0.7),
+                resources,
             }
         }
         76..=92 => {
@@ -491,20 +504,19 @@ fn real_command(s: &Scripts, req: &Request) -> redis::Cmd {
             evalsha(&s.release, &slices(keys), &args)
         }
         Request::ReleaseOne {
-            key,
-            queue,
-            leases,
-            attrs,
-            fence,
             token,
-            channel,
             waiter,
-            loud,
-        } => evalsha(
-            &s.release_one,
-            &[key, queue, leases, attrs, fence],
-            &[token, channel, waiter, if *loud { b"1" } else { b"0" }],
-        ),
+            resources,
+        } => {
+            let mut keys: Vec<&[u8]> = Vec::new();
+            let mut args: Vec<&[u8]> = vec![token, waiter];
+            for r in resources {
+                keys.extend([&r.key[..], &r.queue, &r.leases, &r.attrs, &r.fence]);
+                args.push(&r.channel);
+                args.push(if r.loud { b"1" } else { b"0" });
+            }
+            evalsha(&s.release_one, &keys, &args)
+        }
         Request::Enqueue {
             queue,
             leases,

@@ -194,7 +194,7 @@ async fn skewed_peer(
                 let loud = if won && hs.contains(&i) { "1" } else { "0" };
                 let mut call = release.key(&key);
                 call.key(&queue).key(&leases).key(&attrs).key(&fence);
-                call.arg(&token).arg(&channel).arg(&id).arg(loud);
+                call.arg(&token).arg(&id).arg(&channel).arg(loud);
                 async move { call.invoke_async::<redis::Value>(&mut c).await }
             });
             for r in futures::future::join_all(releases).await {

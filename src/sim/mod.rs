@@ -106,5 +106,7 @@ mod state;
 mod tests;
 mod world;
 
-pub use node::{NodeDown, Persistence, Published, Reply, Request, Script, SimNode, Value, Variant};
+pub use node::{
+    NodeDown, Persistence, Published, Queued, Reply, Request, Script, SimNode, Value, Variant,
+};
 pub use world::{Config, Invariant, Mutation, Report, Stats, Violation, run};

@@ -29,7 +29,7 @@ use std::rc::Rc;
 
 use redis::Value;
 
-use super::node::{Reply as SimReply, Request as SimRequest};
+use super::node::{Queued, Reply as SimReply, Request as SimRequest};
 use super::state::{Call, Kind, Owner, Raw, short};
 use super::world::{Invariant, World};
 use crate::node::{self, Answer, Sent};
@@ -106,17 +106,30 @@ pub(super) fn translate(req: &node::Request) -> Result<Translated, String> {
                     channels: args.get(1..).unwrap_or_default().to_vec(),
                 }
             } else if is(&node::RELEASE_ONE) {
-                let key = |i: usize| keys.get(i).cloned().ok_or_else(bad);
+                // Five keys and two arguments (channel, loud) per resource.
+                if keys.is_empty() || keys.len() % 5 != 0 || args.len() != 2 + keys.len() / 5 * 2 {
+                    return Err(bad());
+                }
+                let resources = keys
+                    .chunks(5)
+                    .zip(args.get(2..).unwrap_or_default().chunks(2))
+                    .map(|(k, a)| match (k, a) {
+                        ([key, queue, leases, attrs, fence], [channel, loud]) => Ok(Queued {
+                            key: key.clone(),
+                            queue: queue.clone(),
+                            leases: leases.clone(),
+                            attrs: attrs.clone(),
+                            fence: fence.clone(),
+                            channel: channel.clone(),
+                            loud: loud == b"1",
+                        }),
+                        _ => Err(bad()),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
                 SimRequest::ReleaseOne {
-                    key: key(0)?,
-                    queue: key(1)?,
-                    leases: key(2)?,
-                    attrs: key(3)?,
-                    fence: key(4)?,
                     token: arg(0)?,
-                    channel: arg(1)?,
-                    waiter: arg(2)?,
-                    loud: arg(3)? == b"1",
+                    waiter: arg(1)?,
+                    resources,
                 }
             } else if is(&node::CLAIM) {
                 SimRequest::Claim {
@@ -181,10 +194,16 @@ pub(super) fn show_request(r: &SimRequest) -> String {
         SimRequest::CommitFence { token, t, .. } => format!("COMMIT_FENCE {} {t}", short(token)),
         SimRequest::Extend { token, ttl_ms, .. } => format!("EXTEND {} {ttl_ms}", short(token)),
         SimRequest::Release { token, .. } => format!("RELEASE {}", short(token)),
-        SimRequest::ReleaseOne { token, channel, .. } => format!(
+        SimRequest::ReleaseOne {
+            token, resources, ..
+        } => format!(
             "RELEASE_ONE {}{}",
             short(token),
-            if channel.is_empty() { "" } else { " announce" }
+            if resources.iter().any(|r| r.loud) {
+                " announce"
+            } else {
+                ""
+            }
         ),
         other => format!("{other:?}"),
     }
@@ -475,25 +494,32 @@ mod tests {
         assert!(matches!(*t.req, SimRequest::CommitFence { t: 77, .. }) && t.idempotent);
         let t = translate(&Request::extend(vec![key.clone()], &token, ttl)).unwrap();
         assert!(matches!(*t.req, SimRequest::Extend { ttl_ms: 2, .. }) && t.idempotent);
-        let t = translate(&Request::release(&res, &token, true, b"w")).unwrap();
+        let t = translate(&Request::release(&res, &token, b"w", |_| true)).unwrap();
         match &*t.req {
             SimRequest::ReleaseOne {
-                key: k,
-                channel,
-                waiter,
                 token: tk,
-                ..
+                waiter,
+                resources,
             } => {
-                assert_eq!((k, tk, waiter.as_slice()), (&key, &tok, &b"w"[..]));
-                assert!(!channel.is_empty());
+                assert_eq!((tk, waiter.as_slice()), (&tok, &b"w"[..]));
+                assert_eq!(resources.len(), 1);
+                assert_eq!(resources[0].key, key);
+                assert!(resources[0].loud && !resources[0].channel.is_empty());
             }
             other => panic!("{other:?}"),
         }
         let many = Resources::new(&["a", "b"]).unwrap();
         let t = translate(&Request::acquire(many.lock_keys(), &token, ttl)).unwrap();
         assert!(matches!(&*t.req, SimRequest::Acquire { keys, .. } if keys.len() == 2));
-        let t = translate(&Request::release(&many, &token, true, b"")).unwrap();
-        assert!(matches!(&*t.req, SimRequest::Release { channels, .. } if channels.len() == 2));
+        let t = translate(&Request::release(&many, &token, b"", |r| r == 1)).unwrap();
+        match &*t.req {
+            SimRequest::ReleaseOne { resources, .. } => {
+                let loud: Vec<bool> = resources.iter().map(|r| r.loud).collect();
+                assert_eq!(loud, [false, true]);
+                assert_eq!(resources[1].key, many.lock_keys()[1]);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     /// Simulated replies decode through `node::decode` as the real ones do.

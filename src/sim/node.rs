@@ -203,31 +203,21 @@ pub enum Request {
         /// Channels to announce the release on (none for a silent release).
         channels: Vec<Vec<u8>>,
     },
-    /// `release_one.lua` (the single-resource mutex's release, on every node): our own
-    /// entries leave the queue first; then `[0, waiters]` when the key does not hold our
-    /// token; else lapsed entries are purged and the head popped: a transfer entry gets
-    /// the key (`[2, waiters left, fence]`, announced `<token prefix>:>:<token>[:<fence>]`),
-    /// a name-only entry is named when `loud` (`[1, waiters]`, `<token prefix>:<token>`);
-    /// with no live entry the key is deleted and, when `loud`, `<token prefix>` announced.
+    /// `release_one.lua` (the mutex's release, on every node), each resource in order:
+    /// our own entries leave its queue first; then `[0, waiters]` when its key does not
+    /// hold our token; else lapsed entries are purged and the head popped: a transfer entry
+    /// gets the key (`[2, waiters left, fence]`, announced
+    /// `<token prefix>:>:<token>[:<fence>]`), a name-only entry is named when `loud`
+    /// (`[1, waiters]`, `<token prefix>:<token>`); with no live entry the key is deleted
+    /// and, when `loud`, `<token prefix>` announced. One resource answers as above;
+    /// several answer `[keys that left our token, most waiters of any]`.
     ReleaseOne {
-        /// The lock key.
-        key: Vec<u8>,
-        /// The wait queue (a sorted set: tokens by ticket).
-        queue: Vec<u8>,
-        /// The waiters' leases (a sorted set: token by lapse time, server ms).
-        leases: Vec<u8>,
-        /// The entries' attributes (a hash: token -> `<ttl ms>:<kind>`).
-        attrs: Vec<u8>,
-        /// The resource's fence counter (raised by a fenced transfer).
-        fence: Vec<u8>,
         /// Our token.
         token: Vec<u8>,
-        /// The resource's channel.
-        channel: Vec<u8>,
         /// The queue entry the holder waited under (empty for none).
         waiter: Vec<u8>,
-        /// Whether plain releases are announced and name-only entries named.
-        loud: bool,
+        /// The resources, in order.
+        resources: Vec<Queued>,
     },
     /// `enqueue.lua` (join or renew): `[state, ahead, ticket, holds]`: state 0 queued
     /// (renewed), 1 added, 2 gone (never re-added); `ahead` how many entries have a
@@ -319,6 +309,55 @@ impl Request {
             _ => return None,
         })
     }
+}
+
+/// One resource of a [`Request::ReleaseOne`]: its keys, its channel, and whether this node
+/// announces its plain releases.
+///
+/// # Example
+///
+/// ```
+/// use quorumlock::sim::{Persistence, Queued, Request, SimNode};
+///
+/// let mut node = SimNode::new(Persistence::None);
+/// let token = b"0123456789".to_vec();
+/// let resource = |name: &str| Queued {
+///     key: format!("lock:{name}").into_bytes(),
+///     queue: format!("queue:{name}").into_bytes(),
+///     leases: format!("qlease:{name}").into_bytes(),
+///     attrs: format!("qattrs:{name}").into_bytes(),
+///     fence: format!("fence:{name}").into_bytes(),
+///     channel: format!("released:{name}").into_bytes(),
+///     loud: true,
+/// };
+/// node.execute(0, &Request::SetNxPxGet { key: b"lock:a".to_vec(), token: token.clone(), ttl_ms: 100 })?;
+/// let release = Request::ReleaseOne {
+///     token,
+///     waiter: Vec::new(),
+///     resources: vec![resource("a"), resource("b")],
+/// };
+/// node.execute(0, &release)?;
+/// // Only the resource whose key held the token announces.
+/// let sent = node.drain_published();
+/// assert_eq!((sent.len(), sent[0].channel.as_slice()), (1, &b"released:a"[..]));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Queued {
+    /// The lock key.
+    pub key: Vec<u8>,
+    /// The wait queue (a sorted set: tokens by ticket).
+    pub queue: Vec<u8>,
+    /// The waiters' leases (a sorted set: token by lapse time, server ms).
+    pub leases: Vec<u8>,
+    /// The entries' attributes (a hash: token -> `<ttl ms>:<kind>[:<channel>]`).
+    pub attrs: Vec<u8>,
+    /// The resource's fence counter (raised by a fenced transfer).
+    pub fence: Vec<u8>,
+    /// The resource's channel.
+    pub channel: Vec<u8>,
+    /// Whether plain releases are announced and name-only entries named.
+    pub loud: bool,
 }
 
 /// A node's reply, as redis-rs would see it (RESP2; Lua numbers arrive as integers).
@@ -1124,19 +1163,48 @@ impl SimNode {
 
     fn release_one(&mut self, now_us: u64, req: &Request) -> Res<Reply> {
         let Request::ReleaseOne {
+            token,
+            waiter,
+            resources,
+        } = req
+        else {
+            return Err("ERR simulator: not a release".to_owned());
+        };
+        if let [one] = resources.as_slice() {
+            return self.release_queued(now_us, token, waiter, one);
+        }
+        let (mut left, mut most) = (0, 0);
+        for r in resources {
+            let got = self.release_queued(now_us, token, waiter, r)?;
+            if let Reply::Array(a) = &got {
+                if matches!(a.first(), Some(Reply::Int(c)) if *c > 0) {
+                    left += 1;
+                }
+                if let Some(Reply::Int(w)) = a.get(1) {
+                    most = most.max(*w);
+                }
+            }
+        }
+        Ok(pair(left, most))
+    }
+
+    /// One resource of `release_one.lua`.
+    fn release_queued(
+        &mut self,
+        now_us: u64,
+        token: &[u8],
+        waiter: &[u8],
+        r: &Queued,
+    ) -> Res<Reply> {
+        let Queued {
             key,
             queue,
             leases,
             attrs,
             fence,
-            token,
             channel,
-            waiter,
             loud,
-        } = req
-        else {
-            return Err("ERR simulator: not a release".to_owned());
-        };
+        } = r;
         let now = now_us / 1000;
         let q = [queue.as_slice(), leases, attrs];
         // Our own entries leave first, whatever the key holds.

@@ -83,17 +83,25 @@ fn joined(state: i64, ahead: i64, score: u64) -> Reply {
     ])
 }
 
-fn release_one(token: &str, waiter: &str) -> Request {
-    Request::ReleaseOne {
-        key: b("L"),
+/// One resource of a release: lock key `lock`, the queue's keys `Q`, `H`, `A`, fence `F`,
+/// channel `C`, loud.
+fn queued(lock: &[u8]) -> Queued {
+    Queued {
+        key: lock.to_vec(),
         queue: b("Q"),
         leases: b("H"),
         attrs: b("A"),
         fence: b("F"),
-        token: b(token),
         channel: b("C"),
-        waiter: b(waiter),
         loud: true,
+    }
+}
+
+fn release_one(token: &str, waiter: &str) -> Request {
+    Request::ReleaseOne {
+        token: b(token),
+        waiter: b(waiter),
+        resources: vec![queued(b"L")],
     }
 }
 
@@ -490,15 +498,9 @@ fn arb_request() -> impl Strategy<Value = Request> {
             }
         ),
         token.prop_map(|token| Request::ReleaseOne {
-            key: b("a"),
-            queue: b("Q"),
-            leases: b("H"),
-            attrs: b("A"),
-            fence: b("F"),
             token,
-            channel: b("C"),
             waiter: Vec::new(),
-            loud: true,
+            resources: vec![queued(b"a")],
         }),
     ]
 }
@@ -622,15 +624,9 @@ fn schedule_cost() {
 
 fn release_one_of(lock: &[u8], token: &[u8]) -> Request {
     Request::ReleaseOne {
-        key: lock.to_vec(),
-        queue: b("Q"),
-        leases: b("H"),
-        attrs: b("A"),
-        fence: b("F"),
         token: token.to_vec(),
-        channel: b("C"),
         waiter: Vec::new(),
-        loud: true,
+        resources: vec![queued(lock)],
     }
 }
 
@@ -780,8 +776,8 @@ fn quiet_release_and_claim() {
     run(&mut n, T0, join("w1", "1", 60_000, b'n', true));
     run(&mut n, T0, set("L", "tok", 1000));
     let mut quiet = release_one("tok", "");
-    if let Request::ReleaseOne { loud, .. } = &mut quiet {
-        *loud = false;
+    if let Request::ReleaseOne { resources, .. } = &mut quiet {
+        resources[0].loud = false;
     }
     assert_eq!(run(&mut n, T0, quiet), ints(&[1, 1]));
     assert!(n.drain_published().is_empty());
