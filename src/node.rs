@@ -87,6 +87,12 @@ pub(crate) static RELEASE_ONE: Lua = lua!("scripts/release_one.lua", idempotent:
 static ENQUEUE: Lua = lua!("scripts/enqueue.lua", idempotent: false);
 /// A queued waiter's acquire of one key: its own token there counts as granted.
 pub(crate) static CLAIM: Lua = lua!("scripts/claim.lua", idempotent: false);
+/// A multi-resource waiter's join of all its queues at once (never finished late nor
+/// retried, as [`ENQUEUE`]).
+static ENQUEUE_MANY: Lua = lua!("scripts/enqueue_many.lua", idempotent: false);
+/// A queued multi-resource waiter's acquire: every key or none, its own token counting as
+/// free.
+pub(crate) static CLAIM_MANY: Lua = lua!("scripts/claim_many.lua", idempotent: false);
 /// Compare-and-extend.
 pub(crate) static EXTEND: Lua = lua!("scripts/extend.lua", idempotent: true);
 /// The fenced acquire (round 1): every lock key or none, and the fence counters raised.
@@ -579,18 +585,15 @@ impl Request {
         }
     }
 
-    /// A queued waiter's acquire of one key with its own queued token (`claim.lua`): as
+    /// A queued waiter's acquire with its own queued token: one key (`claim.lua`) as
     /// `SET … NX PX GET`, and a key that already holds `token` (transferred to it) counts
-    /// as granted, its expiry set to `ttl`. Several keys: the ordinary acquire.
+    /// as granted, its expiry set to `ttl`; several (`claim_many.lua`) every key or none,
+    /// a key holding `token` counting as free.
     pub(crate) fn claim(keys: &[Vec<u8>], token: &Token, ttl: Duration) -> Request {
+        let args = vec![token.as_bytes().to_vec(), millis_arg(ttl)];
         match keys {
-            [key] => Request::script(
-                &CLAIM,
-                vec![key.clone()],
-                vec![token.as_bytes().to_vec(), millis_arg(ttl)],
-                Answer::Acquire,
-            ),
-            _ => Request::acquire(keys, token, ttl),
+            [key] => Request::script(&CLAIM, vec![key.clone()], args, Answer::Acquire),
+            _ => Request::script(&CLAIM_MANY, keys.to_vec(), args, Answer::Acquire),
         }
     }
 
@@ -848,6 +851,30 @@ impl QueueJoin {
         ];
         QueueJoin {
             call: Arc::new(ScriptCall::new(&ENQUEUE, ks, args)),
+        }
+    }
+
+    /// A multi-resource waiter's join or renewal of every queue of `res` at once
+    /// (`enqueue_many.lua`, entries of kind `m`); `set` is its set key. `a.kind` is not
+    /// used.
+    pub(crate) fn many(res: &Resources, set: &[u8], a: &JoinArgs<'_>) -> QueueJoin {
+        let mut ks = Vec::with_capacity(res.len() * 4 + 1);
+        for name in res.names() {
+            let [queue, leases, attrs] = crate::resource::queue_keys(name);
+            ks.extend([queue, leases, attrs, crate::resource::lock_key(name)]);
+        }
+        ks.push(set.to_vec());
+        let first = if a.first { b"1" } else { b"0" };
+        let args = vec![
+            a.token.to_vec(),
+            a.ticket.to_vec(),
+            millis_arg(a.lease),
+            millis_arg(a.ttl),
+            first.to_vec(),
+            a.inbox.to_vec(),
+        ];
+        QueueJoin {
+            call: Arc::new(ScriptCall::new(&ENQUEUE_MANY, ks, args)),
         }
     }
 }
@@ -1440,6 +1467,8 @@ mod tests {
             &RELEASE_ONE,
             &ENQUEUE,
             &CLAIM,
+            &ENQUEUE_MANY,
+            &CLAIM_MANY,
             &EXTEND,
             &ACQUIRE_FENCED,
             &COMMIT_FENCE,

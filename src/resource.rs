@@ -8,6 +8,7 @@
 //! | `quorumlock:lock:{name}` | the lock token, with the TTL |
 //! | `quorumlock:fence:{name}` | the fence counter (fencing only; never expires; the largest fencing token issued or committed on this node, in microseconds since the Unix epoch or above) |
 //! | `quorumlock:queue:{name}`, `quorumlock:qlease:{name}`, `quorumlock:qattrs:{name}` | waiters by ticket, when each one's lease lapses, and what a release does with each entry (`<ttl ms>:<kind>[:<channel>]`: transfer, fenced transfer, name-only; the channel a transfer is announced on, the waiter's client's inbox) (notify waiting, on every node; vanish with the last lease) |
+//! | `quorumlock:qset:<token>` | a multi-resource waiter's set: the channel a transfer to it is announced on, then each of its resources' lock key, queue, leases and attributes (`<length>:<bytes>` each); its entries' attributes are `<ttl ms>:m:quorumlock:qset:<token>`; lapses with the entries' lease |
 //! | `quorumlock:released:{name}` | the pub/sub channel announcing releases that hand the lock to no one |
 //! | `quorumlock:released:\xFFinbox:<16 hex>` | one client's inbox: the pub/sub channel announcing transfers to its waiters (byte `0xFF` never occurs in a name, so no resource's channel is an inbox) |
 //! | `quorumlock:rw:{name}` | a read-write lock's writer token, with the TTL |
@@ -39,6 +40,7 @@ const CHANNEL_PREFIX: &[u8] = b"quorumlock:released:";
 const QUEUE_PREFIX: &[u8] = b"quorumlock:queue:";
 const QUEUE_LEASE_PREFIX: &[u8] = b"quorumlock:qlease:";
 const QUEUE_ATTRS_PREFIX: &[u8] = b"quorumlock:qattrs:";
+const QUEUE_SET_PREFIX: &[u8] = b"quorumlock:qset:";
 const RW_PREFIX: &[u8] = b"quorumlock:rw:";
 const READERS_PREFIX: &[u8] = b"quorumlock:readers:";
 const INTENT_PREFIX: &[u8] = b"quorumlock:wintent:";
@@ -210,12 +212,24 @@ pub(crate) fn queue_keys(name: &str) -> [Vec<u8>; 3] {
     ]
 }
 
-/// For each resource of `res`, whether node `i` of `n` announces its plain releases:
-/// `announce` (notify waiting) and one of its heralds ([`is_herald`]).
+/// A multi-resource waiter's set key (`enqueue_many.lua`), for its token.
+pub(crate) fn set_key(token: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(QUEUE_SET_PREFIX.len() + token.len());
+    k.extend_from_slice(QUEUE_SET_PREFIX);
+    k.extend_from_slice(token);
+    k
+}
+
+/// For each resource of `res`, whether node `i` of `n` announces its plain release (and
+/// names a name-only head): only with `announce` (notify waiting); a lock on one resource
+/// on the resource's two heralds ([`is_herald`]); a lock on several on every node (a
+/// waiter for several resources listens to each of them, and with the two heralds of each
+/// unavailable, 5 nodes and more, no one would announce the release to it).
 pub(crate) fn heralds_on(res: &Resources, i: usize, n: usize, announce: bool) -> Vec<bool> {
+    let many = res.len() > 1;
     res.names()
         .iter()
-        .map(|name| announce && is_herald(name, i, n))
+        .map(|name| announce && (many || is_herald(name, i, n)))
         .collect()
 }
 

@@ -1,8 +1,20 @@
-//! The transfer waiter: a single-resource mutex waiter (notify waiting, fenced or not)
-//! that holds the lock when a quorum of nodes *transferred* it to its token inside the
-//! releaser's release, with no acquire round of its own (docs/safety.md, "Direct
-//! hand-off"). The decisions are pure ([`protocol::handoff`](crate::protocol::handoff));
-//! this module runs them with the clock, the nodes and the notifier.
+//! The transfer waiter: a mutex waiter with notify waiting (one resource, fenced or not;
+//! several, unfenced) that holds the lock when a quorum of nodes *transferred* it to its
+//! token inside the releaser's release, with no acquire round of its own (docs/safety.md,
+//! "Direct hand-off"). The decisions are pure
+//! ([`protocol::handoff`](crate::protocol::handoff)); this module runs them with the
+//! clock, the nodes and the notifier.
+//!
+//! A waiter for several resources queues one entry in each of its resources' queues, all
+//! joined (and renewed) at once on a node by one script with one ticket
+//! (`enqueue_many.lua`); a release hands it every key of its set on that node at once, or
+//! none (`release_one.lua`), so it never holds part of its set while it waits for the
+//! rest: no hold-and-wait, so no deadlock. On a node, one ticket per waiter orders any two
+//! waiters the same way in every queue they share, so the earliest one heads all of its
+//! queues and is handed its set when its keys are free. It claims (every key or none,
+//! `claim_many.lua`) on the fallback timer when it heads the queues, or when the hand-off
+//! window passes with some nodes counted; a plain release of one of its resources does
+//! not make it claim (another of its keys was held where that release ran).
 //!
 //! ```text
 //!   claim(T) ──refused──▶ join: heralds first (ticket) ──▶ every other node (same ticket)
@@ -67,6 +79,8 @@ struct Epoch {
     head: bool,
     /// A reply said the token is gone (and not held) on a node not counted.
     gone: bool,
+    /// Some node's reply said the token is queued there (or its keys hold it).
+    acknowledged: bool,
 }
 
 impl Epoch {
@@ -78,6 +92,7 @@ impl Epoch {
             first_count: None,
             head: true,
             gone: false,
+            acknowledged: false,
         }
     }
 
@@ -138,6 +153,18 @@ impl Waiter {
             let all: FuturesUnordered<_> = nodes.iter().map(|n| n.send(&req, timeout)).collect();
             all.collect::<Vec<_>>().await;
         });
+    }
+
+    /// The join (or renewal) request of `args.token`: one resource's queue
+    /// (`enqueue.lua`), or every queue of a multi-resource waiter's set at once
+    /// (`enqueue_many.lua`, whose entries get every key or none).
+    fn queue_join(&self, args: &JoinArgs<'_>) -> QueueJoin {
+        if self.res.len() == 1 {
+            let lock = self.res.lock_keys().first().cloned().unwrap_or_default();
+            QueueJoin::new(&self.keys, &lock, args)
+        } else {
+            QueueJoin::many(&self.res, &crate::resource::set_key(args.token), args)
+        }
     }
 
     fn all_nodes(&self) -> Vec<usize> {
@@ -211,7 +238,6 @@ impl Waiter {
     /// every reply (bounded by the node timeout), and applies what each reply means.
     async fn send(&mut self, on: &[usize]) {
         let ticket = self.ticket.clone().unwrap_or_default();
-        let lock = self.res.lock_keys().first().cloned().unwrap_or_default();
         let inbox = self
             .notifier()
             .map(|n| n.inbox().to_vec())
@@ -230,7 +256,7 @@ impl Waiter {
                     first,
                     inbox: &inbox,
                 };
-                let join = QueueJoin::new(&self.keys, &lock, &args);
+                let join = self.queue_join(&args);
                 let sent_at = Instant::now();
                 if first && let Some(c) = self.epoch.confirmed.get_mut(i) {
                     *c = Some(sent_at);
@@ -266,6 +292,7 @@ impl Waiter {
             let counted = self.epoch.counted.get(i).is_some_and(Option::is_some);
             match handoff::on_reply(Some((state, place.holds)), counted) {
                 handoff::Reply::Confirm => {
+                    self.epoch.acknowledged = true;
                     if let Some(c) = self.epoch.confirmed.get_mut(i) {
                         *c = Some(sent_at);
                     }
@@ -366,7 +393,6 @@ impl Waiter {
         let Some(n) = self.notifier() else {
             return;
         };
-        let lock = self.res.lock_keys().first().cloned().unwrap_or_default();
         let args = JoinArgs {
             token: self.epoch.token.as_bytes(),
             ticket: b"",
@@ -376,7 +402,7 @@ impl Waiter {
             first: false,
             inbox: n.inbox(),
         };
-        let join = Arc::new(QueueJoin::new(&self.keys, &lock, &args));
+        let join = Arc::new(self.queue_join(&args));
         let nodes: Vec<_> = granted
             .iter()
             .filter(|i| self.epoch.confirmed.get(**i).is_some_and(Option::is_some))
@@ -587,7 +613,15 @@ pub(crate) async fn acquire(
                 // that only became active is no release: claiming on it would spend an
                 // attempt on a lock still held (a release missed before it was active is
                 // found by the fallback timer and the renewals).
-                if wake == Wake::Released {
+                if wake == Wake::Released && res.len() > 1 && w.epoch.acknowledged {
+                    // A queued multi-resource waiter: a plain release of one of its keys
+                    // means that, where it was queued, another key of its set was still
+                    // held (or it was not at the head); the release that frees the last
+                    // one hands it the whole set. A claim now would mostly be refused and
+                    // spend an attempt. (A holder that died, or a join that lost the race
+                    // with a release, is found by the fallback timer.) Queued nowhere as
+                    // far as it knows (no herald answered its join), it claims as below.
+                } else if wake == Wake::Released {
                     if w.epoch.head || !w.epoch.sent_anywhere() {
                         claim_now = true;
                     } else {

@@ -160,8 +160,9 @@ impl Waiter<'_> {
 
 /// Acquires with retries, per `retry`.
 ///
-/// A single resource with notify waiting waits by transfer ([`transfer`](crate::transfer)).
-/// Every other lock (several resources; or notify waiting off) runs this loop. After a
+/// Notify waiting waits by transfer ([`transfer`](crate::transfer)): one resource, or
+/// several without fencing. Every other lock (several resources with fencing; or notify
+/// waiting off) runs this loop. After a
 /// failed attempt ([`contention::pause`]):
 /// * someone may hold a quorum → wait for a release announcement (then a short random
 ///   stagger) or the retry delay, whichever comes first;
@@ -179,10 +180,10 @@ pub(crate) async fn acquire_waiting(
     ttl: Duration,
     retry: &Retry,
 ) -> Result<Lock, Error> {
-    if res.len() == 1
-        && let Some(n) = &inner.notifier
+    if let Some(n) = &inner.notifier
+        && (res.len() == 1 || !inner.config.fencing)
     {
-        // A single resource with notify waiting: hand-off by transfer.
+        // Notify waiting: hand-off by transfer (several resources: unfenced only).
         let yield_first = n.should_yield(res);
         let interest = n.interest(res);
         return crate::transfer::acquire(inner, res, ttl, retry, interest, yield_first).await;

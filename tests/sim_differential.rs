@@ -47,9 +47,11 @@ struct Scripts {
     release_one: redis::Script,
     enqueue: redis::Script,
     claim: redis::Script,
+    enqueue_many: redis::Script,
+    claim_many: redis::Script,
 }
 
-const SOURCES: [&str; 8] = [
+const SOURCES: [&str; 10] = [
     include_str!("../src/scripts/acquire.lua"),
     include_str!("../src/scripts/acquire_fenced.lua"),
     include_str!("../src/scripts/commit_fence.lua"),
@@ -58,6 +60,8 @@ const SOURCES: [&str; 8] = [
     include_str!("../src/scripts/release_one.lua"),
     include_str!("../src/scripts/enqueue.lua"),
     include_str!("../src/scripts/claim.lua"),
+    include_str!("../src/scripts/enqueue_many.lua"),
+    include_str!("../src/scripts/claim_many.lua"),
 ];
 
 impl Scripts {
@@ -71,6 +75,8 @@ impl Scripts {
             release_one,
             enqueue,
             claim,
+            enqueue_many,
+            claim_many,
         ] = SOURCES.map(redis::Script::new);
         Scripts {
             acquire,
@@ -81,6 +87,8 @@ impl Scripts {
             release_one,
             enqueue,
             claim,
+            enqueue_many,
+            claim_many,
         }
     }
 }
@@ -149,6 +157,13 @@ fn token_or_waiter(rng: &mut ChaCha8Rng) -> Vec<u8> {
     } else {
         token(rng)
     }
+}
+/// A multi-resource waiter's set key.
+fn set_key(w: &[u8]) -> Vec<u8> {
+    let mut k = b"S:{".to_vec();
+    k.extend_from_slice(w);
+    k.push(b'}');
+    k
 }
 fn lease_key(r: &str) -> Vec<u8> {
     format!("H:{{{r}}}").into_bytes()
@@ -219,7 +234,7 @@ enum Step {
 }
 
 fn gen_step(rng: &mut ChaCha8Rng, now_us: u64, last_top: u64, arrivals: &Arrivals) -> Step {
-    let step = rng.random_range(0..110);
+    let step = rng.random_range(0..124);
     let req = match step {
         0..=3 => {
             let r = RESOURCES[rng.random_range(0..3)];
@@ -386,6 +401,60 @@ fn gen_step(rng: &mut ChaCha8Rng, now_us: u64, last_top: u64, arrivals: &Arrival
                 value,
             }
         }
+        110..=118 => {
+            // A multi-resource waiter joins or renews on one to three queues at once.
+            let rs = resources(rng, 3);
+            let waiter = WAITERS[rng.random_range(0..3)].as_bytes().to_vec();
+            let first_queue = queue_key(rs[0]);
+            let arrival = match rng.random_range(0..10) {
+                0..=4 => Vec::new(),
+                5..=7 => arrivals
+                    .get(&(first_queue, waiter.clone()))
+                    .cloned()
+                    .unwrap_or_default(),
+                _ => rng.random_range(1..=20u64).to_string().into_bytes(),
+            };
+            Request::EnqueueMany {
+                queues: rs
+                    .iter()
+                    .map(|r| {
+                        [
+                            key_or_stray(rng, queue_key(r)),
+                            key_or_stray(rng, lease_key(r)),
+                            key_or_stray(rng, attrs_key(r)),
+                            key_or_stray(rng, lock_key(r)),
+                        ]
+                    })
+                    .collect(),
+                set: set_key(&waiter),
+                waiter,
+                arrival,
+                wait_ms: match rng.random_range(0..20) {
+                    0 => 0,
+                    1..=4 => rng.random_range(60..=150),
+                    _ => LONG_TTL,
+                },
+                ttl_ms: match rng.random_range(0..10) {
+                    0 => 0,
+                    _ => ttl(rng).min(LONG_TTL * 2),
+                },
+                first: rng.random_bool(0.6),
+                inbox: [
+                    &b"quorumlock:released:\xffinbox:00000000000000c1"[..],
+                    b"a:b:",
+                    b"",
+                ][rng.random_range(0..3)]
+                .to_vec(),
+            }
+        }
+        119..=121 => Request::ClaimMany {
+            keys: resources(rng, 3)
+                .iter()
+                .map(|r| key_or_stray(rng, lock_key(r)))
+                .collect(),
+            token: token_or_waiter(rng),
+            ttl_ms: ttl(rng),
+        },
         97..=99 => Request::Get(any_key(rng)),
         100..=102 => Request::Pttl(any_key(rng)),
         103 => Request::Ping,
@@ -545,6 +614,44 @@ fn real_command(s: &Scripts, req: &Request) -> redis::Cmd {
         Request::Claim { key, token, ttl_ms } => {
             evalsha(&s.claim, &[key], &[token, ttl_ms.to_string().as_bytes()])
         }
+        Request::EnqueueMany {
+            queues,
+            set,
+            waiter,
+            arrival,
+            wait_ms,
+            ttl_ms,
+            first,
+            inbox,
+        } => {
+            let mut keys: Vec<&[u8]> = Vec::new();
+            for q in queues {
+                keys.extend(q.iter().map(Vec::as_slice));
+            }
+            keys.push(set);
+            let (wait, ttl) = (wait_ms.to_string(), ttl_ms.to_string());
+            evalsha(
+                &s.enqueue_many,
+                &keys,
+                &[
+                    waiter,
+                    arrival,
+                    wait.as_bytes(),
+                    ttl.as_bytes(),
+                    if *first { b"1" } else { b"0" },
+                    inbox,
+                ],
+            )
+        }
+        Request::ClaimMany {
+            keys,
+            token,
+            ttl_ms,
+        } => evalsha(
+            &s.claim_many,
+            &slices(keys),
+            &[token, ttl_ms.to_string().as_bytes()],
+        ),
         Request::Ping => redis::cmd("PING"),
         Request::ConfigGet(name) => {
             let mut c = redis::cmd("CONFIG");
@@ -1003,6 +1110,12 @@ async fn sim_node_matches_redis() {
             }
             if let (Request::Enqueue { queue, waiter, .. }, Reply::Array(a)) = (&req, &real)
                 && let Some(Reply::Bulk(score)) = a.get(2)
+            {
+                arrivals.insert((queue.clone(), waiter.clone()), score.clone());
+            }
+            if let (Request::EnqueueMany { queues, waiter, .. }, Reply::Array(a)) = (&req, &real)
+                && let Some(Reply::Bulk(score)) = a.get(2)
+                && let Some([queue, ..]) = queues.first()
             {
                 arrivals.insert((queue.clone(), waiter.clone()), score.clone());
             }

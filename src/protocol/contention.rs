@@ -149,7 +149,9 @@ pub(crate) fn recheck_at<T: Moment>(renew_at: T, now: T) -> T {
 /// Whether a release should make this client yield its next `lock()` of the resource:
 /// others listened for it. `listeners` is what the release reported: for one resource the
 /// waiters queued for it on a herald (this client is not among them), for several the
-/// subscribers it reached (this client's own subscription, `own_subscribed`, included).
+/// most subscribers one of its announcements reached (this client's own subscription,
+/// `own_subscribed`, included) or the most waiters queued for one of them, whichever is
+/// more.
 /// A release counts as heard by waiters also when the lock was waited for in the queue, or
 /// when no herald answered before it was decided (`queued`): then nothing told how many wait.
 pub(crate) fn releaser_yields(

@@ -7,14 +7,22 @@
 -- Then two per resource, in the order of KEYS: its channel; '1' when this node announces
 -- the resource's plain releases and names its name-only entries (a herald, notify
 -- waiting), '0' otherwise.
--- Each resource on its own, in order. First, always: our own entries (ARGV[1] and ARGV[2])
--- leave the queue, whether or not the key holds our token, so no later release can
--- transfer to a holder that is done.
+-- First, always: our own entries (ARGV[1] and ARGV[2]) leave every resource's queue
+-- (where the queue exists), whether or not the keys hold our token, so no later release
+-- can transfer to a holder that is done. Then each resource on its own, in order.
 -- If the key does not hold our token: {0, waiters}. Otherwise lapsed entries are purged
--- and the head is popped:
--- * a transfer entry ('t', 'f'): the key is set to its token with its TTL; 'f' also
---   raises the fence counter as acquire_fenced.lua does (a bad counter: no transfer, the
---   key is deleted and the waiter named instead); announced as
+-- and the head is looked at:
+-- * a multi-resource entry ('m', "<ttl ms>:m:<set key>", see enqueue_many.lua): the
+--   waiter gets every key of its set at once, or none. When each of its lock keys is free
+--   (or holds our token: it is being released here) and its token heads each of its
+--   queues (lapsed entries purged), its token leaves each of those queues, each key is
+--   set to it with its TTL, the set key is deleted, "<prefix>:>:<token>" is announced on
+--   the waiter's channel and {2, waiters left, 0} returned. Otherwise the entry stays at
+--   the head (the key is deleted as below: a plain release); an entry whose set key is
+--   gone (lapsed) leaves this queue;
+-- * else the head is popped. A transfer entry ('t', 'f'): the key is set to its token
+--   with its TTL; 'f' also raises the fence counter as acquire_fenced.lua does (a bad
+--   counter: no transfer, the key is deleted and the waiter named instead); announced as
 --   "<our token's first 8 chars>:>:<token>[:<fence>]" on the entry's channel when it has
 --   one (only its waiter listens there), else on the resource's; {2, waiters left, fence}
 --   (fence 0 for 't');
@@ -23,10 +31,21 @@
 -- * otherwise (empty queue; or a name-only head on a node that does not name): the key
 --   is deleted, "<prefix>" announced when loud; {1, waiters}.
 -- An emptied queue is deleted; otherwise its keys expire with the latest lease left.
--- Returns, for one resource, its answer as above; for several, {keys that left our
--- token (deleted or transferred), the most waiters any of them had}.
+-- Returns, for one resource, its answer as above; for several, {how many resources'
+-- releases found our token (a key handed over with an earlier resource's is not counted
+-- again), the most waiters any of them had or subscribers a plain announcement reached}.
+-- A wrong number of keys or arguments is an error (nothing written).
 local token, waiter = ARGV[1], ARGV[2]
 local prefix = string.sub(token, 1, 8)
+-- The most subscribers one plain announcement reached.
+local heard = 0
+
+local function announce(channel)
+  local got = redis.call('PUBLISH', channel, prefix)
+  if got > heard then
+    heard = got
+  end
+end
 
 local function tidy(queue, leases, attrs)
   local last = redis.call('ZRANGE', leases, -1, -1, 'WITHSCORES')
@@ -68,30 +87,104 @@ local function raise(fence, t)
   return floor
 end
 
+-- The entries of a set key's text: "<length>:<bytes>" each (a malformed rest is ignored).
+local function entries(raw)
+  local out, i = {}, 1
+  while i <= #raw do
+    local _, e, digits = string.find(raw, '^(%d+):', i)
+    if not e then
+      return out
+    end
+    local len = tonumber(digits)
+    out[#out + 1] = string.sub(raw, e + 1, e + len)
+    i = e + len + 1
+  end
+  return out
+end
+
+-- Purges the lapsed entries of one queue (its queue, leases and attributes keys).
+local function purge(queue, leases, attrs, now)
+  local lapsed = redis.call('ZRANGEBYSCORE', leases, '-inf', now)
+  for i = 1, #lapsed do
+    redis.call('ZREM', queue, lapsed[i])
+    redis.call('HDEL', attrs, lapsed[i])
+  end
+  redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+end
+
+-- A multi-resource entry `tok` at the head: every key of its set, or none. Returns
+-- 'moved', 'blocked', or 'gone' (its set key lapsed).
+local function hand_set(tok, ttl, set, now)
+  local raw = redis.call('GET', set)
+  if not raw then
+    return 'gone'
+  end
+  local e = entries(raw)
+  local groups = math.floor((#e - 1) / 4)
+  if groups < 1 then
+    return 'gone'
+  end
+  for g = 0, groups - 1 do
+    local lock, queue, leases, attrs = e[4 * g + 2], e[4 * g + 3], e[4 * g + 4], e[4 * g + 5]
+    purge(queue, leases, attrs, now)
+    local head = redis.call('ZRANGE', queue, 0, 0)
+    if #head == 0 or head[1] ~= tok then
+      return 'blocked'
+    end
+    local held = redis.call('GET', lock)
+    if held and held ~= token then
+      return 'blocked'
+    end
+  end
+  for g = 0, groups - 1 do
+    local lock, queue, leases, attrs = e[4 * g + 2], e[4 * g + 3], e[4 * g + 4], e[4 * g + 5]
+    drop(queue, leases, attrs, tok)
+    tidy(queue, leases, attrs)
+    redis.call('SET', lock, tok, 'PX', ttl)
+  end
+  redis.call('DEL', set)
+  redis.call('PUBLISH', e[1], prefix .. ':>:' .. tok)
+  return 'moved'
+end
+
 -- The release of one resource: its keys start at KEYS[k], its channel at ARGV[a].
 local function release(k, a)
   local key, queue, leases, attrs, fence = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
   local channel, loud = ARGV[a], ARGV[a + 1] == '1'
-  drop(queue, leases, attrs, token)
-  if waiter ~= '' then
-    drop(queue, leases, attrs, waiter)
-  end
   if redis.call('GET', key) ~= token then
     return {0, redis.call('ZCARD', queue)}
   end
   if redis.call('EXISTS', leases) == 1 then
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    local lapsed = redis.call('ZRANGEBYSCORE', leases, '-inf', now)
-    for i = 1, #lapsed do
-      redis.call('ZREM', queue, lapsed[i])
-      redis.call('HDEL', attrs, lapsed[i])
-    end
-    redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+    purge(queue, leases, attrs, now)
     local head = redis.call('ZRANGE', queue, 0, 0)
     if #head > 0 then
       local tok = head[1]
       local attr = redis.call('HGET', attrs, tok)
+      local mttl, set = nil, nil
+      if attr then
+        mttl, set = string.match(attr, '^(%d+):m:(.+)$')
+      end
+      if mttl and tonumber(mttl) > 0 then
+        local got = hand_set(tok, mttl, set, now)
+        if got == 'moved' then
+          -- (Its set names this key; should it not, the key still leaves our token.)
+          if redis.call('GET', key) == token then
+            redis.call('DEL', key)
+          end
+          return {2, redis.call('ZCARD', queue), 0}
+        end
+        if got == 'gone' then
+          drop(queue, leases, attrs, tok)
+        end
+        tidy(queue, leases, attrs)
+        redis.call('DEL', key)
+        if loud then
+          announce(channel)
+        end
+        return {1, redis.call('ZCARD', queue)}
+      end
       local ttl, kind, inbox = nil, 'n', channel
       if attr then
         local x, y, c = string.match(attr, '^(%d+):([tfn]):(.+)$')
@@ -137,12 +230,24 @@ local function release(k, a)
   end
   redis.call('DEL', key)
   if loud then
-    redis.call('PUBLISH', channel, prefix)
+    announce(channel)
   end
   return {1, redis.call('ZCARD', queue)}
 end
 
 local n = #KEYS / 5
+if #KEYS == 0 or #KEYS % 5 ~= 0 or #ARGV ~= 2 + 2 * n then
+  return redis.error_reply('ERR release_one: five keys and two arguments per resource')
+end
+for r = 0, n - 1 do
+  local queue, leases, attrs = KEYS[5 * r + 2], KEYS[5 * r + 3], KEYS[5 * r + 4]
+  if redis.call('EXISTS', queue) == 1 then
+    drop(queue, leases, attrs, token)
+    if waiter ~= '' then
+      drop(queue, leases, attrs, waiter)
+    end
+  end
+end
 if n == 1 then
   return release(1, 3)
 end
@@ -155,5 +260,8 @@ for r = 0, n - 1 do
   if got[2] > most then
     most = got[2]
   end
+end
+if heard > most then
+  most = heard
 end
 return {left, most}

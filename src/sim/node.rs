@@ -92,6 +92,10 @@ pub enum Script {
     Enqueue,
     /// `claim.lua`: a queued waiter's acquire of one key (its own token counts as granted).
     Claim,
+    /// `enqueue_many.lua`: join or renew a multi-resource waiter's place in all its queues.
+    EnqueueMany,
+    /// `claim_many.lua`: a queued multi-resource waiter's acquire of every key or none.
+    ClaimMany,
 }
 
 impl Script {
@@ -112,6 +116,8 @@ impl Script {
             Script::ReleaseOne => "release_one",
             Script::Enqueue => "enqueue",
             Script::Claim => "claim",
+            Script::EnqueueMany => "enqueue_many",
+            Script::ClaimMany => "claim_many",
         }
     }
 
@@ -210,7 +216,8 @@ pub enum Request {
     /// `<token prefix>:>:<token>[:<fence>]`), a name-only entry is named when `loud`
     /// (`[1, waiters]`, `<token prefix>:<token>`); with no live entry the key is deleted
     /// and, when `loud`, `<token prefix>` announced. One resource answers as above;
-    /// several answer `[keys that left our token, most waiters of any]`.
+    /// several answer `[how many resources' releases found our token, most waiters of any]`
+    /// (a key handed over with an earlier resource's is not counted again).
     ReleaseOne {
         /// Our token.
         token: Vec<u8>,
@@ -261,6 +268,41 @@ pub enum Request {
         /// The TTL in ms.
         ttl_ms: u64,
     },
+    /// `enqueue_many.lua` (a multi-resource waiter's join or renewal, in every queue of
+    /// its set at once; entries of kind `m`, attributes `<ttl ms>:m:<set key>`; the set
+    /// key holds the channel and each resource's lock, queue, leases and attributes keys,
+    /// each as `<length>:<bytes>`, and lapses with the lease): `[state, ahead, ticket,
+    /// holds]` as [`Request::Enqueue`], with `ahead` the most in any one queue and `holds`
+    /// 1 when every lock key holds the token. A renewal that finds the token missing from
+    /// some queue drops it from all (gone).
+    EnqueueMany {
+        /// Per resource: its queue, leases, attributes and lock key.
+        queues: Vec<[Vec<u8>; 4]>,
+        /// The waiter's set key.
+        set: Vec<u8>,
+        /// The waiter's token.
+        waiter: Vec<u8>,
+        /// Its ticket (decimal text), or empty on a first join.
+        arrival: Vec<u8>,
+        /// The lease, in ms.
+        wait_ms: u64,
+        /// The TTL a transfer sets the keys with, in ms.
+        ttl_ms: u64,
+        /// Whether this is the first join of this token on this node.
+        first: bool,
+        /// The channel a transfer to this waiter is announced on.
+        inbox: Vec<u8>,
+    },
+    /// `claim_many.lua`: 1 when every key was free or held our token (each now holds it
+    /// with the TTL), else 0 (nothing written).
+    ClaimMany {
+        /// The lock keys.
+        keys: Vec<Vec<u8>>,
+        /// Our token.
+        token: Vec<u8>,
+        /// The TTL in ms.
+        ttl_ms: u64,
+    },
     /// `PING`: `PONG`.
     Ping,
     /// `CONFIG GET name` for `maxmemory-policy`, `appendonly`, `appendfsync`, `save`:
@@ -306,6 +348,8 @@ impl Request {
             Request::ReleaseOne { .. } => Script::ReleaseOne,
             Request::Enqueue { .. } => Script::Enqueue,
             Request::Claim { .. } => Script::Claim,
+            Request::EnqueueMany { .. } => Script::EnqueueMany,
+            Request::ClaimMany { .. } => Script::ClaimMany,
             _ => return None,
         })
     }
@@ -894,6 +938,25 @@ impl SimNode {
             }
             Request::ReleaseOne { .. } => self.release_one(now_us, req),
             Request::Enqueue { .. } => self.enqueue(now_us, req),
+            Request::EnqueueMany { .. } => self.enqueue_many(now_us, req),
+            Request::ClaimMany {
+                keys,
+                token,
+                ttl_ms,
+            } => {
+                for key in keys {
+                    if self
+                        .get(key, now)?
+                        .is_some_and(|held| held != token.as_slice())
+                    {
+                        return Ok(Reply::Int(0));
+                    }
+                }
+                for key in keys {
+                    self.set_px(key, token, *ttl_ms, now)?;
+                }
+                Ok(Reply::Int(1))
+            }
             Request::Claim { key, token, ttl_ms } => {
                 let at = expire_at(now, *ttl_ms, "set")?;
                 match self.get(key, now)? {
@@ -1112,6 +1175,122 @@ impl SimNode {
         ]))
     }
 
+    fn enqueue_many(&mut self, now_us: u64, req: &Request) -> Res<Reply> {
+        let Request::EnqueueMany {
+            queues,
+            set,
+            waiter,
+            arrival,
+            wait_ms,
+            ttl_ms,
+            first,
+            inbox,
+        } = req
+        else {
+            return Err("ERR simulator: not an enqueue".to_owned());
+        };
+        let now = now_us / 1000;
+        let q = |r: &[Vec<u8>; 4]| -> [Vec<u8>; 3] { [r[0].clone(), r[1].clone(), r[2].clone()] };
+        for r in queues {
+            let [a, b, c] = q(r);
+            self.purge_lapsed([&a, &b, &c], now)?;
+        }
+        let (mut all, mut any) = (true, false);
+        for r in queues {
+            if self.get(&r[3], now)? == Some(waiter.as_slice()) {
+                any = true;
+            } else {
+                all = false;
+            }
+        }
+        let mut queued = 0;
+        for r in queues {
+            if self.zscore(&r[0], waiter, now)?.is_some() {
+                queued += 1;
+            }
+        }
+        // now + tonumber(ARGV[3]) is a Lua number: redis.call sends it as %.14g text.
+        let lapse_text = lua::format_number(now as f64 + *wait_ms as f64);
+        let lapse = lua::redis_double(lapse_text.as_bytes()).ok_or_else(|| NOT_FLOAT.to_owned())?;
+        let lapse_int = || -> Res<i64> {
+            lapse_text
+                .parse::<i64>()
+                .map_err(|_| NOT_INTEGER.to_owned())
+        };
+        let state = if queued == queues.len() {
+            for r in queues {
+                self.zadd(&r[1], lapse, waiter, false, now)?;
+            }
+            self.pexpireat(set, lapse_int()?, now)?;
+            0
+        } else if queued > 0 {
+            for r in queues {
+                let [a, b, c] = q(r);
+                self.drop_entry([&a, &b, &c], waiter, now)?;
+            }
+            self.keys.remove(set.as_slice());
+            2
+        } else if *first && !any {
+            let ticket = if arrival.is_empty() {
+                now_us as f64
+            } else {
+                lua::redis_double(arrival).ok_or_else(|| NOT_FLOAT.to_owned())?
+            };
+            let mut value = format!("{}:", inbox.len()).into_bytes();
+            value.extend_from_slice(inbox);
+            for r in queues {
+                for j in [3, 0, 1, 2] {
+                    value.extend_from_slice(format!("{}:", r[j].len()).as_bytes());
+                    value.extend_from_slice(&r[j]);
+                }
+            }
+            let at = lapse_int()?;
+            if at <= 0 {
+                return Err("ERR invalid expire time in 'set' command".to_owned());
+            }
+            self.put(set, Value::String(value), u64::try_from(at).ok());
+            let mut attr = format!("{ttl_ms}:m:").into_bytes();
+            attr.extend_from_slice(set);
+            for r in queues {
+                self.zadd(&r[0], ticket, waiter, false, now)?;
+                self.zadd(&r[1], lapse, waiter, false, now)?;
+                self.hset(&r[2], waiter, attr.clone(), now)?;
+            }
+            1
+        } else {
+            2
+        };
+        for r in queues {
+            let [a, b, c] = q(r);
+            self.expire_with_last_lease([&a, &b, &c], now)?;
+        }
+        let first_queue = queues.first().map(|r| r[0].clone()).unwrap_or_default();
+        let score = self.zscore(&first_queue, waiter, now)?;
+        let ahead = match score {
+            None => Reply::Nil,
+            Some(sc) => {
+                let mut most = 0;
+                for r in queues {
+                    let below = self
+                        .zset(&r[0], now)?
+                        .map_or(0, |z| z.iter().filter(|(s, _)| *s < sc).count());
+                    most = most.max(i64::try_from(below).unwrap_or(i64::MAX));
+                }
+                Reply::Int(most)
+            }
+        };
+        let score = match score {
+            Some(sc) => Reply::Bulk(lua::format_score(sc).into_bytes()),
+            None => Reply::Nil,
+        };
+        Ok(Reply::Array(vec![
+            Reply::Int(state),
+            ahead,
+            score,
+            Reply::Int(i64::from(all)),
+        ]))
+    }
+
     /// `ZRANGEBYSCORE leases -inf now`, each removed from the queue and the attributes,
     /// then `ZREMRANGEBYSCORE leases -inf now`. `q`: the queue, leases and attributes.
     fn purge_lapsed(&mut self, q: [&[u8]; 3], now: u64) -> Res<()> {
@@ -1170,12 +1349,28 @@ impl SimNode {
         else {
             return Err("ERR simulator: not a release".to_owned());
         };
+        let now = now_us / 1000;
+        if resources.is_empty() {
+            return Err("ERR release_one: five keys and two arguments per resource".to_owned());
+        }
+        // Our own entries leave every queue first (where it exists), whatever the keys hold.
+        for r in resources {
+            if !self.exists(&r.queue, now) {
+                continue;
+            }
+            let q = [r.queue.as_slice(), &r.leases, &r.attrs];
+            self.drop_entry(q, token, now)?;
+            if !waiter.is_empty() {
+                self.drop_entry(q, waiter, now)?;
+            }
+        }
+        let mut heard = 0;
         if let [one] = resources.as_slice() {
-            return self.release_queued(now_us, token, waiter, one);
+            return self.release_queued(now_us, token, one, &mut heard);
         }
         let (mut left, mut most) = (0, 0);
         for r in resources {
-            let got = self.release_queued(now_us, token, waiter, r)?;
+            let got = self.release_queued(now_us, token, r, &mut heard)?;
             if let Reply::Array(a) = &got {
                 if matches!(a.first(), Some(Reply::Int(c)) if *c > 0) {
                     left += 1;
@@ -1185,16 +1380,17 @@ impl SimNode {
                 }
             }
         }
-        Ok(pair(left, most))
+        Ok(pair(left, most.max(heard)))
     }
 
     /// One resource of `release_one.lua`.
+    /// `heard`: the most subscribers a plain announcement reached, kept across resources.
     fn release_queued(
         &mut self,
         now_us: u64,
         token: &[u8],
-        waiter: &[u8],
         r: &Queued,
+        heard: &mut i64,
     ) -> Res<Reply> {
         let Queued {
             key,
@@ -1207,15 +1403,6 @@ impl SimNode {
         } = r;
         let now = now_us / 1000;
         let q = [queue.as_slice(), leases, attrs];
-        // Our own entries leave first, whatever the key holds.
-        self.zrem(queue, token, now)?;
-        self.zrem(leases, token, now)?;
-        self.hdel(attrs, token, now)?;
-        if !waiter.is_empty() {
-            self.zrem(queue, waiter, now)?;
-            self.zrem(leases, waiter, now)?;
-            self.hdel(attrs, waiter, now)?;
-        }
         if !self.owned(key, token, now)? {
             let waiting = self.zcard(queue, now)?;
             return Ok(pair(0, waiting));
@@ -1229,6 +1416,31 @@ impl SimNode {
                 .map(|(_, m)| m.clone());
             if let Some(head) = head {
                 let attr = self.hget(attrs, &head, now)?;
+                if let Some((ttl, set)) = attr.as_deref().and_then(parse_multi_attr) {
+                    let moved = self.hand_set(now, token, &head, ttl, &set)?;
+                    if moved == Handed::Moved {
+                        // (Its set names this key; should it not, the key still leaves our token.)
+                        if self.get(key, now)? == Some(token) {
+                            self.keys.remove(key.as_slice());
+                        }
+                        let left = self.zcard(queue, now)?;
+                        return Ok(Reply::Array(vec![
+                            Reply::Int(2),
+                            Reply::Int(left),
+                            Reply::Int(0),
+                        ]));
+                    }
+                    if moved == Handed::Gone {
+                        self.drop_entry(q, &head, now)?;
+                    }
+                    self.expire_with_last_lease(q, now)?;
+                    self.keys.remove(key.as_slice());
+                    if *loud {
+                        *heard = (*heard).max(self.publish(channel, prefix));
+                    }
+                    let waiting = self.zcard(queue, now)?;
+                    return Ok(pair(1, waiting));
+                }
                 let (mut kind, ttl, inbox) = parse_attr(attr.as_deref());
                 if kind != b'n' || *loud {
                     self.zrem(queue, &head, now)?;
@@ -1272,10 +1484,71 @@ impl SimNode {
         }
         self.keys.remove(key.as_slice());
         if *loud {
-            self.publish(channel, prefix);
+            *heard = (*heard).max(self.publish(channel, prefix));
         }
         let waiting = self.zcard(queue, now)?;
         Ok(pair(1, waiting))
+    }
+
+    /// `ZREM queue e`, `ZREM leases e`, `HDEL attrs e`.
+    fn drop_entry(&mut self, q: [&[u8]; 3], entry: &[u8], now: u64) -> Res<()> {
+        let [queue, leases, attrs] = q;
+        self.zrem(queue, entry, now)?;
+        self.zrem(leases, entry, now)?;
+        self.hdel(attrs, entry, now)?;
+        Ok(())
+    }
+
+    /// `release_one.lua`'s `hand_set`: a multi-resource entry `tok` at the head gets every
+    /// key of its set (`set`: the set key) or none; `token` is the releaser's (a key
+    /// holding it counts as free).
+    fn hand_set(
+        &mut self,
+        now: u64,
+        token: &[u8],
+        tok: &[u8],
+        ttl: u64,
+        set: &[u8],
+    ) -> Res<Handed> {
+        let Some(raw) = self.get(set, now)?.map(<[u8]>::to_vec) else {
+            return Ok(Handed::Gone);
+        };
+        let e = set_entries(&raw);
+        let groups = e.len().saturating_sub(1) / 4;
+        if e.is_empty() || groups < 1 {
+            return Ok(Handed::Gone);
+        }
+        let group = |g: usize| -> [&[u8]; 4] {
+            let at = |i: usize| e.get(4 * g + i).map_or(&[][..], Vec::as_slice);
+            [at(1), at(2), at(3), at(4)]
+        };
+        for g in 0..groups {
+            let [lock, queue, leases, attrs] = group(g);
+            self.purge_lapsed([queue, leases, attrs], now)?;
+            let head = self
+                .zset(queue, now)?
+                .and_then(|z| z.first())
+                .map(|(_, m)| m.clone());
+            if head.as_deref() != Some(tok) {
+                return Ok(Handed::Blocked);
+            }
+            if self.get(lock, now)?.is_some_and(|held| held != token) {
+                return Ok(Handed::Blocked);
+            }
+        }
+        for g in 0..groups {
+            let [lock, queue, leases, attrs] = group(g);
+            self.drop_entry([queue, leases, attrs], tok, now)?;
+            self.expire_with_last_lease([queue, leases, attrs], now)?;
+            self.set_px(lock, tok, ttl, now)?;
+        }
+        self.keys.remove(set);
+        let mut payload = prefix8(token).to_vec();
+        payload.extend_from_slice(b":>:");
+        payload.extend_from_slice(tok);
+        let channel = e.first().cloned().unwrap_or_default();
+        self.publish(&channel, payload);
+        Ok(Handed::Moved)
     }
 
     /// A fenced transfer's counter: raised as `acquire_fenced.lua` raises it (to
@@ -1588,6 +1861,59 @@ fn not_a_counter(fence: &[u8]) -> String {
         "fence counter {} is not an integer",
         String::from_utf8_lossy(fence)
     )
+}
+
+/// What `hand_set` did with a multi-resource head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Handed {
+    /// Every key of its set is its now.
+    Moved,
+    /// A key of its set is held by another, or it is not the head of one of its queues.
+    Blocked,
+    /// Its set key is gone (lapsed) or holds no resource.
+    Gone,
+}
+
+/// A multi-resource entry's attributes, `^(%d+):m:(.+)$` with a TTL above zero: the TTL
+/// and the set key. A TTL that does not fit in a `u64` is read as the largest one (the
+/// `SET … PX` then fails as Redis's does).
+fn parse_multi_attr(attr: &[u8]) -> Option<(u64, Vec<u8>)> {
+    let colon = attr.iter().position(|b| *b == b':')?;
+    let (ttl, rest) = attr.split_at(colon);
+    let set = rest.strip_prefix(b":m:")?;
+    if ttl.is_empty() || !ttl.iter().all(u8::is_ascii_digit) || set.is_empty() {
+        return None;
+    }
+    if ttl.iter().all(|d| *d == b'0') {
+        return None;
+    }
+    let ms = std::str::from_utf8(ttl)
+        .ok()?
+        .parse::<u64>()
+        .unwrap_or(u64::MAX);
+    Some((ms, set.to_vec()))
+}
+
+/// The entries of a set key's text, `<length>:<bytes>` each (`release_one.lua`'s
+/// `entries`: a malformed rest is ignored; a length past the end takes what is left).
+fn set_entries(raw: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < raw.len() {
+        let digits = raw[i..].iter().take_while(|b| b.is_ascii_digit()).count();
+        if digits == 0 || raw.get(i + digits) != Some(&b':') {
+            return out;
+        }
+        let len = std::str::from_utf8(&raw[i..i + digits])
+            .ok()
+            .and_then(|d| d.parse::<usize>().ok())
+            .unwrap_or(usize::MAX);
+        let start = i + digits + 1;
+        let end = start.saturating_add(len).min(raw.len());
+        out.push(raw[start..end].to_vec());
+        i = start.saturating_add(len);
+    }
+    out
 }
 
 /// An entry's attributes, `<ttl ms>:<kind>` (as `release_one.lua` matches them): its kind

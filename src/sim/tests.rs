@@ -791,3 +791,181 @@ fn quiet_release_and_claim() {
     assert_eq!(run(&mut n, T0 + 100 * MS, claim("a")), Reply::Nil);
     assert_eq!(pttl(&mut n, T0 + 100 * MS, "L"), Reply::Int(500));
 }
+
+/// A multi-resource waiter's join of the queues of `names` (lock key `L<name>`, queue
+/// `Q<name>`, leases `H<name>`, attributes `A<name>`), set key `S<waiter>`.
+fn join_many(waiter: &str, names: &[&str], ticket: &str, first: bool) -> Request {
+    Request::EnqueueMany {
+        queues: names
+            .iter()
+            .map(|n| {
+                [
+                    b(&format!("Q{n}")),
+                    b(&format!("H{n}")),
+                    b(&format!("A{n}")),
+                    b(&format!("L{n}")),
+                ]
+            })
+            .collect(),
+        set: b(&format!("S{waiter}")),
+        waiter: b(waiter),
+        arrival: b(ticket),
+        wait_ms: 60_000,
+        ttl_ms: 500,
+        first,
+        inbox: b("I"),
+    }
+}
+
+/// The release of `names` (keys as in [`join_many`]) by `token`, loud.
+fn release_many(token: &str, names: &[&str]) -> Request {
+    Request::ReleaseOne {
+        token: b(token),
+        waiter: Vec::new(),
+        resources: names
+            .iter()
+            .map(|n| Queued {
+                key: b(&format!("L{n}")),
+                queue: b(&format!("Q{n}")),
+                leases: b(&format!("H{n}")),
+                attrs: b(&format!("A{n}")),
+                fence: b(&format!("F{n}")),
+                channel: b(&format!("C{n}")),
+                loud: true,
+            })
+            .collect(),
+    }
+}
+
+/// A multi-resource entry gets every key of its set at once or none: a release of one of
+/// its keys while another is held leaves it at the head (a plain release); the release of
+/// the last one hands it both keys, pops it from both queues and announces the transfer on
+/// its channel only.
+#[test]
+fn a_multi_resource_entry_gets_every_key_or_none() {
+    let mut n = SimNode::default();
+    run(&mut n, T0, set("La", "ha", 10_000));
+    run(&mut n, T0, set("Lb", "hb", 10_000));
+    assert_eq!(
+        run(&mut n, T0, join_many("m", &["a", "b"], "5", true)),
+        joined(1, 0, 5)
+    );
+    // A single waiter on `a` behind it.
+    let behind = Request::Enqueue {
+        queue: b("Qa"),
+        leases: b("Ha"),
+        attrs: b("Aa"),
+        key: b("La"),
+        waiter: b("s"),
+        arrival: b("9"),
+        wait_ms: 60_000,
+        ttl_ms: 500,
+        kind: b't',
+        first: true,
+        inbox: b("I2"),
+    };
+    assert_eq!(run(&mut n, T0, behind), joined(1, 1, 9));
+    // `a` is released while `b` is held: a plain release, the entry stays at the head, and
+    // the single waiter behind it gets nothing.
+    assert_eq!(run(&mut n, T0, release_many("ha", &["a"])), ints(&[1, 2]));
+    assert_eq!(get(&mut n, T0, "La"), Reply::Nil);
+    let sent = n.drain_published();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        (sent[0].channel.as_slice(), sent[0].payload.as_slice()),
+        (&b"Ca"[..], &b"ha"[..])
+    );
+    // `b` is released: both keys are the entry's, announced on its channel.
+    assert_eq!(
+        run(&mut n, T0, release_many("hb", &["b"])),
+        ints(&[2, 0, 0])
+    );
+    assert_eq!(get(&mut n, T0, "La"), Reply::Bulk(b("m")));
+    assert_eq!(get(&mut n, T0, "Lb"), Reply::Bulk(b("m")));
+    assert_eq!(pttl(&mut n, T0, "La"), Reply::Int(500));
+    let sent = n.drain_published();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        (sent[0].channel.as_slice(), sent[0].payload.as_slice()),
+        (&b"I"[..], &b"hb:>:m"[..])
+    );
+    // Gone from both queues; its renewal says so, and that both keys hold it.
+    assert_eq!(
+        run(&mut n, T0, join_many("m", &["a", "b"], "5", false)),
+        Reply::Array(vec![Reply::Int(2), Reply::Nil, Reply::Nil, Reply::Int(1)])
+    );
+    // Its release hands `a` to the single waiter.
+    assert_eq!(
+        run(&mut n, T0, release_many("m", &["a", "b"])),
+        ints(&[2, 0])
+    );
+    assert_eq!(get(&mut n, T0, "La"), Reply::Bulk(b("s")));
+    assert_eq!(get(&mut n, T0, "Lb"), Reply::Nil);
+}
+
+/// The release of several keys counts its own keys as free: a multi-resource entry whose
+/// set is exactly the released keys gets them all in the same script.
+#[test]
+fn a_release_of_several_keys_hands_them_all_to_a_multi_resource_entry() {
+    let mut n = SimNode::default();
+    let many = Request::Acquire {
+        keys: vec![b("La"), b("Lb")],
+        token: b("h"),
+        ttl_ms: 10_000,
+    };
+    assert_eq!(run(&mut n, T0, many), Reply::Int(1));
+    run(&mut n, T0, join_many("m", &["a", "b"], "5", true));
+    // (`b` was handed over with `a`: only `a`'s release found our token.)
+    assert_eq!(
+        run(&mut n, T0, release_many("h", &["a", "b"])),
+        ints(&[1, 0])
+    );
+    assert_eq!(get(&mut n, T0, "La"), Reply::Bulk(b("m")));
+    assert_eq!(get(&mut n, T0, "Lb"), Reply::Bulk(b("m")));
+    let sent = n.drain_published();
+    assert_eq!(sent.len(), 1, "one transfer, no plain release");
+}
+
+/// A renewal that finds the token missing from one of its queues (a lapse or a pop seen
+/// there first) drops it from all of them: a token is queued on all of its set or none. A
+/// first join is refused when any key already holds the token.
+#[test]
+fn a_multi_resource_token_is_queued_on_all_of_its_set_or_none() {
+    let mut n = SimNode::default();
+    run(&mut n, T0, join_many("m", &["a", "b"], "5", true));
+    // Pop it from `b` only, as a stray removal would.
+    let drop_b = Request::ReleaseOne {
+        token: b("m"),
+        waiter: Vec::new(),
+        resources: vec![Queued {
+            key: b("Lb"),
+            queue: b("Qb"),
+            leases: b("Hb"),
+            attrs: b("Ab"),
+            fence: b("Fb"),
+            channel: b("Cb"),
+            loud: false,
+        }],
+    };
+    run(&mut n, T0, drop_b);
+    assert_eq!(
+        run(&mut n, T0, join_many("m", &["a", "b"], "5", false)),
+        Reply::Array(vec![Reply::Int(2), Reply::Nil, Reply::Nil, Reply::Int(0)])
+    );
+    assert_eq!(
+        get(&mut n, T0, "Sm"),
+        Reply::Nil,
+        "the set key goes with it"
+    );
+    assert_eq!(run(&mut n, T0, Request::Pttl(b("Qa"))), Reply::Int(-2));
+    // A key holding the token: never added.
+    let own = Request::Set {
+        key: b("Lc"),
+        value: b("m2"),
+    };
+    run(&mut n, T0, own);
+    assert_eq!(
+        run(&mut n, T0, join_many("m2", &["c", "d"], "", true)),
+        Reply::Array(vec![Reply::Int(2), Reply::Nil, Reply::Nil, Reply::Int(0)])
+    );
+}
