@@ -214,14 +214,18 @@ impl Waiter {
     /// other until one answers and assigns it (its clock), then every node with that
     /// ticket, the other herald included. Asking both heralds at once would let each
     /// assign its own score, and two waiters joining together could then be ordered
-    /// differently on the two, splitting the next release's transfers. A first join is
+    /// differently on the two, splitting the next release's transfers. With both heralds
+    /// silent (down, paused, cut off), the other nodes are asked the same way, one after
+    /// the other: the waiter is queued where it can be, and the releases there hand over
+    /// to it (with five nodes and more, the three others are a quorum). A first join is
     /// sent at most once per token and node.
     async fn join(&mut self) {
         self.renew_at = contention::renew_at(tokio::time::Instant::now());
         let n = self.inner.nodes.len();
         if self.ticket.is_none() {
-            let heralds: Vec<usize> = (0..n).filter(|i| self.res.is_herald(*i, n)).collect();
-            for h in heralds {
+            let (heralds, others): (Vec<usize>, Vec<usize>) =
+                (0..n).partition(|i| self.res.is_herald(*i, n));
+            for h in heralds.into_iter().chain(others) {
                 self.send(&[h]).await;
                 if self.ticket.is_some() {
                     break;

@@ -105,6 +105,67 @@ async fn a_multi_resource_release_wakes_its_waiter_with_the_heralds_down() -> Te
     Ok(())
 }
 
+/// Liveness. Five nodes, both heralds of a resource down: a single-resource waiter still
+/// queues (a non-herald assigns its ticket when neither herald answers) on the three
+/// others, a quorum, and the holder's release hands it the lock there. Before, it queued
+/// nowhere, no node announced the release (only heralds do, for one resource), and it
+/// slept until its fallback timer (30 s here; it gave up at its 5 s maximum wait).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_heralds_are_down_still_holds_by_transfer() -> TestResult {
+    let n = 5;
+    let res = "rmr-single";
+    let (h1, h2) = heralds(res, n);
+    let cluster = LocalCluster::builder(n).launch().await?;
+    cluster.kill(h1).await?;
+    cluster.kill(h2).await?;
+    let quick = Duration::from_millis(200);
+    let holder = Redlock::builder(cluster.urls())
+        .node_timeout(quick)
+        .build()
+        .await?;
+    let waiter = Redlock::builder(cluster.urls())
+        .node_timeout(quick)
+        .retry(notified_only())
+        .build()
+        .await?;
+    let ttl = Duration::from_secs(20);
+    let lock = holder.try_lock(res, ttl).await?;
+    let w = tokio::spawn(async move {
+        let got = waiter.lock(res, ttl).await;
+        (Instant::now(), got.map(|l| l.token().to_string()))
+    });
+    let live: Vec<usize> = (0..n).filter(|i| *i != h1 && *i != h2).collect();
+    let queue = format!("quorumlock:queue:{res}");
+    let t = Instant::now();
+    loop {
+        let mut queued = 0;
+        for i in &live {
+            let k: u64 = redis::cmd("ZCARD")
+                .arg(&queue)
+                .query_async(&mut raw(&cluster, *i).await)
+                .await?;
+            queued += k;
+        }
+        if queued == live.len() as u64 {
+            break;
+        }
+        if t.elapsed() > Duration::from_secs(5) {
+            return Err(format!("queued on {queued} of {} live nodes", live.len()).into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    lock.release().await?;
+    let released = Instant::now();
+    let (at, got) = tokio::time::timeout(Duration::from_secs(10), w).await??;
+    eprintln!(
+        "heralds {h1},{h2} of one resource down: waiter {} {:?} after the release",
+        if got.is_ok() { "held" } else { "gave up" },
+        at.saturating_duration_since(released)
+    );
+    assert!(got.is_ok(), "the waiter was never handed the lock: {got:?}");
+    Ok(())
+}
+
 /// Liveness (fairness). The holder of {a, b} releases while another client waits for
 /// {a, b} in the notify loop, then asks for {a, b} again at once. The release reached a
 /// listener, so the releaser should yield (`contention::releaser_yields`: for several
