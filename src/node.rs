@@ -629,14 +629,15 @@ impl Request {
     /// hands each key it deletes to that resource's queue head when that is a transfer
     /// entry, announcing the transfer. `loud(r)` says whether this node announces the plain
     /// releases of the resource at index `r` (of [`Resources::names`]) and names its
-    /// name-only entries.
+    /// name-only entries. Several resources: the token's set key (a multi-resource
+    /// waiter's, `enqueue_many.lua`) is deleted too.
     pub(crate) fn release(
         res: &Resources,
         token: &Token,
         waiter: &[u8],
         loud: impl Fn(usize) -> bool,
     ) -> Request {
-        let mut keys = Vec::with_capacity(res.len() * 5);
+        let mut keys = Vec::with_capacity(res.len() * 5 + 1);
         let mut args = Vec::with_capacity(2 + res.len() * 2);
         args.push(token.as_bytes().to_vec());
         args.push(waiter.to_vec());
@@ -650,6 +651,10 @@ impl Request {
             } else {
                 b"0".to_vec()
             });
+        }
+        if res.len() > 1 {
+            // A multi-resource waiter's set key, gone with its entries.
+            keys.push(crate::resource::set_key(token.as_bytes()));
         }
         Request::script(&RELEASE_ONE, keys, args, Answer::Release)
     }
@@ -879,8 +884,8 @@ impl QueueJoin {
     }
 }
 
-/// Decodes a join's answer, `{state, ahead, ticket, holds}`: `None` for a failure or any
-/// other shape (an unreadable answer is an absent one).
+/// Decodes a join's answer, `{state, ahead, ticket, holds[, free]}`: `None` for a failure
+/// or any other shape (an unreadable answer is an absent one).
 pub(crate) fn decode_join(raw: Reply) -> Option<QueuePlace> {
     let Reply::Value(Value::Array(a)) = raw else {
         return None;
@@ -910,6 +915,7 @@ pub(crate) fn decode_join(raw: Reply) -> Option<QueuePlace> {
         ahead,
         score,
         holds: *holds == 1,
+        free: matches!(a.get(4), Some(Value::Int(1))),
     })
 }
 
@@ -1374,6 +1380,7 @@ mod tests {
                 ahead: 2,
                 score: Some(b"1700000000000001".to_vec()),
                 holds: false,
+                free: false,
             })
         );
         assert_eq!(
@@ -1388,7 +1395,19 @@ mod tests {
                 ahead: 0,
                 score: None,
                 holds: true,
+                free: false,
             })
+        );
+        // Several resources: a fifth element, 1 when no key is held.
+        assert!(
+            decode_join(arr(vec![
+                Value::Int(0),
+                Value::Int(0),
+                Value::BulkString(b"5".to_vec()),
+                Value::Int(0),
+                Value::Int(1)
+            ]))
+            .is_some_and(|p| p.free && !p.holds)
         );
         let queued = arr(vec![
             Value::Int(0),

@@ -81,6 +81,9 @@ struct Epoch {
     gone: bool,
     /// Some node's reply said the token is queued there (or its keys hold it).
     acknowledged: bool,
+    /// Several resources: at least half of the latest confirmations said no key of the
+    /// set was held.
+    free: bool,
 }
 
 impl Epoch {
@@ -93,6 +96,7 @@ impl Epoch {
             head: true,
             gone: false,
             acknowledged: false,
+            free: false,
         }
     }
 
@@ -273,7 +277,7 @@ impl Waiter {
         // Whether this waiter is the queue's head: as at least half of the nodes that
         // confirmed its place say (an entry left behind on a minority, by a holder whose
         // release did not reach it, must not hold the head back until its lease lapses).
-        let (mut confirms, mut heads) = (0usize, 0usize);
+        let (mut confirms, mut heads, mut frees) = (0usize, 0usize, 0usize);
         for (i, first, sent_at, place) in answers {
             let Some(place) = place else { continue };
             if first && place.holds {
@@ -302,6 +306,7 @@ impl Waiter {
                     }
                     confirms += 1;
                     heads += usize::from(place.ahead == 0);
+                    frees += usize::from(place.free);
                 }
                 handoff::Reply::Count => self.epoch.count(i, None),
                 handoff::Reply::Retire => self.epoch.gone = true,
@@ -310,6 +315,7 @@ impl Waiter {
         }
         if confirms > 0 {
             self.epoch.head = heads.saturating_mul(2) >= confirms;
+            self.epoch.free = frees.saturating_mul(2) >= confirms;
         }
     }
 
@@ -583,9 +589,11 @@ pub(crate) async fn acquire(
         }
         if tokio::time::Instant::now() >= w.renew_at {
             w.join().await;
-            if std::mem::take(&mut recheck) && w.epoch.head {
-                // A plain release was heard while a waiter ahead was still on record:
-                // the renewal says that waiter has gone, so this one is the head now.
+            let usable = res.len() == 1 || w.epoch.free;
+            if std::mem::take(&mut recheck) && w.epoch.head && usable {
+                // A plain release was heard while a waiter ahead was still on record (or,
+                // several resources, while queued): the renewal says this one is the head
+                // now (and no key of its set is held).
                 claim_now = true;
             }
             continue;
@@ -619,12 +627,15 @@ pub(crate) async fn acquire(
                 // found by the fallback timer and the renewals).
                 if wake == Wake::Released && res.len() > 1 && w.epoch.acknowledged {
                     // A queued multi-resource waiter: a plain release of one of its keys
-                    // means that, where it was queued, another key of its set was still
-                    // held (or it was not at the head); the release that frees the last
-                    // one hands it the whole set. A claim now would mostly be refused and
-                    // spend an attempt. (A holder that died, or a join that lost the race
-                    // with a release, is found by the fallback timer.) Queued nowhere as
-                    // far as it knows (no herald answered its join), it claims as below.
+                    // mostly means that, where it was queued, another key of its set was
+                    // still held (or it was not at the head); the release that frees the
+                    // last one hands it the whole set, and a claim now would be refused
+                    // and spend an attempt. But the release may also have run before its
+                    // join landed (nothing was handed to it): renew soon, and claim if
+                    // it heads its queues and no key of its set is held.
+                    let now = tokio::time::Instant::now();
+                    w.renew_at = contention::recheck_at(w.renew_at, now);
+                    recheck = true;
                 } else if wake == Wake::Released {
                     if w.epoch.head || !w.epoch.sent_anywhere() {
                         claim_now = true;

@@ -330,14 +330,22 @@ fn gen_step(rng: &mut ChaCha8Rng, now_us: u64, last_top: u64, arrivals: &Arrival
                     }
                 })
                 .collect();
+            let token = token_or_waiter(rng);
+            // Several resources: the releaser's set key (a waiter's, as the client sends).
+            let set = if count > 1 && rng.random_bool(0.8) {
+                set_key(&token)
+            } else {
+                Vec::new()
+            };
             Request::ReleaseOne {
-                token: token_or_waiter(rng),
+                token,
                 waiter: if rng.random_bool(0.4) {
                     WAITERS[rng.random_range(0..3)].as_bytes().to_vec()
                 } else {
                     Vec::new()
                 },
                 resources,
+                set,
             }
         }
         76..=92 => {
@@ -576,6 +584,7 @@ fn real_command(s: &Scripts, req: &Request) -> redis::Cmd {
             token,
             waiter,
             resources,
+            set,
         } => {
             let mut keys: Vec<&[u8]> = Vec::new();
             let mut args: Vec<&[u8]> = vec![token, waiter];
@@ -583,6 +592,9 @@ fn real_command(s: &Scripts, req: &Request) -> redis::Cmd {
                 keys.extend([&r.key[..], &r.queue, &r.leases, &r.attrs, &r.fence]);
                 args.push(&r.channel);
                 args.push(if r.loud { b"1" } else { b"0" });
+            }
+            if !set.is_empty() {
+                keys.push(set);
             }
             evalsha(&s.release_one, &keys, &args)
         }

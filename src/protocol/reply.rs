@@ -112,6 +112,8 @@ pub(crate) struct QueuePlace {
     pub(crate) score: Option<Vec<u8>>,
     /// The lock key on that node holds the token (a transfer to it happened there).
     pub(crate) holds: bool,
+    /// Several resources: no lock key on that node holds any token (`false` for one).
+    pub(crate) free: bool,
 }
 
 /// What a join or renewal found of the token on one node.

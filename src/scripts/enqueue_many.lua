@@ -14,9 +14,10 @@
 -- missing from some (popped, lapsed) drops it from all and answers gone. Only a first join
 -- adds it, and not when any of the lock keys holds it.
 -- Lapsed entries are purged first; each queue's keys expire with its latest lease.
--- Returns {state, ahead, score, holds}: state 0 queued (renewed), 1 added, 2 gone; ahead
--- the most live entries with an earlier ticket in any one queue (nil when not queued);
--- score its ticket (nil when not queued); holds 1 when every lock key holds the token.
+-- Returns {state, ahead, score, holds, free}: state 0 queued (renewed), 1 added, 2 gone;
+-- ahead the most live entries with an earlier ticket in any one queue (nil when not
+-- queued); score its ticket (nil when not queued); holds 1 when every lock key holds the
+-- token; free 1 when no lock key holds any token.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local token = ARGV[1]
@@ -33,12 +34,16 @@ for r = 1, n do
   end
   redis.call('ZREMRANGEBYSCORE', k(r, 2), '-inf', now)
 end
-local all, any = 1, 0
+local all, any, free = 1, 0, 1
 for r = 1, n do
-  if redis.call('GET', k(r, 4)) == token then
+  local held = redis.call('GET', k(r, 4))
+  if held == token then
     any = 1
   else
     all = 0
+  end
+  if held then
+    free = 0
   end
 end
 local queued = 0
@@ -103,4 +108,4 @@ if score then
     end
   end
 end
-return {state, ahead, score, all}
+return {state, ahead, score, all, free}

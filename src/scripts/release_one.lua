@@ -2,7 +2,8 @@
 -- queue's head (one waiter per key). Runs on every node.
 -- KEYS, five per resource: the lock key; the wait queue (tokens by ticket); the leases;
 -- the attributes (token -> "<ttl ms>:<kind>[:<channel>]", see enqueue.lua); the
--- resource's fence counter.
+-- resource's fence counter. Then, optionally, one more: the releaser's set key (see
+-- enqueue_many.lua), deleted first.
 -- ARGV[1]: our token. ARGV[2]: the queue entry this holder waited under ('' if none).
 -- Then two per resource, in the order of KEYS: its channel; '1' when this node announces
 -- the resource's plain releases and names its name-only entries (a herald, notify
@@ -18,8 +19,11 @@
 --   queues (lapsed entries purged), its token leaves each of those queues, each key is
 --   set to it with its TTL, the set key is deleted, "<prefix>:>:<token>" is announced on
 --   the waiter's channel and {2, waiters left, 0} returned. Otherwise the entry stays at
---   the head (the key is deleted as below: a plain release); an entry whose set key is
---   gone (lapsed) leaves this queue;
+--   the head, and the key goes to the first of the next BACKFILL entries that can be
+--   served now: a transfer entry as below, or a multi-resource entry as above (heading
+--   each of its other queues; only entries ahead of it here); with none, the key is
+--   deleted as below (a plain release). An entry whose set key is gone (lapsed) leaves
+--   this queue;
 -- * else the head is popped. A transfer entry ('t', 'f'): the key is set to its token
 --   with its TTL; 'f' also raises the fence counter as acquire_fenced.lua does (a bad
 --   counter: no transfer, the key is deleted and the waiter named instead); announced as
@@ -112,9 +116,10 @@ local function purge(queue, leases, attrs, now)
   redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
 end
 
--- A multi-resource entry `tok` at the head: every key of its set, or none. Returns
--- 'moved', 'blocked', or 'gone' (its set key lapsed).
-local function hand_set(tok, ttl, set, now)
+-- A multi-resource entry `tok`: every key of its set, or none. It must head each of its
+-- queues, except `at` (a queue where only entries that cannot be served now are ahead of
+-- it; nil for none). Returns 'moved', 'blocked', or 'gone' (its set key lapsed).
+local function hand_set(tok, ttl, set, now, at)
   local raw = redis.call('GET', set)
   if not raw then
     return 'gone'
@@ -127,9 +132,11 @@ local function hand_set(tok, ttl, set, now)
   for g = 0, groups - 1 do
     local lock, queue, leases, attrs = e[4 * g + 2], e[4 * g + 3], e[4 * g + 4], e[4 * g + 5]
     purge(queue, leases, attrs, now)
-    local head = redis.call('ZRANGE', queue, 0, 0)
-    if #head == 0 or head[1] ~= tok then
-      return 'blocked'
+    if queue ~= at then
+      local head = redis.call('ZRANGE', queue, 0, 0)
+      if #head == 0 or head[1] ~= tok then
+        return 'blocked'
+      end
     end
     local held = redis.call('GET', lock)
     if held and held ~= token then
@@ -147,6 +154,66 @@ local function hand_set(tok, ttl, set, now)
   return 'moved'
 end
 
+-- What an entry's attributes say: 'm' with its TTL and set key; else 't', 'f' or 'n' with
+-- its TTL and the channel its transfer is announced on (`channel` when it names none). No
+-- attributes, an unreadable text or a TTL of 0: 'n'.
+local function kind_of(attr, channel)
+  if attr then
+    local mttl, set = string.match(attr, '^(%d+):m:(.+)$')
+    if mttl and tonumber(mttl) > 0 then
+      return 'm', mttl, set
+    end
+  end
+  local ttl, kind, inbox = nil, 'n', channel
+  if attr then
+    local x, y, c = string.match(attr, '^(%d+):([tfn]):(.+)$')
+    if not x then
+      x, y = string.match(attr, '^(%d+):([tfn])$')
+    end
+    if x then
+      ttl, kind = x, y
+      if c then
+        inbox = c
+      end
+    end
+  end
+  if ttl == nil or tonumber(ttl) == 0 then
+    kind = 'n'
+  end
+  return kind, ttl, inbox
+end
+
+-- Hands the key to the entry `tok` of kind 't' or 'f' (its TTL, its channel), or names a
+-- name-only one ('n'): pops it first. A fenced entry whose counter is unreadable is named.
+local function give(key, queue, leases, attrs, fence, channel, t, tok, kind, ttl, inbox)
+  drop(queue, leases, attrs, tok)
+  local fenced = 0
+  if kind == 'f' then
+    fenced = raise(fence, t)
+    if fenced == nil then
+      kind, fenced = 'n', 0
+    end
+  end
+  tidy(queue, leases, attrs)
+  local left = redis.call('ZCARD', queue)
+  if kind == 'n' then
+    redis.call('DEL', key)
+    redis.call('PUBLISH', channel, prefix .. ':' .. tok)
+    return {1, left + 1}
+  end
+  redis.call('SET', key, tok, 'PX', ttl)
+  local payload = prefix .. ':>:' .. tok
+  if fenced > 0 then
+    payload = payload .. ':' .. string.format('%.0f', fenced)
+  end
+  redis.call('PUBLISH', inbox, payload)
+  return {2, left, fenced}
+end
+
+-- How many entries behind a blocked multi-resource head a release looks at for one it can
+-- serve now.
+local BACKFILL = 8
+
 -- The release of one resource: its keys start at KEYS[k], its channel at ARGV[a].
 local function release(k, a)
   local key, queue, leases, attrs, fence = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
@@ -161,22 +228,35 @@ local function release(k, a)
     local head = redis.call('ZRANGE', queue, 0, 0)
     if #head > 0 then
       local tok = head[1]
-      local attr = redis.call('HGET', attrs, tok)
-      local mttl, set = nil, nil
-      if attr then
-        mttl, set = string.match(attr, '^(%d+):m:(.+)$')
-      end
-      if mttl and tonumber(mttl) > 0 then
-        local got = hand_set(tok, mttl, set, now)
+      local kind, ttl, x = kind_of(redis.call('HGET', attrs, tok), channel)
+      if kind == 'm' then
+        local got = hand_set(tok, ttl, x, now, nil)
+        if got == 'gone' then
+          drop(queue, leases, attrs, tok)
+        elseif got == 'blocked' then
+          -- Another of its keys is held: serve the first entry behind it that can be
+          -- served now (it keeps its place, and gets its set at the first release that
+          -- finds all of it free), so that no free key waits for a held one.
+          local behind = redis.call('ZRANGE', queue, 1, BACKFILL)
+          for i = 1, #behind do
+            local e = behind[i]
+            local ek, ettl, ex = kind_of(redis.call('HGET', attrs, e), channel)
+            if ek == 'm' then
+              if hand_set(e, ettl, ex, now, queue) == 'moved' then
+                got = 'moved'
+                break
+              end
+            elseif ek ~= 'n' then
+              return give(key, queue, leases, attrs, fence, channel, t, e, ek, ettl, ex)
+            end
+          end
+        end
         if got == 'moved' then
           -- (Its set names this key; should it not, the key still leaves our token.)
           if redis.call('GET', key) == token then
             redis.call('DEL', key)
           end
           return {2, redis.call('ZCARD', queue), 0}
-        end
-        if got == 'gone' then
-          drop(queue, leases, attrs, tok)
         end
         tidy(queue, leases, attrs)
         redis.call('DEL', key)
@@ -185,45 +265,8 @@ local function release(k, a)
         end
         return {1, redis.call('ZCARD', queue)}
       end
-      local ttl, kind, inbox = nil, 'n', channel
-      if attr then
-        local x, y, c = string.match(attr, '^(%d+):([tfn]):(.+)$')
-        if not x then
-          x, y = string.match(attr, '^(%d+):([tfn])$')
-        end
-        if x then
-          ttl, kind = x, y
-          if c then
-            inbox = c
-          end
-        end
-      end
-      if ttl == nil or tonumber(ttl) == 0 then
-        kind = 'n'
-      end
       if kind ~= 'n' or loud then
-        drop(queue, leases, attrs, tok)
-        local fenced = 0
-        if kind == 'f' then
-          fenced = raise(fence, t)
-          if fenced == nil then
-            kind, fenced = 'n', 0
-          end
-        end
-        tidy(queue, leases, attrs)
-        local left = redis.call('ZCARD', queue)
-        if kind == 'n' then
-          redis.call('DEL', key)
-          redis.call('PUBLISH', channel, prefix .. ':' .. tok)
-          return {1, left + 1}
-        end
-        redis.call('SET', key, tok, 'PX', ttl)
-        local payload = prefix .. ':>:' .. tok
-        if fenced > 0 then
-          payload = payload .. ':' .. string.format('%.0f', fenced)
-        end
-        redis.call('PUBLISH', inbox, payload)
-        return {2, left, fenced}
+        return give(key, queue, leases, attrs, fence, channel, t, tok, kind, ttl, x)
       end
     end
     tidy(queue, leases, attrs)
@@ -235,9 +278,13 @@ local function release(k, a)
   return {1, redis.call('ZCARD', queue)}
 end
 
-local n = #KEYS / 5
-if #KEYS == 0 or #KEYS % 5 ~= 0 or #ARGV ~= 2 + 2 * n then
+local n = math.floor(#KEYS / 5)
+local extra = #KEYS - 5 * n
+if n < 1 or extra > 1 or #ARGV ~= 2 + 2 * n then
   return redis.error_reply('ERR release_one: five keys and two arguments per resource')
+end
+if extra == 1 then
+  redis.call('DEL', KEYS[#KEYS])
 end
 for r = 0, n - 1 do
   local queue, leases, attrs = KEYS[5 * r + 2], KEYS[5 * r + 3], KEYS[5 * r + 4]

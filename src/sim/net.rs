@@ -106,12 +106,15 @@ pub(super) fn translate(req: &node::Request) -> Result<Translated, String> {
                     channels: args.get(1..).unwrap_or_default().to_vec(),
                 }
             } else if is(&node::RELEASE_ONE) {
-                // Five keys and two arguments (channel, loud) per resource.
-                if keys.is_empty() || keys.len() % 5 != 0 || args.len() != 2 + keys.len() / 5 * 2 {
+                // Five keys and two arguments (channel, loud) per resource, and optionally
+                // the releaser's set key last.
+                let n = keys.len() / 5;
+                let extra = keys.len() - 5 * n;
+                if n == 0 || extra > 1 || args.len() != 2 + n * 2 {
                     return Err(bad());
                 }
                 let resources = keys
-                    .chunks(5)
+                    .chunks_exact(5)
                     .zip(args.get(2..).unwrap_or_default().chunks(2))
                     .map(|(k, a)| match (k, a) {
                         ([key, queue, leases, attrs, fence], [channel, loud]) => Ok(Queued {
@@ -126,10 +129,16 @@ pub(super) fn translate(req: &node::Request) -> Result<Translated, String> {
                         _ => Err(bad()),
                     })
                     .collect::<Result<Vec<_>, _>>()?;
+                let set = if extra == 1 {
+                    keys.last().cloned().unwrap_or_default()
+                } else {
+                    Vec::new()
+                };
                 SimRequest::ReleaseOne {
                     token: arg(0)?,
                     waiter: arg(1)?,
                     resources,
+                    set,
                 }
             } else if is(&node::CLAIM_MANY) {
                 SimRequest::ClaimMany {
@@ -506,6 +515,7 @@ mod tests {
                 token: tk,
                 waiter,
                 resources,
+                ..
             } => {
                 assert_eq!((tk, waiter.as_slice()), (&tok, &b"w"[..]));
                 assert_eq!(resources.len(), 1);

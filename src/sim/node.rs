@@ -225,6 +225,8 @@ pub enum Request {
         waiter: Vec<u8>,
         /// The resources, in order.
         resources: Vec<Queued>,
+        /// The releaser's set key (`enqueue_many.lua`), deleted first; empty for none.
+        set: Vec<u8>,
     },
     /// `enqueue.lua` (join or renew): `[state, ahead, ticket, holds]`: state 0 queued
     /// (renewed), 1 added, 2 gone (never re-added); `ahead` how many entries have a
@@ -272,8 +274,8 @@ pub enum Request {
     /// its set at once; entries of kind `m`, attributes `<ttl ms>:m:<set key>`; the set
     /// key holds the channel and each resource's lock, queue, leases and attributes keys,
     /// each as `<length>:<bytes>`, and lapses with the lease): `[state, ahead, ticket,
-    /// holds]` as [`Request::Enqueue`], with `ahead` the most in any one queue and `holds`
-    /// 1 when every lock key holds the token. A renewal that finds the token missing from
+    /// holds, free]` as [`Request::Enqueue`], with `ahead` the most in any one queue,
+    /// `holds` 1 when every lock key holds the token, `free` 1 when none holds any. A renewal that finds the token missing from
     /// some queue drops it from all (gone).
     EnqueueMany {
         /// Per resource: its queue, leases, attributes and lock key.
@@ -379,6 +381,7 @@ impl Request {
 ///     token,
 ///     waiter: Vec::new(),
 ///     resources: vec![resource("a"), resource("b")],
+///     set: Vec::new(),
 /// };
 /// node.execute(0, &release)?;
 /// // Only the resource whose key held the token announces.
@@ -1195,12 +1198,16 @@ impl SimNode {
             let [a, b, c] = q(r);
             self.purge_lapsed([&a, &b, &c], now)?;
         }
-        let (mut all, mut any) = (true, false);
+        let (mut all, mut any, mut free) = (true, false, true);
         for r in queues {
-            if self.get(&r[3], now)? == Some(waiter.as_slice()) {
+            let held = self.get(&r[3], now)?;
+            if held == Some(waiter.as_slice()) {
                 any = true;
             } else {
                 all = false;
+            }
+            if held.is_some() {
+                free = false;
             }
         }
         let mut queued = 0;
@@ -1288,6 +1295,7 @@ impl SimNode {
             ahead,
             score,
             Reply::Int(i64::from(all)),
+            Reply::Int(i64::from(free)),
         ]))
     }
 
@@ -1345,6 +1353,7 @@ impl SimNode {
             token,
             waiter,
             resources,
+            set,
         } = req
         else {
             return Err("ERR simulator: not a release".to_owned());
@@ -1352,6 +1361,9 @@ impl SimNode {
         let now = now_us / 1000;
         if resources.is_empty() {
             return Err("ERR release_one: five keys and two arguments per resource".to_owned());
+        }
+        if !set.is_empty() {
+            self.keys.remove(set.as_slice());
         }
         // Our own entries leave every queue first (where it exists), whatever the keys hold.
         for r in resources {
@@ -1397,7 +1409,7 @@ impl SimNode {
             queue,
             leases,
             attrs,
-            fence,
+            fence: _,
             channel,
             loud,
         } = r;
@@ -1417,8 +1429,49 @@ impl SimNode {
             if let Some(head) = head {
                 let attr = self.hget(attrs, &head, now)?;
                 if let Some((ttl, set)) = attr.as_deref().and_then(parse_multi_attr) {
-                    let moved = self.hand_set(now, token, &head, ttl, &set)?;
-                    if moved == Handed::Moved {
+                    let mut got = self.hand_set(now, token, &head, ttl, &set, None)?;
+                    if got == Handed::Gone {
+                        self.drop_entry(q, &head, now)?;
+                    } else if got == Handed::Blocked {
+                        // `ZRANGE queue 1 BACKFILL`: the first entry behind it that can be
+                        // served now.
+                        let behind: Vec<Vec<u8>> = self.zset(queue, now)?.map_or(Vec::new(), |z| {
+                            z.iter()
+                                .skip(1)
+                                .take(BACKFILL)
+                                .map(|(_, m)| m.clone())
+                                .collect()
+                        });
+                        for e in behind {
+                            let ea = self.hget(attrs, &e, now)?;
+                            if let Some((ettl, eset)) = ea.as_deref().and_then(parse_multi_attr) {
+                                if self.hand_set(
+                                    now,
+                                    token,
+                                    &e,
+                                    ettl,
+                                    &eset,
+                                    Some(queue.as_slice()),
+                                )? == Handed::Moved
+                                {
+                                    got = Handed::Moved;
+                                    break;
+                                }
+                                continue;
+                            }
+                            let (kind, ettl, inbox) = parse_attr(ea.as_deref());
+                            if kind != b'n' {
+                                let to = Entry2 {
+                                    tok: &e,
+                                    kind,
+                                    ttl: ettl,
+                                    inbox,
+                                };
+                                return self.give(now_us, r, token, to);
+                            }
+                        }
+                    }
+                    if got == Handed::Moved {
                         // (Its set names this key; should it not, the key still leaves our token.)
                         if self.get(key, now)? == Some(token) {
                             self.keys.remove(key.as_slice());
@@ -1430,9 +1483,6 @@ impl SimNode {
                             Reply::Int(0),
                         ]));
                     }
-                    if moved == Handed::Gone {
-                        self.drop_entry(q, &head, now)?;
-                    }
                     self.expire_with_last_lease(q, now)?;
                     self.keys.remove(key.as_slice());
                     if *loud {
@@ -1441,43 +1491,15 @@ impl SimNode {
                     let waiting = self.zcard(queue, now)?;
                     return Ok(pair(1, waiting));
                 }
-                let (mut kind, ttl, inbox) = parse_attr(attr.as_deref());
+                let (kind, ttl, inbox) = parse_attr(attr.as_deref());
                 if kind != b'n' || *loud {
-                    self.zrem(queue, &head, now)?;
-                    self.zrem(leases, &head, now)?;
-                    self.hdel(attrs, &head, now)?;
-                    let mut fenced: Option<u64> = None;
-                    if kind == b'f' {
-                        match self.raise_fence(now_us, fence)? {
-                            Some(v) => fenced = Some(v),
-                            None => kind = b'n',
-                        }
-                    }
-                    self.expire_with_last_lease(q, now)?;
-                    let left = self.zcard(queue, now)?;
-                    let mut payload = prefix;
-                    if kind == b'n' {
-                        self.keys.remove(key.as_slice());
-                        payload.push(b':');
-                        payload.extend_from_slice(&head);
-                        self.publish(channel, payload);
-                        return Ok(pair(1, left + 1));
-                    }
-                    let ttl = ttl.ok_or_else(|| NOT_INTEGER.to_owned())?;
-                    self.set_px(key, &head, ttl, now)?;
-                    payload.extend_from_slice(b":>:");
-                    payload.extend_from_slice(&head);
-                    if let Some(v) = fenced {
-                        payload.push(b':');
-                        payload.extend_from_slice(v.to_string().as_bytes());
-                    }
-                    self.publish(inbox.as_deref().unwrap_or(channel), payload);
-                    let v = fenced.map_or(0, |v| i64::try_from(v).unwrap_or(i64::MAX));
-                    return Ok(Reply::Array(vec![
-                        Reply::Int(2),
-                        Reply::Int(left),
-                        Reply::Int(v),
-                    ]));
+                    let to = Entry2 {
+                        tok: &head,
+                        kind,
+                        ttl,
+                        inbox,
+                    };
+                    return self.give(now_us, r, token, to);
                 }
             }
             self.expire_with_last_lease(q, now)?;
@@ -1490,6 +1512,61 @@ impl SimNode {
         Ok(pair(1, waiting))
     }
 
+    /// `release_one.lua`'s `give`: hands the key of `r` to the entry `to` (kind `t` or
+    /// `f`), or names a name-only one, popping it first.
+    fn give(&mut self, now_us: u64, r: &Queued, token: &[u8], to: Entry2<'_>) -> Res<Reply> {
+        let now = now_us / 1000;
+        let Queued {
+            key,
+            queue,
+            leases,
+            attrs,
+            fence,
+            channel,
+            ..
+        } = r;
+        let q = [queue.as_slice(), leases, attrs];
+        let Entry2 {
+            tok,
+            mut kind,
+            ttl,
+            inbox,
+        } = to;
+        self.drop_entry(q, tok, now)?;
+        let mut fenced: Option<u64> = None;
+        if kind == b'f' {
+            match self.raise_fence(now_us, fence)? {
+                Some(v) => fenced = Some(v),
+                None => kind = b'n',
+            }
+        }
+        self.expire_with_last_lease(q, now)?;
+        let left = self.zcard(queue, now)?;
+        let mut payload = prefix8(token).to_vec();
+        if kind == b'n' {
+            self.keys.remove(key.as_slice());
+            payload.push(b':');
+            payload.extend_from_slice(tok);
+            self.publish(channel, payload);
+            return Ok(pair(1, left + 1));
+        }
+        let ttl = ttl.ok_or_else(|| NOT_INTEGER.to_owned())?;
+        self.set_px(key, tok, ttl, now)?;
+        payload.extend_from_slice(b":>:");
+        payload.extend_from_slice(tok);
+        if let Some(v) = fenced {
+            payload.push(b':');
+            payload.extend_from_slice(v.to_string().as_bytes());
+        }
+        self.publish(inbox.as_deref().unwrap_or(channel), payload);
+        let v = fenced.map_or(0, |v| i64::try_from(v).unwrap_or(i64::MAX));
+        Ok(Reply::Array(vec![
+            Reply::Int(2),
+            Reply::Int(left),
+            Reply::Int(v),
+        ]))
+    }
+
     /// `ZREM queue e`, `ZREM leases e`, `HDEL attrs e`.
     fn drop_entry(&mut self, q: [&[u8]; 3], entry: &[u8], now: u64) -> Res<()> {
         let [queue, leases, attrs] = q;
@@ -1499,9 +1576,9 @@ impl SimNode {
         Ok(())
     }
 
-    /// `release_one.lua`'s `hand_set`: a multi-resource entry `tok` at the head gets every
-    /// key of its set (`set`: the set key) or none; `token` is the releaser's (a key
-    /// holding it counts as free).
+    /// `release_one.lua`'s `hand_set`: a multi-resource entry `tok` gets every key of its
+    /// set (`set`: the set key) or none; it must head each of its queues but `at`;
+    /// `token` is the releaser's (a key holding it counts as free).
     fn hand_set(
         &mut self,
         now: u64,
@@ -1509,6 +1586,7 @@ impl SimNode {
         tok: &[u8],
         ttl: u64,
         set: &[u8],
+        at: Option<&[u8]>,
     ) -> Res<Handed> {
         let Some(raw) = self.get(set, now)?.map(<[u8]>::to_vec) else {
             return Ok(Handed::Gone);
@@ -1519,18 +1597,20 @@ impl SimNode {
             return Ok(Handed::Gone);
         }
         let group = |g: usize| -> [&[u8]; 4] {
-            let at = |i: usize| e.get(4 * g + i).map_or(&[][..], Vec::as_slice);
-            [at(1), at(2), at(3), at(4)]
+            let nth = |i: usize| e.get(4 * g + i).map_or(&[][..], Vec::as_slice);
+            [nth(1), nth(2), nth(3), nth(4)]
         };
         for g in 0..groups {
             let [lock, queue, leases, attrs] = group(g);
             self.purge_lapsed([queue, leases, attrs], now)?;
-            let head = self
-                .zset(queue, now)?
-                .and_then(|z| z.first())
-                .map(|(_, m)| m.clone());
-            if head.as_deref() != Some(tok) {
-                return Ok(Handed::Blocked);
+            if at != Some(queue) {
+                let head = self
+                    .zset(queue, now)?
+                    .and_then(|z| z.first())
+                    .map(|(_, m)| m.clone());
+                if head.as_deref() != Some(tok) {
+                    return Ok(Handed::Blocked);
+                }
             }
             if self.get(lock, now)?.is_some_and(|held| held != token) {
                 return Ok(Handed::Blocked);
@@ -1861,6 +1941,18 @@ fn not_a_counter(fence: &[u8]) -> String {
         "fence counter {} is not an integer",
         String::from_utf8_lossy(fence)
     )
+}
+
+/// How many entries behind a blocked multi-resource head a release looks at
+/// (`release_one.lua`'s `BACKFILL`).
+const BACKFILL: usize = 8;
+
+/// An entry a release hands its key to (`give`): its token, kind, TTL and channel.
+struct Entry2<'a> {
+    tok: &'a [u8],
+    kind: u8,
+    ttl: Option<u64>,
+    inbox: Option<Vec<u8>>,
 }
 
 /// What `hand_set` did with a multi-resource head.

@@ -102,6 +102,7 @@ fn release_one(token: &str, waiter: &str) -> Request {
         token: b(token),
         waiter: b(waiter),
         resources: vec![queued(b"L")],
+        set: Vec::new(),
     }
 }
 
@@ -501,6 +502,7 @@ fn arb_request() -> impl Strategy<Value = Request> {
             token,
             waiter: Vec::new(),
             resources: vec![queued(b"a")],
+            set: Vec::new(),
         }),
     ]
 }
@@ -627,6 +629,7 @@ fn release_one_of(lock: &[u8], token: &[u8]) -> Request {
         token: token.to_vec(),
         waiter: Vec::new(),
         resources: vec![queued(lock)],
+        set: Vec::new(),
     }
 }
 
@@ -817,6 +820,17 @@ fn join_many(waiter: &str, names: &[&str], ticket: &str, first: bool) -> Request
     }
 }
 
+/// A join's reply with the fifth element of `enqueue_many.lua`: no key held.
+fn with_free(reply: Reply, free: bool) -> Reply {
+    match reply {
+        Reply::Array(mut a) => {
+            a.push(Reply::Int(i64::from(free)));
+            Reply::Array(a)
+        }
+        other => other,
+    }
+}
+
 /// The release of `names` (keys as in [`join_many`]) by `token`, loud.
 fn release_many(token: &str, names: &[&str]) -> Request {
     Request::ReleaseOne {
@@ -834,13 +848,15 @@ fn release_many(token: &str, names: &[&str]) -> Request {
                 loud: true,
             })
             .collect(),
+        set: b(&format!("S{token}")),
     }
 }
 
 /// A multi-resource entry gets every key of its set at once or none: a release of one of
-/// its keys while another is held leaves it at the head (a plain release); the release of
-/// the last one hands it both keys, pops it from both queues and announces the transfer on
-/// its channel only.
+/// its keys while another is held leaves it at the head and hands the key to the first
+/// waiter behind it that can be served now (a single-resource transfer entry); with none,
+/// a plain release. The release of the last one hands it both keys, pops it from both
+/// queues and announces the transfer on its channel only.
 #[test]
 fn a_multi_resource_entry_gets_every_key_or_none() {
     let mut n = SimNode::default();
@@ -848,7 +864,7 @@ fn a_multi_resource_entry_gets_every_key_or_none() {
     run(&mut n, T0, set("Lb", "hb", 10_000));
     assert_eq!(
         run(&mut n, T0, join_many("m", &["a", "b"], "5", true)),
-        joined(1, 0, 5)
+        with_free(joined(1, 0, 5), false)
     );
     // A single waiter on `a` behind it.
     let behind = Request::Enqueue {
@@ -865,15 +881,26 @@ fn a_multi_resource_entry_gets_every_key_or_none() {
         inbox: b("I2"),
     };
     assert_eq!(run(&mut n, T0, behind), joined(1, 1, 9));
-    // `a` is released while `b` is held: a plain release, the entry stays at the head, and
-    // the single waiter behind it gets nothing.
-    assert_eq!(run(&mut n, T0, release_many("ha", &["a"])), ints(&[1, 2]));
-    assert_eq!(get(&mut n, T0, "La"), Reply::Nil);
+    // `a` is released while `b` is held: the entry stays at the head, the single waiter
+    // behind it gets `a`.
+    assert_eq!(
+        run(&mut n, T0, release_many("ha", &["a"])),
+        ints(&[2, 1, 0])
+    );
+    assert_eq!(get(&mut n, T0, "La"), Reply::Bulk(b("s")));
     let sent = n.drain_published();
     assert_eq!(sent.len(), 1);
     assert_eq!(
         (sent[0].channel.as_slice(), sent[0].payload.as_slice()),
-        (&b"Ca"[..], &b"ha"[..])
+        (&b"I2"[..], &b"ha:>:s"[..])
+    );
+    // Its release: `b` still held and no one else waits for `a`: a plain release.
+    assert_eq!(run(&mut n, T0, release_many("s", &["a"])), ints(&[1, 1]));
+    assert_eq!(get(&mut n, T0, "La"), Reply::Nil);
+    let sent = n.drain_published();
+    assert_eq!(
+        (sent[0].channel.as_slice(), sent[0].payload.as_slice()),
+        (&b"Ca"[..], &b"s"[..])
     );
     // `b` is released: both keys are the entry's, announced on its channel.
     assert_eq!(
@@ -892,15 +919,53 @@ fn a_multi_resource_entry_gets_every_key_or_none() {
     // Gone from both queues; its renewal says so, and that both keys hold it.
     assert_eq!(
         run(&mut n, T0, join_many("m", &["a", "b"], "5", false)),
-        Reply::Array(vec![Reply::Int(2), Reply::Nil, Reply::Nil, Reply::Int(1)])
+        Reply::Array(vec![
+            Reply::Int(2),
+            Reply::Nil,
+            Reply::Nil,
+            Reply::Int(1),
+            Reply::Int(0)
+        ])
     );
-    // Its release hands `a` to the single waiter.
+    // Its release deletes both keys, and its set key (gone already, with the hand-over).
     assert_eq!(
         run(&mut n, T0, release_many("m", &["a", "b"])),
         ints(&[2, 0])
     );
-    assert_eq!(get(&mut n, T0, "La"), Reply::Bulk(b("s")));
+    assert_eq!(get(&mut n, T0, "La"), Reply::Nil);
     assert_eq!(get(&mut n, T0, "Lb"), Reply::Nil);
+}
+
+/// A multi-resource waiter behind a blocked one is served when it can be: it heads its
+/// other queue, and only the blocked entry is ahead of it here. Its release deletes its set
+/// key.
+#[test]
+fn a_multi_resource_entry_behind_a_blocked_one_is_served() {
+    let mut n = SimNode::default();
+    run(&mut n, T0, set("La", "ha", 10_000));
+    run(&mut n, T0, set("Lb", "hb", 10_000));
+    run(&mut n, T0, join_many("m", &["a", "b"], "5", true));
+    assert_eq!(
+        run(&mut n, T0, join_many("y", &["a", "c"], "7", true)),
+        with_free(joined(1, 1, 7), false)
+    );
+    assert_eq!(
+        run(&mut n, T0, release_many("ha", &["a"])),
+        ints(&[2, 1, 0])
+    );
+    assert_eq!(get(&mut n, T0, "La"), Reply::Bulk(b("y")));
+    assert_eq!(get(&mut n, T0, "Lc"), Reply::Bulk(b("y")));
+    assert_eq!(
+        get(&mut n, T0, "Sy"),
+        Reply::Nil,
+        "handed over: its set key goes"
+    );
+    assert_ne!(get(&mut n, T0, "Sm"), Reply::Nil, "still waiting");
+    // A set key left behind (a waiter that left) goes with its token's release.
+    run(&mut n, T0, join_many("z", &["d", "e"], "9", true));
+    assert_ne!(get(&mut n, T0, "Sz"), Reply::Nil);
+    run(&mut n, T0, release_many("z", &["d", "e"]));
+    assert_eq!(get(&mut n, T0, "Sz"), Reply::Nil);
 }
 
 /// The release of several keys counts its own keys as free: a multi-resource entry whose
@@ -946,11 +1011,18 @@ fn a_multi_resource_token_is_queued_on_all_of_its_set_or_none() {
             channel: b("Cb"),
             loud: false,
         }],
+        set: Vec::new(),
     };
     run(&mut n, T0, drop_b);
     assert_eq!(
         run(&mut n, T0, join_many("m", &["a", "b"], "5", false)),
-        Reply::Array(vec![Reply::Int(2), Reply::Nil, Reply::Nil, Reply::Int(0)])
+        Reply::Array(vec![
+            Reply::Int(2),
+            Reply::Nil,
+            Reply::Nil,
+            Reply::Int(0),
+            Reply::Int(1)
+        ])
     );
     assert_eq!(
         get(&mut n, T0, "Sm"),
@@ -966,6 +1038,12 @@ fn a_multi_resource_token_is_queued_on_all_of_its_set_or_none() {
     run(&mut n, T0, own);
     assert_eq!(
         run(&mut n, T0, join_many("m2", &["c", "d"], "", true)),
-        Reply::Array(vec![Reply::Int(2), Reply::Nil, Reply::Nil, Reply::Int(0)])
+        Reply::Array(vec![
+            Reply::Int(2),
+            Reply::Nil,
+            Reply::Nil,
+            Reply::Int(0),
+            Reply::Int(0)
+        ])
     );
 }
