@@ -19,8 +19,8 @@ use quorumlock::testkit::{History, LocalCluster, ProxyMode};
 use quorumlock::{Redlock, Retry};
 use redis::aio::MultiplexedConnection;
 use support::{
-    acl_cluster, connections_received, count_key, eventually, get, lock_key, plant_everywhere, raw,
-    zcards,
+    acl_cluster, acquires_run, connections_received, count_key, eventually, get, lock_key,
+    log_every_command, plant_everywhere, queued_on_every_node, raw, zcards,
 };
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -217,13 +217,7 @@ async fn queue_sizes(cluster: &LocalCluster, res: &str) -> Vec<u64> {
 /// Waits (bounded) until `n` waiters are queued on every node and every node has a
 /// subscriber on the resource's channel.
 async fn queued_everywhere(cluster: &LocalCluster, res: &str, n: u64) -> TestResult {
-    let queued = eventually(Duration::from_secs(5), || async {
-        queue_sizes(cluster, res).await.iter().all(|s| *s == n)
-    })
-    .await;
-    if !queued {
-        return Err(format!("not queued: {:?}", queue_sizes(cluster, res).await).into());
-    }
+    queued_on_every_node(cluster, res, n).await?;
     let channel = format!("quorumlock:released:{res}");
     let subscribed = eventually(Duration::from_secs(5), || async {
         for i in 0..cluster.len() {
@@ -260,57 +254,6 @@ async fn holds_everywhere(cluster: &LocalCluster, res: &str, token: &str) -> boo
     .await
 }
 
-/// Every command each node ran since the slow log was reset, as its arguments.
-async fn commands_run(cluster: &LocalCluster) -> Vec<Vec<Vec<String>>> {
-    let mut all = Vec::new();
-    for i in 0..cluster.len() {
-        let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
-            .arg("GET")
-            .arg(-1)
-            .query_async(&mut raw(cluster, i).await)
-            .await
-            .expect("SLOWLOG GET");
-        let mut node = Vec::new();
-        for e in entries {
-            let redis::Value::Array(fields) = e else {
-                continue;
-            };
-            if let Some(redis::Value::Array(args)) = fields.get(3) {
-                node.push(
-                    args.iter()
-                        .map(|a| match a {
-                            redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-                            other => format!("{other:?}"),
-                        })
-                        .collect(),
-                );
-            }
-        }
-        all.push(node);
-    }
-    all
-}
-
-/// Logs every command from now on (slow log threshold 0, long enough for the test).
-async fn log_every_command(cluster: &LocalCluster) -> TestResult {
-    for i in 0..cluster.len() {
-        let mut c = raw(cluster, i).await;
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("slowlog-log-slower-than")
-            .arg(0)
-            .arg("slowlog-max-len")
-            .arg(10_000)
-            .query_async(&mut c)
-            .await?;
-        let _: () = redis::cmd("SLOWLOG")
-            .arg("RESET")
-            .query_async(&mut c)
-            .await?;
-    }
-    Ok(())
-}
-
 /// A contended hand-off happens by transfer: once the holder releases, the queued waiter
 /// holds the lock with no acquire round of its own (no node ran a `SET … NX`, a claim
 /// script or a fenced acquire after the release began: checked in every node's command
@@ -326,39 +269,17 @@ async fn a_queued_waiter_holds_by_transfer_without_an_acquire_round() -> TestRes
     let lock = holder.try_lock(res, ttl).await?;
     let w = tokio::spawn(async move { waiter.lock(res, ttl).await });
     queued_everywhere(&cluster, res, 1).await?;
-    let claim_sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(include_str!("../src/scripts/claim.lua"))
-        .query_async(&mut raw(&cluster, 0).await)
-        .await?;
-    let fenced_sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(include_str!("../src/scripts/acquire_fenced.lua"))
-        .query_async(&mut raw(&cluster, 0).await)
-        .await?;
     log_every_command(&cluster).await?;
     let releasing = Instant::now();
     lock.release().await?;
     let got = tokio::time::timeout(Duration::from_secs(5), w).await???;
     let took = releasing.elapsed();
     println!("transfer: the waiter held {took:?} after the release began");
-    for (i, node) in commands_run(&cluster).await.iter().enumerate() {
-        for args in node {
-            let name = args
-                .first()
-                .map(|a| a.to_ascii_uppercase())
-                .unwrap_or_default();
-            let acquire = (name == "SET" && args.iter().any(|a| a.eq_ignore_ascii_case("NX")))
-                || ((name == "EVALSHA" || name == "EVAL")
-                    && args
-                        .get(1)
-                        .is_some_and(|s| *s == claim_sha || *s == fenced_sha || s.contains("NX")));
-            assert!(
-                !acquire,
-                "node {i} ran an acquire after the release: {args:?}"
-            );
-        }
-    }
+    let acquires = acquires_run(&cluster).await;
+    assert!(
+        acquires.is_empty(),
+        "acquires after the release: {acquires:?}"
+    );
     assert!(holds_everywhere(&cluster, res, got.token()).await);
     // Its last confirmation came before the release began.
     assert!(got.deadline() <= releasing + ttl, "{:?}", got.deadline());
@@ -382,32 +303,15 @@ async fn a_release_of_several_resources_transfers_each_to_its_queue() -> TestRes
     let lock = holder.try_lock_many([res, other], ttl).await?;
     let w = tokio::spawn(async move { waiter.lock(res, ttl).await });
     queued_everywhere(&cluster, res, 1).await?;
-    let claim_sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(include_str!("../src/scripts/claim.lua"))
-        .query_async(&mut raw(&cluster, 0).await)
-        .await?;
     log_every_command(&cluster).await?;
     let releasing = Instant::now();
     lock.release().await?;
     let got = tokio::time::timeout(Duration::from_secs(5), w).await???;
-    for (i, node) in commands_run(&cluster).await.iter().enumerate() {
-        for args in node {
-            let name = args
-                .first()
-                .map(|a| a.to_ascii_uppercase())
-                .unwrap_or_default();
-            let acquire = (name == "SET" && args.iter().any(|a| a.eq_ignore_ascii_case("NX")))
-                || ((name == "EVALSHA" || name == "EVAL")
-                    && args
-                        .get(1)
-                        .is_some_and(|s| *s == claim_sha || s.contains("NX")));
-            assert!(
-                !acquire,
-                "node {i} ran an acquire after the release: {args:?}"
-            );
-        }
-    }
+    let acquires = acquires_run(&cluster).await;
+    assert!(
+        acquires.is_empty(),
+        "acquires after the release: {acquires:?}"
+    );
     assert!(holds_everywhere(&cluster, res, got.token()).await);
     assert_eq!(count_key(&cluster, 0..3, &lock_key(other)).await, 0);
     assert!(got.deadline() <= releasing + ttl, "{:?}", got.deadline());

@@ -18,7 +18,10 @@ use std::time::{Duration, Instant};
 
 use quorumlock::testkit::{History, LocalCluster, ProxyMode};
 use quorumlock::{Lock, Redlock, Retry};
-use support::{count_key, eventually, get, lock_key, raw, zcards};
+use support::{
+    acquires_run, count_key, eventually, get, lock_key, log_every_command, queued_on_every_node,
+    raw,
+};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
@@ -37,16 +40,7 @@ async fn notified(cluster: &LocalCluster) -> Result<Redlock, quorumlock::Error> 
 
 /// Waits (bounded) until `n` entries are queued for `res` on every node.
 async fn queued_everywhere(cluster: &LocalCluster, res: &str, n: u64) -> TestResult {
-    let key = format!("quorumlock:queue:{res}");
-    let ok = eventually(Duration::from_secs(5), || async {
-        zcards(cluster, &key).await.iter().all(|s| *s == n)
-    })
-    .await;
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("not queued: {:?}", zcards(cluster, &key).await).into())
-    }
+    Ok(queued_on_every_node(cluster, res, n).await?)
 }
 
 /// Whether every node's keys of `resources` hold `token` within a second.
@@ -64,76 +58,11 @@ async fn holds_everywhere(cluster: &LocalCluster, resources: &[&str], token: &st
     .await
 }
 
-/// Logs every command from now on (slow log threshold 0).
-async fn log_every_command(cluster: &LocalCluster) -> TestResult {
-    for i in 0..cluster.len() {
-        let mut c = raw(cluster, i).await;
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("slowlog-log-slower-than")
-            .arg(0)
-            .query_async(&mut c)
-            .await?;
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("slowlog-max-len")
-            .arg(10_000)
-            .query_async(&mut c)
-            .await?;
-        let _: () = redis::cmd("SLOWLOG")
-            .arg("RESET")
-            .query_async(&mut c)
-            .await?;
-    }
-    Ok(())
-}
-
 /// Asserts that no node ran an acquire since [`log_every_command`]: no `SET … NX`, no
-/// multi-key acquire or claim script.
+/// acquire or claim script.
 async fn assert_no_acquire_round(cluster: &LocalCluster) -> TestResult {
-    let mut shas = Vec::new();
-    for src in [
-        include_str!("../src/scripts/acquire.lua"),
-        include_str!("../src/scripts/claim.lua"),
-        include_str!("../src/scripts/claim_many.lua"),
-    ] {
-        let sha: String = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(src)
-            .query_async(&mut raw(cluster, 0).await)
-            .await?;
-        shas.push(sha);
-    }
-    for i in 0..cluster.len() {
-        let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
-            .arg("GET")
-            .arg(-1)
-            .query_async(&mut raw(cluster, i).await)
-            .await?;
-        for entry in log {
-            let redis::Value::Array(fields) = entry else {
-                continue;
-            };
-            let Some(redis::Value::Array(args)) = fields.get(3) else {
-                continue;
-            };
-            let args: Vec<String> = args
-                .iter()
-                .map(|a| match a {
-                    redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-                    other => format!("{other:?}"),
-                })
-                .collect();
-            let name = args
-                .first()
-                .map(|a| a.to_ascii_uppercase())
-                .unwrap_or_default();
-            let acquire = (name == "SET" && args.iter().any(|a| a.eq_ignore_ascii_case("NX")))
-                || ((name == "EVALSHA" || name == "EVAL")
-                    && args.get(1).is_some_and(|s| shas.contains(s)));
-            assert!(!acquire, "node {i} ran an acquire: {args:?}");
-        }
-    }
+    let acquires = acquires_run(cluster).await;
+    assert!(acquires.is_empty(), "acquires: {acquires:?}");
     Ok(())
 }
 

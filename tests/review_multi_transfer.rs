@@ -12,22 +12,13 @@ use std::time::{Duration, Instant};
 
 use quorumlock::testkit::LocalCluster;
 use quorumlock::{Redlock, Retry};
-use support::{count_key, eventually, lock_key, zcards};
+use support::{count_key, eventually, lock_key, queued_on_every_node, zcards};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
 /// Waits (bounded) until `n` entries are queued for `res` on every node.
 async fn queued_everywhere(cluster: &LocalCluster, res: &str, n: u64) -> TestResult {
-    let key = format!("quorumlock:queue:{res}");
-    let ok = eventually(Duration::from_secs(5), || async {
-        zcards(cluster, &key).await.iter().all(|s| *s == n)
-    })
-    .await;
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("not queued: {:?}", zcards(cluster, &key).await).into())
-    }
+    Ok(queued_on_every_node(cluster, res, n).await?)
 }
 
 /// Waits (bounded) until some node has `n` entries queued for `res` (before the change a

@@ -175,3 +175,102 @@ pub async fn acl_cluster(
         .collect();
     Ok((cluster, urls))
 }
+
+/// Logs every command each node runs from now on (slow log threshold 0, room for 10,000
+/// entries), the log emptied first.
+pub async fn log_every_command(cluster: &LocalCluster) -> redis::RedisResult<()> {
+    for i in 0..cluster.len() {
+        let mut c = raw(cluster, i).await;
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("slowlog-log-slower-than")
+            .arg(0)
+            .arg("slowlog-max-len")
+            .arg(10_000)
+            .query_async(&mut c)
+            .await?;
+        let _: () = redis::cmd("SLOWLOG")
+            .arg("RESET")
+            .query_async(&mut c)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Every command each node ran since [`log_every_command`], as its arguments.
+pub async fn commands_run(cluster: &LocalCluster) -> Vec<Vec<Vec<String>>> {
+    let mut all = Vec::new();
+    for i in 0..cluster.len() {
+        let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
+            .arg("GET")
+            .arg(-1)
+            .query_async(&mut raw(cluster, i).await)
+            .await
+            .expect("SLOWLOG GET");
+        let mut node = Vec::new();
+        for e in entries {
+            let redis::Value::Array(fields) = e else {
+                continue;
+            };
+            if let Some(redis::Value::Array(args)) = fields.get(3) {
+                node.push(
+                    args.iter()
+                        .map(|a| match a {
+                            redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                            other => format!("{other:?}"),
+                        })
+                        .collect(),
+                );
+            }
+        }
+        all.push(node);
+    }
+    all
+}
+
+/// The acquisitions each node ran since [`log_every_command`], as (node, arguments): a
+/// `SET … NX`, or a script that acquires (`acquire.lua`, `acquire_fenced.lua`, `claim.lua`,
+/// `claim_many.lua`).
+pub async fn acquires_run(cluster: &LocalCluster) -> Vec<(usize, Vec<String>)> {
+    let shas: Vec<String> = [
+        include_str!("../../src/scripts/acquire.lua"),
+        include_str!("../../src/scripts/acquire_fenced.lua"),
+        include_str!("../../src/scripts/claim.lua"),
+        include_str!("../../src/scripts/claim_many.lua"),
+    ]
+    .into_iter()
+    .map(|src| redis::Script::new(src).get_hash().to_owned())
+    .collect();
+    let mut found = Vec::new();
+    for (i, node) in commands_run(cluster).await.into_iter().enumerate() {
+        for args in node {
+            let name = args
+                .first()
+                .map(|a| a.to_ascii_uppercase())
+                .unwrap_or_default();
+            let acquire = (name == "SET" && args.iter().any(|a| a.eq_ignore_ascii_case("NX")))
+                || ((name == "EVALSHA" || name == "EVAL")
+                    && args
+                        .get(1)
+                        .is_some_and(|s| shas.contains(s) || s.contains("NX")));
+            if acquire {
+                found.push((i, args));
+            }
+        }
+    }
+    found
+}
+
+/// Waits (at most 5 s) until `n` entries are queued for the resource `res` on every node.
+pub async fn queued_on_every_node(cluster: &LocalCluster, res: &str, n: u64) -> Result<(), String> {
+    let key = format!("quorumlock:queue:{res}");
+    let ok = eventually(Duration::from_secs(5), || async {
+        zcards(cluster, &key).await.iter().all(|s| *s == n)
+    })
+    .await;
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("not queued: {:?}", zcards(cluster, &key).await))
+    }
+}
