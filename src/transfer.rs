@@ -81,8 +81,8 @@ struct Epoch {
     gone: bool,
     /// Some node's reply said the token is queued there (or its keys hold it).
     acknowledged: bool,
-    /// Several resources: at least half of the latest confirmations said no key of the
-    /// set was held.
+    /// Several resources: a quorum of the latest confirmations said no key of the set was
+    /// held (a stale "free" from a minority must not make the head claim into a held lock).
     free: bool,
 }
 
@@ -315,7 +315,7 @@ impl Waiter {
         }
         if confirms > 0 {
             self.epoch.head = heads.saturating_mul(2) >= confirms;
-            self.epoch.free = frees.saturating_mul(2) >= confirms;
+            self.epoch.free = frees >= self.inner.quorum;
         }
     }
 

@@ -1028,6 +1028,69 @@ fn show_reply(r: &Reply) -> String {
     }
 }
 
+/// A first join that let the node assign the ticket (its clock in µs), run by the model
+/// with the ticket the server assigned. The model reads the clock a few µs before the
+/// server's `TIME` inside the script; both tickets are stored, and a later join that passes
+/// the real one back (`arrivals`) would find the entry's own ticket equal in Redis and
+/// earlier in the model (`ahead` counts strictly earlier tickets). What the model's own
+/// assignment does is checked in the unit tests (`a_first_join_arrives_at_the_nodes_clock`).
+fn with_real_ticket(req: Request, real: &Reply) -> Request {
+    let score = match real {
+        Reply::Array(a) if a.first() == Some(&Reply::Int(1)) => match a.get(2) {
+            Some(Reply::Bulk(s)) => s.clone(),
+            _ => return req,
+        },
+        _ => return req,
+    };
+    match req {
+        Request::Enqueue {
+            queue,
+            leases,
+            attrs,
+            key,
+            waiter,
+            arrival,
+            wait_ms,
+            ttl_ms,
+            kind,
+            first,
+            inbox,
+        } if arrival.is_empty() && first => Request::Enqueue {
+            queue,
+            leases,
+            attrs,
+            key,
+            waiter,
+            arrival: score,
+            wait_ms,
+            ttl_ms,
+            kind,
+            first,
+            inbox,
+        },
+        Request::EnqueueMany {
+            queues,
+            set,
+            waiter,
+            arrival,
+            wait_ms,
+            ttl_ms,
+            first,
+            inbox,
+        } if arrival.is_empty() && first => Request::EnqueueMany {
+            queues,
+            set,
+            waiter,
+            arrival: score,
+            wait_ms,
+            ttl_ms,
+            first,
+            inbox,
+        },
+        other => other,
+    }
+}
+
 #[tokio::test]
 async fn sim_node_matches_redis() {
     let seed = seed();
@@ -1077,6 +1140,7 @@ async fn sim_node_matches_redis() {
             };
             let before_sim = sim.clone();
             let (now, real, after) = run_real(&mut con, &scripts, &req).await;
+            let req = with_real_ticket(req, &real);
             clock = after;
             // The model runs at the server's clock just before the request. The request
             // ran within [now, after] (µs apart). When that window spans a millisecond

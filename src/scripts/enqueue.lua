@@ -14,9 +14,68 @@
 -- transfer or a naming, or lapsed) never adds it back: it answers gone.
 -- Lapsed entries are purged first; the queue's keys expire with the latest lease.
 -- Returns {state, ahead, score, holds}: state 0 queued (renewed), 1 added, 2 gone; ahead
--- how many live entries have an earlier ticket (nil when not queued: entries with the same
--- ticket, a waiter's retired tokens, are not ahead of it); score its ticket here
+-- how many live entries have an earlier ticket, blocked multi-resource entries not counted
+-- (nil when not queued: entries with the same ticket, a waiter's retired tokens, are not
+-- ahead of it); score its ticket here
 -- (nil when not queued); holds 1 when the lock key holds the token.
+
+-- The entries of a set key's text: "<length>:<bytes>" each (a malformed rest is ignored).
+-- (The same function as in release_one.lua.)
+local function entries(raw)
+  local out, i = {}, 1
+  while i <= #raw do
+    local _, e, digits = string.find(raw, '^(%d+):', i)
+    if not e then
+      return out
+    end
+    local len = tonumber(digits)
+    out[#out + 1] = string.sub(raw, e + 1, e + len)
+    i = e + len + 1
+  end
+  return out
+end
+
+-- Whether the entry `tok` (its attributes `attr`) is a multi-resource entry that cannot be
+-- served now: a lock key of its set holds another token.
+local function blocked(attr, tok)
+  if not attr then
+    return false
+  end
+  local mttl, set = string.match(attr, '^(%d+):m:(.+)$')
+  if not mttl or tonumber(mttl) == 0 then
+    return false
+  end
+  local raw = redis.call('GET', set)
+  if not raw then
+    return false
+  end
+  local e = entries(raw)
+  for g = 0, math.floor((#e - 1) / 4) - 1 do
+    local held = redis.call('GET', e[4 * g + 2])
+    if held and held ~= tok then
+      return true
+    end
+  end
+  return false
+end
+
+-- How many entries of `queue` have a ticket below `score`, not counting those of the first
+-- 16 of them that are blocked multi-resource entries (a release serves the waiters behind
+-- such an entry, so it is not ahead of them).
+local function ahead_of(queue, attrs, score)
+  local n = redis.call('ZCOUNT', queue, '-inf', '(' .. score)
+  if n == 0 then
+    return 0
+  end
+  local first = redis.call('ZRANGEBYSCORE', queue, '-inf', '(' .. score, 'LIMIT', 0, 16)
+  for i = 1, #first do
+    if blocked(redis.call('HGET', attrs, first[i]), first[i]) then
+      n = n - 1
+    end
+  end
+  return n
+end
+
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lapsed = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
@@ -58,6 +117,6 @@ end
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local ahead = false
 if score then
-  ahead = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. score)
+  ahead = ahead_of(KEYS[1], KEYS[3], score)
 end
 return {state, ahead, score, holds}

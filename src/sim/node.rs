@@ -1162,8 +1162,8 @@ impl SimNode {
             2
         };
         self.expire_with_last_lease(q, now)?;
-        let rank = match self.zcount_below(queue, waiter, now)? {
-            Some(r) => Reply::Int(r),
+        let rank = match self.zscore(queue, waiter, now)? {
+            Some(sc) => Reply::Int(self.ahead_of(queue, attrs, sc, now)?),
             None => Reply::Nil,
         };
         let score = match self.zscore(queue, waiter, now)? {
@@ -1278,10 +1278,7 @@ impl SimNode {
             Some(sc) => {
                 let mut most = 0;
                 for r in queues {
-                    let below = self
-                        .zset(&r[0], now)?
-                        .map_or(0, |z| z.iter().filter(|(s, _)| *s < sc).count());
-                    most = most.max(i64::try_from(below).unwrap_or(i64::MAX));
+                    most = most.max(self.ahead_of(&r[0], &r[2], sc, now)?);
                 }
                 Reply::Int(most)
             }
@@ -1297,6 +1294,46 @@ impl SimNode {
             Reply::Int(i64::from(all)),
             Reply::Int(i64::from(free)),
         ]))
+    }
+
+    /// The enqueue scripts' `ahead_of`: the entries of `queue` with a score below `score`,
+    /// not counting those of the first [`AHEAD_LOOKED_AT`] of them that are blocked
+    /// multi-resource entries.
+    fn ahead_of(&mut self, queue: &[u8], attrs: &[u8], score: f64, now: u64) -> Res<i64> {
+        let below: Vec<Vec<u8>> = self.zset(queue, now)?.map_or(Vec::new(), |z| {
+            z.iter()
+                .filter(|(s, _)| *s < score)
+                .map(|(_, m)| m.clone())
+                .collect()
+        });
+        let mut n = i64::try_from(below.len()).unwrap_or(i64::MAX);
+        for e in below.iter().take(AHEAD_LOOKED_AT) {
+            let attr = self.hget(attrs, e, now)?;
+            if self.blocked(attr.as_deref(), e, now)? {
+                n -= 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// The enqueue scripts' `blocked`: the entry `tok` is a multi-resource entry a key of
+    /// whose set holds another token.
+    fn blocked(&mut self, attr: Option<&[u8]>, tok: &[u8], now: u64) -> Res<bool> {
+        let Some((_, set)) = attr.and_then(parse_multi_attr) else {
+            return Ok(false);
+        };
+        let Some(raw) = self.get(&set, now)?.map(<[u8]>::to_vec) else {
+            return Ok(false);
+        };
+        let e = set_entries(&raw);
+        let groups = e.len().saturating_sub(1) / 4;
+        for g in 0..groups {
+            let lock = e.get(4 * g + 1).cloned().unwrap_or_default();
+            if self.get(&lock, now)?.is_some_and(|held| held != tok) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// `ZRANGEBYSCORE leases -inf now`, each removed from the queue and the attributes,
@@ -1853,16 +1890,6 @@ impl SimNode {
         Ok(added)
     }
 
-    /// `ZCOUNT key -inf (<member's score>`: how many members have a lower score than
-    /// `member` (`None` when it is not a member).
-    fn zcount_below(&mut self, key: &[u8], member: &[u8], now: u64) -> Res<Option<i64>> {
-        Ok(self.zset(key, now)?.and_then(|z| {
-            let (score, _) = z.iter().find(|(_, m)| m.as_slice() == member)?;
-            let below = z.iter().filter(|(s, _)| s < score).count();
-            Some(i64::try_from(below).unwrap_or(i64::MAX))
-        }))
-    }
-
     /// `ZSCORE key member`.
     fn zscore(&mut self, key: &[u8], member: &[u8], now: u64) -> Res<Option<f64>> {
         Ok(self
@@ -1942,6 +1969,10 @@ fn not_a_counter(fence: &[u8]) -> String {
         String::from_utf8_lossy(fence)
     )
 }
+
+/// How many of the entries ahead of a waiter a join looks at for blocked multi-resource
+/// entries (the enqueue scripts' `ahead_of`).
+const AHEAD_LOOKED_AT: usize = 16;
 
 /// How many entries behind a blocked multi-resource head a release looks at
 /// (`release_one.lua`'s `BACKFILL`).

@@ -880,7 +880,8 @@ fn a_multi_resource_entry_gets_every_key_or_none() {
         first: true,
         inbox: b("I2"),
     };
-    assert_eq!(run(&mut n, T0, behind), joined(1, 1, 9));
+    // The entry ahead of it is blocked (its keys are held by others): not counted ahead.
+    assert_eq!(run(&mut n, T0, behind), joined(1, 0, 9));
     // `a` is released while `b` is held: the entry stays at the head, the single waiter
     // behind it gets `a`.
     assert_eq!(
@@ -936,6 +937,51 @@ fn a_multi_resource_entry_gets_every_key_or_none() {
     assert_eq!(get(&mut n, T0, "Lb"), Reply::Nil);
 }
 
+/// A join counts a multi-resource entry ahead of it only while that entry can be served
+/// (no key of its set held by another token).
+#[test]
+fn a_blocked_multi_resource_entry_is_not_ahead() {
+    let mut n = SimNode::default();
+    run(&mut n, T0, join_many("m", &["a", "b"], "5", true));
+    let single = |first: bool| Request::Enqueue {
+        queue: b("Qa"),
+        leases: b("Ha"),
+        attrs: b("Aa"),
+        key: b("La"),
+        waiter: b("s"),
+        arrival: b("9"),
+        wait_ms: 60_000,
+        ttl_ms: 500,
+        kind: b't',
+        first,
+        inbox: Vec::new(),
+    };
+    assert_eq!(
+        run(&mut n, T0, single(true)),
+        joined(1, 1, 9),
+        "free: ahead"
+    );
+    run(&mut n, T0, set("Lb", "other", 10_000));
+    assert_eq!(
+        run(&mut n, T0, single(false)),
+        joined(0, 0, 9),
+        "blocked: not ahead"
+    );
+    run(
+        &mut n,
+        T0,
+        Request::Set {
+            key: b("Lb"),
+            value: b("m"),
+        },
+    );
+    assert_eq!(
+        run(&mut n, T0, single(false)),
+        joined(0, 1, 9),
+        "a key holding its own token does not block it"
+    );
+}
+
 /// A multi-resource waiter behind a blocked one is served when it can be: it heads its
 /// other queue, and only the blocked entry is ahead of it here. Its release deletes its set
 /// key.
@@ -947,7 +993,7 @@ fn a_multi_resource_entry_behind_a_blocked_one_is_served() {
     run(&mut n, T0, join_many("m", &["a", "b"], "5", true));
     assert_eq!(
         run(&mut n, T0, join_many("y", &["a", "c"], "7", true)),
-        with_free(joined(1, 1, 7), false)
+        with_free(joined(1, 0, 7), false)
     );
     assert_eq!(
         run(&mut n, T0, release_many("ha", &["a"])),
