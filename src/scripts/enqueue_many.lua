@@ -34,41 +34,62 @@ local function entries(raw)
   return out
 end
 
--- Whether the entry `tok` (its attributes `attr`) is a multi-resource entry that cannot be
--- served now: a lock key of its set holds another token.
-local function blocked(attr, tok)
+-- For each multi-resource entry looked at (by token and attributes): the lock keys of its
+-- set that hold another token (empty for any other entry).
+local held_by_others = {}
+local function others_of(attr, tok)
+  local memo = tok .. ' ' .. (attr or '')
+  if held_by_others[memo] then
+    return held_by_others[memo]
+  end
+  local out = {}
+  held_by_others[memo] = out
   if not attr then
-    return false
+    return out
   end
   local mttl, set = string.match(attr, '^(%d+):m:(.+)$')
   if not mttl or tonumber(mttl) == 0 then
-    return false
+    return out
   end
   local raw = redis.call('GET', set)
   if not raw then
-    return false
+    return out
   end
   local e = entries(raw)
   for g = 0, math.floor((#e - 1) / 4) - 1 do
-    local held = redis.call('GET', e[4 * g + 2])
+    local lock = e[4 * g + 2]
+    local held = redis.call('GET', lock)
     if held and held ~= tok then
+      out[#out + 1] = lock
+    end
+  end
+  return out
+end
+
+-- Whether the entry `tok` (its attributes `attr`) is a multi-resource entry that cannot be
+-- served now: a lock key of its set other than `own` (the queue's own key, which a release
+-- frees before it looks at the queue) holds another token.
+local function blocked(attr, tok, own)
+  local held = others_of(attr, tok)
+  for i = 1, #held do
+    if held[i] ~= own then
       return true
     end
   end
   return false
 end
 
--- How many entries of `queue` have a ticket below `score`, not counting those of the first
--- 16 of them that are blocked multi-resource entries (a release serves the waiters behind
--- such an entry, so it is not ahead of them).
-local function ahead_of(queue, attrs, score)
+-- How many entries of `queue` (of the lock key `own`) have a ticket below `score`, not
+-- counting those of the first 64 of them that are blocked multi-resource entries (a release
+-- serves the waiters behind such an entry, so it is not ahead of them).
+local function ahead_of(queue, attrs, own, score)
   local n = redis.call('ZCOUNT', queue, '-inf', '(' .. score)
   if n == 0 then
     return 0
   end
-  local first = redis.call('ZRANGEBYSCORE', queue, '-inf', '(' .. score, 'LIMIT', 0, 16)
+  local first = redis.call('ZRANGEBYSCORE', queue, '-inf', '(' .. score, 'LIMIT', 0, 64)
   for i = 1, #first do
-    if blocked(redis.call('HGET', attrs, first[i]), first[i]) then
+    if blocked(redis.call('HGET', attrs, first[i]), first[i], own) then
       n = n - 1
     end
   end
@@ -159,7 +180,7 @@ local ahead = false
 if score then
   ahead = 0
   for r = 1, n do
-    local a = ahead_of(k(r, 1), k(r, 3), score)
+    local a = ahead_of(k(r, 1), k(r, 3), k(r, 4), score)
     if a > ahead then
       ahead = a
     end

@@ -1163,7 +1163,7 @@ impl SimNode {
         };
         self.expire_with_last_lease(q, now)?;
         let rank = match self.zscore(queue, waiter, now)? {
-            Some(sc) => Reply::Int(self.ahead_of(queue, attrs, sc, now)?),
+            Some(sc) => Reply::Int(self.ahead_of(queue, attrs, key, sc, now)?),
             None => Reply::Nil,
         };
         let score = match self.zscore(queue, waiter, now)? {
@@ -1278,7 +1278,7 @@ impl SimNode {
             Some(sc) => {
                 let mut most = 0;
                 for r in queues {
-                    most = most.max(self.ahead_of(&r[0], &r[2], sc, now)?);
+                    most = most.max(self.ahead_of(&r[0], &r[2], &r[3], sc, now)?);
                 }
                 Reply::Int(most)
             }
@@ -1296,10 +1296,17 @@ impl SimNode {
         ]))
     }
 
-    /// The enqueue scripts' `ahead_of`: the entries of `queue` with a score below `score`,
-    /// not counting those of the first [`AHEAD_LOOKED_AT`] of them that are blocked
-    /// multi-resource entries.
-    fn ahead_of(&mut self, queue: &[u8], attrs: &[u8], score: f64, now: u64) -> Res<i64> {
+    /// The enqueue scripts' `ahead_of`: the entries of `queue` (of the lock key `own`) with a
+    /// score below `score`, not counting those of the first [`AHEAD_LOOKED_AT`] of them that
+    /// are blocked multi-resource entries.
+    fn ahead_of(
+        &mut self,
+        queue: &[u8],
+        attrs: &[u8],
+        own: &[u8],
+        score: f64,
+        now: u64,
+    ) -> Res<i64> {
         let below: Vec<Vec<u8>> = self.zset(queue, now)?.map_or(Vec::new(), |z| {
             z.iter()
                 .filter(|(s, _)| *s < score)
@@ -1309,7 +1316,7 @@ impl SimNode {
         let mut n = i64::try_from(below.len()).unwrap_or(i64::MAX);
         for e in below.iter().take(AHEAD_LOOKED_AT) {
             let attr = self.hget(attrs, e, now)?;
-            if self.blocked(attr.as_deref(), e, now)? {
+            if self.blocked(attr.as_deref(), e, own, now)? {
                 n -= 1;
             }
         }
@@ -1317,8 +1324,9 @@ impl SimNode {
     }
 
     /// The enqueue scripts' `blocked`: the entry `tok` is a multi-resource entry a key of
-    /// whose set holds another token.
-    fn blocked(&mut self, attr: Option<&[u8]>, tok: &[u8], now: u64) -> Res<bool> {
+    /// whose set other than `own` holds another token. (The scripts remember each entry's
+    /// answer within one call; reading the keys again changes nothing.)
+    fn blocked(&mut self, attr: Option<&[u8]>, tok: &[u8], own: &[u8], now: u64) -> Res<bool> {
         let Some((_, set)) = attr.and_then(parse_multi_attr) else {
             return Ok(false);
         };
@@ -1327,13 +1335,14 @@ impl SimNode {
         };
         let e = set_entries(&raw);
         let groups = e.len().saturating_sub(1) / 4;
+        let mut blocked = false;
         for g in 0..groups {
             let lock = e.get(4 * g + 1).cloned().unwrap_or_default();
-            if self.get(&lock, now)?.is_some_and(|held| held != tok) {
-                return Ok(true);
+            if self.get(&lock, now)?.is_some_and(|held| held != tok) && lock != own {
+                blocked = true;
             }
         }
-        Ok(false)
+        Ok(blocked)
     }
 
     /// `ZRANGEBYSCORE leases -inf now`, each removed from the queue and the attributes,
@@ -1972,7 +1981,7 @@ fn not_a_counter(fence: &[u8]) -> String {
 
 /// How many of the entries ahead of a waiter a join looks at for blocked multi-resource
 /// entries (the enqueue scripts' `ahead_of`).
-const AHEAD_LOOKED_AT: usize = 16;
+const AHEAD_LOOKED_AT: usize = 64;
 
 /// How many entries behind a blocked multi-resource head a release looks at
 /// (`release_one.lua`'s `BACKFILL`).

@@ -961,6 +961,13 @@ fn a_blocked_multi_resource_entry_is_not_ahead() {
         joined(1, 1, 9),
         "free: ahead"
     );
+    // Its key in this queue held (by the holder whose release will serve it): still ahead.
+    run(&mut n, T0, set("La", "holder", 10_000));
+    assert_eq!(
+        run(&mut n, T0, single(false)),
+        joined(0, 1, 9),
+        "own key: ahead"
+    );
     run(&mut n, T0, set("Lb", "other", 10_000));
     assert_eq!(
         run(&mut n, T0, single(false)),
