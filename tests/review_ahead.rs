@@ -35,6 +35,19 @@ async fn settle(cluster: &LocalCluster, res: &str, n: u64) -> TestResult {
 /// with attempts(5) it burnt them all within ~0.2 s and gave up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn second_in_line_behind_unblocked_multi_waiter_claims_and_gives_up() -> TestResult {
+    second_in_line(false).await
+}
+
+/// The same with H holding both `a` and `b` (one `lock_many`): M's other key is held, but
+/// by the holder of `a`, whose release frees both; M is not blocked, and W is second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_in_line_behind_a_waiter_for_the_holders_whole_set() -> TestResult {
+    second_in_line(true).await
+}
+
+/// H holds `a` (or `a` and `b`), M waits for {a, b}, W for `a` behind M; W must not claim
+/// while `a` is held, and gets it after M.
+async fn second_in_line(holder_of_both: bool) -> TestResult {
     let cluster = LocalCluster::builder(3).launch().await?;
     let urls = cluster.urls();
     let h = client(&urls, Retry::new().max_wait(Duration::from_secs(1))).await?;
@@ -47,9 +60,17 @@ async fn second_in_line_behind_unblocked_multi_waiter_claims_and_gives_up() -> T
             .max_wait(Duration::from_secs(20)),
     )
     .await?;
-    let (a, b) = ("ra1-a", "ra1-b");
+    let (a, b) = if holder_of_both {
+        ("ra1m-a", "ra1m-b")
+    } else {
+        ("ra1-a", "ra1-b")
+    };
     let ttl = Duration::from_secs(20);
-    let a_lock = h.try_lock(a, ttl).await?;
+    let a_lock = if holder_of_both {
+        h.try_lock_many([a, b], ttl).await?
+    } else {
+        h.try_lock(a, ttl).await?
+    };
     let mh = tokio::spawn(async move { m.lock_many([a, b], ttl).await });
     settle(&cluster, a, 1).await?;
     let started = Instant::now();

@@ -35,7 +35,7 @@ local function entries(raw)
 end
 
 -- For each multi-resource entry looked at (by token and attributes): the lock keys of its
--- set that hold another token (empty for any other entry).
+-- set that hold another token, with that token (empty for any other entry).
 local held_by_others = {}
 local function others_of(attr, tok)
   local memo = tok .. ' ' .. (attr or '')
@@ -60,19 +60,20 @@ local function others_of(attr, tok)
     local lock = e[4 * g + 2]
     local held = redis.call('GET', lock)
     if held and held ~= tok then
-      out[#out + 1] = lock
+      out[#out + 1] = {lock, held}
     end
   end
   return out
 end
 
 -- Whether the entry `tok` (its attributes `attr`) is a multi-resource entry that cannot be
--- served now: a lock key of its set other than `own` (the queue's own key, which a release
--- frees before it looks at the queue) holds another token.
-local function blocked(attr, tok, own)
+-- served now: a lock key of its set other than `own` (the queue's own key, which the
+-- release being waited for frees) holds another token than `own`'s holder `ownv` (a
+-- holder of several of its keys frees them all in that release).
+local function blocked(attr, tok, own, ownv)
   local held = others_of(attr, tok)
   for i = 1, #held do
-    if held[i] ~= own then
+    if held[i][1] ~= own and held[i][2] ~= ownv then
       return true
     end
   end
@@ -87,9 +88,10 @@ local function ahead_of(queue, attrs, own, score)
   if n == 0 then
     return 0
   end
+  local ownv = redis.call('GET', own)
   local first = redis.call('ZRANGEBYSCORE', queue, '-inf', '(' .. score, 'LIMIT', 0, 64)
   for i = 1, #first do
-    if blocked(redis.call('HGET', attrs, first[i]), first[i], own) then
+    if blocked(redis.call('HGET', attrs, first[i]), first[i], own, ownv) then
       n = n - 1
     end
   end

@@ -1314,9 +1314,13 @@ impl SimNode {
                 .collect()
         });
         let mut n = i64::try_from(below.len()).unwrap_or(i64::MAX);
+        if below.is_empty() {
+            return Ok(0);
+        }
+        let owner = self.get(own, now)?.map(<[u8]>::to_vec);
         for e in below.iter().take(AHEAD_LOOKED_AT) {
             let attr = self.hget(attrs, e, now)?;
-            if self.blocked(attr.as_deref(), e, own, now)? {
+            if self.blocked(attr.as_deref(), e, (own, owner.as_deref()), now)? {
                 n -= 1;
             }
         }
@@ -1324,9 +1328,17 @@ impl SimNode {
     }
 
     /// The enqueue scripts' `blocked`: the entry `tok` is a multi-resource entry a key of
-    /// whose set other than `own` holds another token. (The scripts remember each entry's
-    /// answer within one call; reading the keys again changes nothing.)
-    fn blocked(&mut self, attr: Option<&[u8]>, tok: &[u8], own: &[u8], now: u64) -> Res<bool> {
+    /// whose set other than `own.0` holds another token than `own.1` (the holder of the
+    /// queue's own key). (The scripts remember what each entry's keys hold within one call;
+    /// reading the keys again changes nothing.)
+    fn blocked(
+        &mut self,
+        attr: Option<&[u8]>,
+        tok: &[u8],
+        own: (&[u8], Option<&[u8]>),
+        now: u64,
+    ) -> Res<bool> {
+        let (own, owner) = own;
         let Some((_, set)) = attr.and_then(parse_multi_attr) else {
             return Ok(false);
         };
@@ -1338,7 +1350,8 @@ impl SimNode {
         let mut blocked = false;
         for g in 0..groups {
             let lock = e.get(4 * g + 1).cloned().unwrap_or_default();
-            if self.get(&lock, now)?.is_some_and(|held| held != tok) && lock != own {
+            let held = self.get(&lock, now)?;
+            if held.is_some_and(|h| h != tok && Some(h) != owner) && lock != own {
                 blocked = true;
             }
         }
