@@ -287,6 +287,15 @@ impl Redlock {
 
     /// Takes every resource in the list, all-or-nothing, waiting per the retry policy.
     ///
+    /// With notify waiting (the default) and without fencing, the caller queues in every
+    /// resource's wait queue at once, and a release hands it every key of the set at once
+    /// or none: it never holds part of the set while it waits, so callers waiting for
+    /// overlapping sets never deadlock. While another of its keys is held, the waiters
+    /// behind it that can be served now take its free keys (a caller that holds one key
+    /// and waits for another is never stuck behind it); so under sustained contention on
+    /// its keys, this wait has no bound but the retry policy's maximum wait. With fencing,
+    /// the caller is woken by releases and tries again.
+    ///
     /// # Errors
     ///
     /// As [`lock`](Redlock::lock) and [`try_lock_many`](Redlock::try_lock_many).
