@@ -301,7 +301,7 @@ impl Attempt {
 
     /// The kind's release of this attempt's token (never announced).
     fn release_request(&self) -> Request {
-        Request::release_held(&self.ask.kind, &self.res, &self.token, &[], |_| false)
+        Request::release_held(&self.ask.kind, &self.res, &self.token, &[], false)
     }
 
     /// Sends `call` to a node by index, bounded by the node timeout.

@@ -586,28 +586,26 @@ impl Lock {
     fn release_round(&self) -> Round {
         let announce = self.inner.config.notify;
         let waiter = self.waiter.as_deref().unwrap_or_default();
-        let n = self.inner.nodes.len();
-        let res = &self.res;
+        let release = |loud| {
+            Arc::new(Request::release_held(
+                &self.kind,
+                &self.res,
+                &self.token,
+                waiter,
+                loud,
+            ))
+        };
+        let (loud, quiet) = (release(announce), release(false));
         let timeout = self.inner.config.node_timeout_for(self.ttl);
         let inflight = self.inflight.clone();
-        // Only each resource's two heralds announce its plain releases (and name its
-        // name-only entries): the nodes share the few distinct requests that gives.
-        let mut built: Vec<(Vec<bool>, Arc<Request>)> = Vec::with_capacity(2);
+        let n = self.inner.nodes.len();
+        let res = &self.res;
         Round::start(&self.inner.nodes, self.quorum, |i, node| {
-            let loud = crate::resource::heralds_on(res, i, n, announce);
-            let call = match built.iter().find(|(l, _)| *l == loud) {
-                Some((_, r)) => r.clone(),
-                None => {
-                    let r = Arc::new(Request::release_held(
-                        &self.kind,
-                        res,
-                        &self.token,
-                        waiter,
-                        |r| loud.get(r).copied().unwrap_or(false),
-                    ));
-                    built.push((loud, r.clone()));
-                    r
-                }
+            // Only the nodes that announce the lock's releases announce (and name).
+            let call = if res.announces_on(i, n) {
+                loud.clone()
+            } else {
+                quiet.clone()
             };
             ordered(i, inflight.clone(), timeout, node.clone(), call)
         })

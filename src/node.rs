@@ -627,30 +627,21 @@ impl Request {
     /// Compare-and-delete of a mutex's keys, with hand-off: `release_one.lua` removes this
     /// holder's own queue entries (`token` and `waiter`) from each resource's queue and
     /// hands each key it deletes to that resource's queue head when that is a transfer
-    /// entry, announcing the transfer. `loud(r)` says whether this node announces the plain
-    /// releases of the resource at index `r` (of [`Resources::names`]) and names its
-    /// name-only entries. Several resources: the token's set key (a multi-resource
-    /// waiter's, `enqueue_many.lua`) is deleted too.
-    pub(crate) fn release(
-        res: &Resources,
-        token: &Token,
-        waiter: &[u8],
-        loud: impl Fn(usize) -> bool,
-    ) -> Request {
+    /// entry, announcing the transfer. `loud` says whether this node announces the plain
+    /// releases of the resources and names their name-only entries
+    /// ([`Resources::announces_on`]). Several resources: the token's set key (a
+    /// multi-resource waiter's, `enqueue_many.lua`) is deleted too.
+    pub(crate) fn release(res: &Resources, token: &Token, waiter: &[u8], loud: bool) -> Request {
         let mut keys = Vec::with_capacity(res.len() * 5 + 1);
         let mut args = Vec::with_capacity(2 + res.len() * 2);
         args.push(token.as_bytes().to_vec());
         args.push(waiter.to_vec());
-        for (r, name) in res.names().iter().enumerate() {
+        for name in res.names() {
             let [queue, leases, attrs] = crate::resource::queue_keys(name);
             keys.push(crate::resource::lock_key(name));
             keys.extend([queue, leases, attrs, crate::resource::fence_key(name)]);
             args.push(crate::resource::channel(name));
-            args.push(if loud(r) {
-                b"1".to_vec()
-            } else {
-                b"0".to_vec()
-            });
+            args.push(if loud { b"1".to_vec() } else { b"0".to_vec() });
         }
         if res.len() > 1 {
             // A multi-resource waiter's set key, gone with its entries.
@@ -744,7 +735,7 @@ impl Request {
         res: &Resources,
         token: &Token,
         waiter: &[u8],
-        loud: impl Fn(usize) -> bool,
+        loud: bool,
     ) -> Request {
         let shared = |keys: Vec<Vec<u8>>| {
             let args = vec![token.as_bytes().to_vec()];

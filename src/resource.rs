@@ -106,6 +106,15 @@ impl Resources {
         is_herald(self.names.first().map_or("", String::as_str), i, n)
     }
 
+    /// Whether node `i` of `n` announces this lock's plain releases (and names name-only
+    /// heads), with notify waiting: a lock on one resource on the resource's two heralds; a
+    /// lock on several on every node (a waiter for several resources listens to each of
+    /// them, and with the two heralds of each unavailable, 5 nodes and more, no one would
+    /// announce the release to it).
+    pub(crate) fn announces_on(&self, i: usize, n: usize) -> bool {
+        self.names.len() > 1 || self.is_herald(i, n)
+    }
+
     /// The wait queue and its leases (single-resource locks use the first name).
     pub(crate) fn queue_keys(&self) -> [Vec<u8>; 3] {
         queue_keys(self.names.first().map_or("", String::as_str))
@@ -218,19 +227,6 @@ pub(crate) fn set_key(token: &[u8]) -> Vec<u8> {
     k.extend_from_slice(QUEUE_SET_PREFIX);
     k.extend_from_slice(token);
     k
-}
-
-/// For each resource of `res`, whether node `i` of `n` announces its plain release (and
-/// names a name-only head): only with `announce` (notify waiting); a lock on one resource
-/// on the resource's two heralds ([`is_herald`]); a lock on several on every node (a
-/// waiter for several resources listens to each of them, and with the two heralds of each
-/// unavailable, 5 nodes and more, no one would announce the release to it).
-pub(crate) fn heralds_on(res: &Resources, i: usize, n: usize, announce: bool) -> Vec<bool> {
-    let many = res.len() > 1;
-    res.names()
-        .iter()
-        .map(|name| announce && (many || is_herald(name, i, n)))
-        .collect()
 }
 
 /// Whether node `i` of `n` is one of the resource's two *heralds*: the nodes that

@@ -145,9 +145,7 @@ impl Waiter {
     /// Releases `token` on the nodes `on` in the background (a release with transfer:
     /// drops its queue entry there and passes on a transfer to it).
     fn release_in_background(&self, token: &Token, on: &[usize]) {
-        let req = Arc::new(Request::release(&self.res, token, token.as_bytes(), |_| {
-            false
-        }));
+        let req = Arc::new(Request::release(&self.res, token, token.as_bytes(), false));
         let nodes: Vec<_> = on
             .iter()
             .filter_map(|i| self.inner.nodes.get(*i).cloned())
@@ -376,7 +374,7 @@ impl Waiter {
             return;
         }
         let token = self.epoch.token.clone();
-        let req = Request::release(&self.res, &token, token.as_bytes(), |_| false);
+        let req = Request::release(&self.res, &token, token.as_bytes(), false);
         let timeout = self.timeout;
         let all: FuturesUnordered<_> = self
             .inner

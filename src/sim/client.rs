@@ -455,7 +455,7 @@ impl World {
     }
 
     fn cleanup_release(&mut self, a: usize, i: usize, first: bool) {
-        let req = Request::release(&self.p.res, &self.attempts[a].token, &[], |_| false);
+        let req = Request::release(&self.p.res, &self.attempts[a].token, &[], false);
         let Some(tr) = self.translate_or_fail(&req) else {
             return;
         };
@@ -669,19 +669,31 @@ impl World {
         self.clear_timer(c);
         let a = h.attempt;
         let expired = self.clients[c].clock.at(self.now) >= h.deadline_c;
-        let token = self.attempts[a].token.clone();
+        let token = &self.attempts[a].token;
+        let loud = Request::release(&self.p.res, token, &[], true);
+        let quiet = Request::release(&self.p.res, token, &[], false);
+        let (Some(loud), Some(quiet)) = (
+            self.translate_or_fail(&loud),
+            self.translate_or_fail(&quiet),
+        ) else {
+            return;
+        };
         let n = self.p.nodes;
-        let mut per_node: Vec<Translated> = Vec::with_capacity(n);
-        for i in 0..n {
-            let loud = crate::resource::heralds_on(&self.p.res, i, n, true);
-            let req = Request::release(&self.p.res, &token, &[], |r| {
-                loud.get(r).copied().unwrap_or(false)
-            });
-            let Some(t) = self.translate_or_fail(&req) else {
-                return;
-            };
-            per_node.push(t);
-        }
+        let per_node: Vec<Translated> = (0..n)
+            .map(|i| {
+                let t = if self.p.res.announces_on(i, n) {
+                    &loud
+                } else {
+                    &quiet
+                };
+                Translated {
+                    req: t.req.clone(),
+                    answer: t.answer,
+                    script: t.script,
+                    idempotent: t.idempotent,
+                }
+            })
+            .collect();
         let kind = if background {
             RoundKind::Drop
         } else {

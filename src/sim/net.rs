@@ -509,7 +509,7 @@ mod tests {
         assert!(matches!(*t.req, SimRequest::CommitFence { t: 77, .. }) && t.idempotent);
         let t = translate(&Request::extend(vec![key.clone()], &token, ttl)).unwrap();
         assert!(matches!(*t.req, SimRequest::Extend { ttl_ms: 2, .. }) && t.idempotent);
-        let t = translate(&Request::release(&res, &token, b"w", |_| true)).unwrap();
+        let t = translate(&Request::release(&res, &token, b"w", true)).unwrap();
         match &*t.req {
             SimRequest::ReleaseOne {
                 token: tk,
@@ -527,11 +527,11 @@ mod tests {
         let many = Resources::new(&["a", "b"]).unwrap();
         let t = translate(&Request::acquire(many.lock_keys(), &token, ttl)).unwrap();
         assert!(matches!(&*t.req, SimRequest::Acquire { keys, .. } if keys.len() == 2));
-        let t = translate(&Request::release(&many, &token, b"", |r| r == 1)).unwrap();
+        let t = translate(&Request::release(&many, &token, b"", true)).unwrap();
         match &*t.req {
             SimRequest::ReleaseOne { resources, .. } => {
                 let loud: Vec<bool> = resources.iter().map(|r| r.loud).collect();
-                assert_eq!(loud, [false, true]);
+                assert_eq!(loud, [true, true]);
                 assert_eq!(resources[1].key, many.lock_keys()[1]);
             }
             other => panic!("{other:?}"),
