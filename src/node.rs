@@ -73,6 +73,13 @@ macro_rules! lua {
     ($file:literal, idempotent: $idem:literal) => {
         $crate::node::Lua::new(include_str!($file), $idem)
     };
+    // With `scripts/sets.lua` (the functions that read multi-resource entries) in front.
+    ($file:literal, sets, idempotent: $idem:literal) => {
+        $crate::node::Lua::new(
+            concat!(include_str!("scripts/sets.lua"), include_str!($file)),
+            $idem,
+        )
+    };
 }
 
 /// The acquire script for multi-resource locks (every key or none).
@@ -80,16 +87,16 @@ pub(crate) static ACQUIRE_MANY: Lua = lua!("scripts/acquire.lua", idempotent: fa
 /// Compare-and-delete (and announce the release).
 pub(crate) static RELEASE: Lua = lua!("scripts/release.lua", idempotent: true);
 /// Compare-and-delete of one key, handing over to the wait queue's head.
-pub(crate) static RELEASE_ONE: Lua = lua!("scripts/release_one.lua", idempotent: true);
+pub(crate) static RELEASE_ONE: Lua = lua!("scripts/release_one.lua", sets, idempotent: true);
 /// Join a wait queue. Never finished late nor retried (as an acquire): a first join landing
 /// after the waiter's leave release would queue a token no one waits with, and the next
 /// release would transfer the lock to it (found by `faults::row06b_…`).
-static ENQUEUE: Lua = lua!("scripts/enqueue.lua", idempotent: false);
+static ENQUEUE: Lua = lua!("scripts/enqueue.lua", sets, idempotent: false);
 /// A queued waiter's acquire of one key: its own token there counts as granted.
 pub(crate) static CLAIM: Lua = lua!("scripts/claim.lua", idempotent: false);
 /// A multi-resource waiter's join of all its queues at once (never finished late nor
 /// retried, as [`ENQUEUE`]).
-static ENQUEUE_MANY: Lua = lua!("scripts/enqueue_many.lua", idempotent: false);
+static ENQUEUE_MANY: Lua = lua!("scripts/enqueue_many.lua", sets, idempotent: false);
 /// A queued multi-resource waiter's acquire: every key or none, its own token counting as
 /// free.
 pub(crate) static CLAIM_MANY: Lua = lua!("scripts/claim_many.lua", idempotent: false);

@@ -34,20 +34,23 @@ async fn enqueue(
     kind: &str,
     first: bool,
 ) -> Vec<redis::Value> {
-    redis::Script::new(include_str!("../src/scripts/enqueue.lua"))
-        .key(format!("quorumlock:queue:{resource}"))
-        .key(format!("quorumlock:qlease:{resource}"))
-        .key(format!("quorumlock:qattrs:{resource}"))
-        .key(lock_key(resource))
-        .arg(token)
-        .arg("")
-        .arg(3000)
-        .arg(ttl_ms)
-        .arg(kind)
-        .arg(if first { "1" } else { "0" })
-        .invoke_async(conn)
-        .await
-        .expect("enqueue")
+    redis::Script::new(concat!(
+        include_str!("../src/scripts/sets.lua"),
+        include_str!("../src/scripts/enqueue.lua")
+    ))
+    .key(format!("quorumlock:queue:{resource}"))
+    .key(format!("quorumlock:qlease:{resource}"))
+    .key(format!("quorumlock:qattrs:{resource}"))
+    .key(lock_key(resource))
+    .arg(token)
+    .arg("")
+    .arg(3000)
+    .arg(ttl_ms)
+    .arg(kind)
+    .arg(if first { "1" } else { "0" })
+    .invoke_async(conn)
+    .await
+    .expect("enqueue")
 }
 
 async fn pttl(conn: &mut MultiplexedConnection, key: &str) -> i64 {

@@ -238,7 +238,10 @@ async fn a_dead_multi_resource_waiter_costs_at_most_one_ttl() -> TestResult {
     let lock = holder.try_lock_many(set, Duration::from_secs(30)).await?;
     let dead_ttl = Duration::from_millis(1_500);
     let dead = "deaddeaddeaddeaddeaddeaddeaddead";
-    let script = redis::Script::new(include_str!("../src/scripts/enqueue_many.lua"));
+    let script = redis::Script::new(concat!(
+        include_str!("../src/scripts/sets.lua"),
+        include_str!("../src/scripts/enqueue_many.lua")
+    ));
     for i in 0..3 {
         let mut call = script.prepare_invoke();
         for r in set {

@@ -57,10 +57,19 @@ const SOURCES: [&str; 10] = [
     include_str!("../src/scripts/commit_fence.lua"),
     include_str!("../src/scripts/extend.lua"),
     include_str!("../src/scripts/release.lua"),
-    include_str!("../src/scripts/release_one.lua"),
-    include_str!("../src/scripts/enqueue.lua"),
+    concat!(
+        include_str!("../src/scripts/sets.lua"),
+        include_str!("../src/scripts/release_one.lua")
+    ),
+    concat!(
+        include_str!("../src/scripts/sets.lua"),
+        include_str!("../src/scripts/enqueue.lua")
+    ),
     include_str!("../src/scripts/claim.lua"),
-    include_str!("../src/scripts/enqueue_many.lua"),
+    concat!(
+        include_str!("../src/scripts/sets.lua"),
+        include_str!("../src/scripts/enqueue_many.lua")
+    ),
     include_str!("../src/scripts/claim_many.lua"),
 ];
 

@@ -91,21 +91,6 @@ local function raise(fence, t)
   return floor
 end
 
--- The entries of a set key's text: "<length>:<bytes>" each (a malformed rest is ignored).
-local function entries(raw)
-  local out, i = {}, 1
-  while i <= #raw do
-    local _, e, digits = string.find(raw, '^(%d+):', i)
-    if not e then
-      return out
-    end
-    local len = tonumber(digits)
-    out[#out + 1] = string.sub(raw, e + 1, e + len)
-    i = e + len + 1
-  end
-  return out
-end
-
 -- Purges the lapsed entries of one queue (its queue, leases and attributes keys).
 local function purge(queue, leases, attrs, now)
   local lapsed = redis.call('ZRANGEBYSCORE', leases, '-inf', now)

@@ -1296,7 +1296,7 @@ impl SimNode {
         ]))
     }
 
-    /// The enqueue scripts' `ahead_of`: the entries of `queue` (of the lock key `own`) with a
+    /// `sets.lua`'s `ahead_of` (the enqueue scripts): the entries of `queue` (of the lock key `own`) with a
     /// score below `score`, not counting those of the first [`AHEAD_LOOKED_AT`] of them that
     /// are blocked multi-resource entries.
     fn ahead_of(
@@ -1327,7 +1327,7 @@ impl SimNode {
         Ok(n)
     }
 
-    /// The enqueue scripts' `blocked`: the entry `tok` is a multi-resource entry a key of
+    /// `sets.lua`'s `blocked`: the entry `tok` is a multi-resource entry a key of
     /// whose set other than `own.0` holds another token than `own.1` (the holder of the
     /// queue's own key). (The scripts remember what each entry's keys hold within one call;
     /// reading the keys again changes nothing.)
@@ -2039,7 +2039,7 @@ fn parse_multi_attr(attr: &[u8]) -> Option<(u64, Vec<u8>)> {
     Some((ms, set.to_vec()))
 }
 
-/// The entries of a set key's text, `<length>:<bytes>` each (`release_one.lua`'s
+/// The entries of a set key's text, `<length>:<bytes>` each (`sets.lua`'s
 /// `entries`: a malformed rest is ignored; a length past the end takes what is left).
 fn set_entries(raw: &[u8]) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
