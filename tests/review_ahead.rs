@@ -10,22 +10,12 @@ use std::time::{Duration, Instant};
 
 use quorumlock::testkit::LocalCluster;
 use quorumlock::{Redlock, Retry};
-use support::{queued_on_every_node, zcards};
+use support::settle;
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
 async fn client(urls: &[String], retry: Retry) -> Result<Redlock, quorumlock::Error> {
     Redlock::builder(urls).retry(retry).build().await
-}
-
-async fn settle(cluster: &LocalCluster, res: &str, n: u64) -> TestResult {
-    queued_on_every_node(cluster, res, n).await?;
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    println!(
-        "{res}: {:?}",
-        zcards(cluster, &format!("quorumlock:queue:{res}")).await
-    );
-    Ok(())
 }
 
 /// Were the queue's own lock key counted as blocking: while H holds `a`, every 'm' entry

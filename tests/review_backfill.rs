@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use quorumlock::testkit::LocalCluster;
 use quorumlock::{Redlock, Retry};
-use support::{queued_on_every_node, zcards};
+use support::settle;
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
@@ -23,16 +23,6 @@ async fn client(urls: &[String], wait: Duration) -> Result<Redlock, quorumlock::
         .retry(Retry::new().max_wait(wait))
         .build()
         .await
-}
-
-async fn settle(cluster: &LocalCluster, res: &str, n: u64) -> TestResult {
-    queued_on_every_node(cluster, res, n).await?;
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    println!(
-        "{res}: {:?}",
-        zcards(cluster, &format!("quorumlock:queue:{res}")).await
-    );
-    Ok(())
 }
 
 /// The accepted deadlock (review_multi_transfer::a_nested_holder_…), but `a`'s holder

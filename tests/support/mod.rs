@@ -274,3 +274,15 @@ pub async fn queued_on_every_node(cluster: &LocalCluster, res: &str, n: u64) -> 
         Err(format!("not queued: {:?}", zcards(cluster, &key).await))
     }
 }
+
+/// [`queued_on_every_node`], then 150 ms more (a join's renewals and subscriptions settle),
+/// printing each node's queue size.
+pub async fn settle(cluster: &LocalCluster, res: &str, n: u64) -> Result<(), String> {
+    queued_on_every_node(cluster, res, n).await?;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    println!(
+        "{res}: {:?}",
+        zcards(cluster, &format!("quorumlock:queue:{res}")).await
+    );
+    Ok(())
+}
