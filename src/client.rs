@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::acquire::acquire_once;
 use crate::config::{RedlockBuilder, Retry};
 use crate::error::Error;
+use crate::groups::Groups;
 use crate::lock::Lock;
 use crate::node::NodeAddr;
 use crate::resource::Resources;
@@ -41,16 +42,22 @@ use crate::shared::Inner;
 /// ```
 #[derive(Clone)]
 pub struct Redlock {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) groups: Arc<Groups>,
 }
 
 impl fmt::Debug for Redlock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Redlock")
-            .field("nodes", &self.inner.addrs)
-            .field("quorum", &self.inner.quorum)
-            .field("config", &self.inner.config)
-            .finish()
+        let mut d = f.debug_struct("Redlock");
+        d.field("nodes", &self.groups.addrs())
+            .field("quorum", &self.quorum());
+        if self.groups() > 1 || self.groups.map() != "unsharded" {
+            d.field("groups", &self.groups())
+                .field("group_map", &self.groups.map());
+        }
+        if let Some(first) = self.groups.first() {
+            d.field("config", &first.config);
+        }
+        d.finish()
     }
 }
 
@@ -95,7 +102,77 @@ impl Redlock {
     /// # Ok(()) }
     /// ```
     pub fn nodes(&self) -> &[NodeAddr] {
-        &self.inner.addrs
+        self.groups.addrs()
+    }
+
+    /// The number of lock groups ([`RedlockBuilder::group`]); 1 unless sharded.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"])
+    ///     .group(["redis://127.0.0.1:7101"])
+    ///     .build()
+    ///     .await?;
+    /// assert_eq!(locks.groups(), 2);
+    /// assert_eq!(locks.nodes().len(), 2);
+    /// # Ok(()) }
+    /// ```
+    pub fn groups(&self) -> usize {
+        self.groups.members().len()
+    }
+
+    /// The lock group `resource` is locked in (`0` for the nodes given to
+    /// [`Redlock::builder`], then the groups in the order they were added). Decided by the
+    /// name's hash tag when it has one (`order:{42}:stock` by `42`), else by the whole
+    /// name; the same on every client with the same groups. No I/O.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"])
+    ///     .group(["redis://127.0.0.1:7101"])
+    ///     .build()
+    ///     .await?;
+    /// assert_eq!(locks.group_of("order:{42}:stock"), locks.group_of("order:{42}:invoice"));
+    /// # Ok(()) }
+    /// ```
+    pub fn group_of(&self, resource: &str) -> usize {
+        self.groups.group_of(resource)
+    }
+
+    /// The nodes of lock group `group` (as numbered by [`group_of`](Redlock::group_of)),
+    /// `None` past the last group.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+    /// let home = locks.group_nodes(locks.group_of("orders:42")).unwrap_or_default();
+    /// assert_eq!(home.len(), 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn group_nodes(&self, group: usize) -> Option<&[NodeAddr]> {
+        self.groups.members().get(group).map(|m| m.addrs.as_slice())
+    }
+
+    /// The group map this client routes with and records on its nodes:
+    /// `v<version>/<groups>/<hash of the groups' nodes>`, or `unsharded` for one group
+    /// without a [`groups_version`](RedlockBuilder::groups_version).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+    /// assert_eq!(locks.group_map(), "unsharded");
+    /// # Ok(()) }
+    /// ```
+    pub fn group_map(&self) -> &str {
+        self.groups.map()
     }
 
     /// Waits until the background work of this process has finished, at most `within`:
@@ -124,16 +201,18 @@ impl Redlock {
     }
 
     /// The checks every acquiring call makes before any I/O: a runtime, valid resource
-    /// names, a valid TTL.
+    /// names in one lock group, a valid TTL, no group map mismatch seen. Hands out the
+    /// resources and their group.
     pub(crate) fn prepare<S: AsRef<str>>(
         &self,
         names: &[S],
         ttl: Duration,
-    ) -> Result<Resources, Error> {
+    ) -> Result<(Resources, &Arc<Inner>), Error> {
         Error::ensure_runtime()?;
         let res = Resources::new(names)?;
-        self.inner.config.check_ttl(ttl)?;
-        Ok(res)
+        let inner = self.groups.route(&res)?;
+        inner.config.check_ttl(ttl)?;
+        Ok((res, inner))
     }
 
     /// The number of nodes that must grant: `N / 2 + 1`.
@@ -147,7 +226,7 @@ impl Redlock {
     /// # Ok(()) }
     /// ```
     pub fn quorum(&self) -> usize {
-        self.inner.quorum
+        self.groups.first().map_or(0, |g| g.quorum)
     }
 
     /// Tries once to take the lock on `resource` for `ttl`. Never waits or retries.
@@ -186,8 +265,8 @@ impl Redlock {
     /// # Ok(()) }
     /// ```
     pub async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
-        let res = self.prepare(&[resource], ttl)?;
-        acquire_once(&self.inner, &res, ttl, 1).await
+        let (res, inner) = self.prepare(&[resource], ttl)?;
+        acquire_once(inner, &res, ttl, 1).await
     }
 
     /// Takes the lock on `resource`, waiting per the retry policy (and, unless turned
@@ -214,8 +293,8 @@ impl Redlock {
     /// # Ok(()) }
     /// ```
     pub async fn lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
-        let res = self.prepare(&[resource], ttl)?;
-        crate::wait::acquire_waiting(&self.inner, &res, ttl, &self.inner.config.retry).await
+        let (res, inner) = self.prepare(&[resource], ttl)?;
+        crate::wait::acquire_waiting(inner, &res, ttl, &inner.config.retry).await
     }
 
     /// As [`lock`](Redlock::lock), with a retry policy for this call only.
@@ -243,12 +322,12 @@ impl Redlock {
         ttl: Duration,
         retry: Retry,
     ) -> Result<Lock, Error> {
-        let res = self.prepare(&[resource], ttl)?;
+        let (res, inner) = self.prepare(&[resource], ttl)?;
         retry.validate().map_err(|e| match e {
             Error::Config(c) => Error::invalid("retry", c.to_string()),
             other => other,
         })?;
-        crate::wait::acquire_waiting(&self.inner, &res, ttl, &retry).await
+        crate::wait::acquire_waiting(inner, &res, ttl, &retry).await
     }
 
     /// Tries once to take every resource in the list, all-or-nothing: on each node one
@@ -281,8 +360,8 @@ impl Redlock {
         I::Item: AsRef<str>,
     {
         let names: Vec<I::Item> = resources.into_iter().collect();
-        let res = self.prepare(&names, ttl)?;
-        acquire_once(&self.inner, &res, ttl, 1).await
+        let (res, inner) = self.prepare(&names, ttl)?;
+        acquire_once(inner, &res, ttl, 1).await
     }
 
     /// Takes every resource in the list, all-or-nothing, waiting per the retry policy.
@@ -321,8 +400,8 @@ impl Redlock {
         I::Item: AsRef<str>,
     {
         let names: Vec<I::Item> = resources.into_iter().collect();
-        let res = self.prepare(&names, ttl)?;
-        crate::wait::acquire_waiting(&self.inner, &res, ttl, &self.inner.config.retry).await
+        let (res, inner) = self.prepare(&names, ttl)?;
+        crate::wait::acquire_waiting(inner, &res, ttl, &inner.config.retry).await
     }
 }
 
@@ -362,10 +441,10 @@ impl RedlockBuilder {
     pub async fn build(self) -> Result<Redlock, Error> {
         Error::ensure_runtime()?;
         crate::metrics::built();
-        let (specs, config) = self.into_parts()?;
-        let inner = Inner::connect(&specs, config).await?;
+        let (groups, version, config) = self.into_parts()?;
+        let groups = Groups::connect(groups, version, config).await?;
         Ok(Redlock {
-            inner: Arc::new(inner),
+            groups: Arc::new(groups),
         })
     }
 }

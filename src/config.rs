@@ -24,6 +24,9 @@ use crate::node::NodeSpec;
 /// The most nodes one [`Redlock`](crate::Redlock) may use.
 pub const MAX_NODES: usize = 64;
 
+/// The most lock groups one client takes ([`RedlockBuilder::group`]).
+pub const MAX_GROUPS: usize = 64;
+
 /// The default values of every setting, in one place.
 ///
 /// # Example
@@ -348,6 +351,10 @@ impl Config {
 #[derive(Clone)]
 pub struct RedlockBuilder {
     urls: Vec<String>,
+    /// The lock groups after the first (whose nodes are `urls`).
+    more_groups: Vec<Vec<String>>,
+    /// The group map's version, when set by [`RedlockBuilder::groups_version`].
+    map_version: Option<u16>,
     config: Config,
 }
 
@@ -364,10 +371,15 @@ impl fmt::Debug for RedlockBuilder {
             .collect();
         f.debug_struct("RedlockBuilder")
             .field("nodes", &nodes)
+            .field("more_groups", &self.more_groups.len())
+            .field("map_version", &self.map_version)
             .field("config", &self.config)
             .finish()
     }
 }
+
+/// Every lock group's validated node specs, the group given to `builder` first.
+pub(crate) type GroupSpecs = Vec<Vec<NodeSpec>>;
 
 impl RedlockBuilder {
     pub(crate) fn new<I>(urls: I) -> RedlockBuilder
@@ -377,6 +389,8 @@ impl RedlockBuilder {
     {
         RedlockBuilder {
             urls: urls.into_iter().map(|u| u.as_ref().to_owned()).collect(),
+            more_groups: Vec::new(),
+            map_version: None,
             config: Config {
                 node_timeout: None,
                 drift_factor: DEFAULTS.drift_factor,
@@ -602,16 +616,147 @@ impl RedlockBuilder {
         self
     }
 
+    /// Adds a lock group: `urls` are the nodes of another, independent group of masters.
+    /// The nodes given to [`Redlock::builder`](crate::Redlock::builder) are the first
+    /// group. With several groups, every resource lives in exactly one group, chosen by a
+    /// stable hash of its name (rendezvous hashing), so the lock rate grows with the number
+    /// of groups while each lock keeps its own majority quorum.
+    ///
+    /// Every group has as many nodes as the first; no node is in two groups. A name's
+    /// group is decided by its hash tag when it has one, as in Redis Cluster: the part
+    /// between the first `{` and the next `}`, if not empty. Give the resources of one
+    /// multi-resource lock a common tag (`order:{42}:stock`, `order:{42}:invoice`) so that
+    /// they share a group; a multi-resource lock across groups is refused with
+    /// [`Error::InvalidInput`].
+    ///
+    /// Every client of the same resources must use the same groups, in the same order,
+    /// with the same [`groups_version`](RedlockBuilder::groups_version): each records its
+    /// group map on its nodes, and a client that finds another map refuses to lock
+    /// ([`Error::GroupMapMismatch`]).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// use std::time::Duration;
+    /// let locks = quorumlock::Redlock::builder([
+    ///     "redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379",
+    /// ])
+    /// .group(["redis://10.0.1.1:6379", "redis://10.0.1.2:6379", "redis://10.0.1.3:6379"])
+    /// .groups_version(1)
+    /// .build()
+    /// .await?;
+    /// assert_eq!(locks.groups(), 2);
+    /// let lock = locks.try_lock("orders:42", Duration::from_secs(10)).await?;
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn group<I>(mut self, urls: I) -> RedlockBuilder
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        self.more_groups
+            .push(urls.into_iter().map(|u| u.as_ref().to_owned()).collect());
+        self
+    }
+
+    /// The version of the group map (see [`group`](RedlockBuilder::group)), `0..=65535`.
+    /// Raise it whenever the groups change, so that clients of the old and the new map
+    /// tell each other apart even where the fingerprints of their groups would not.
+    ///
+    /// The default is no version: a client with one group and no version is *unsharded*
+    /// and records nothing on its nodes (it still refuses nodes that record a map). Setting
+    /// a version, even with one group, makes the client record its map.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"])
+    ///     .group(["redis://127.0.0.1:7101"])
+    ///     .groups_version(3)
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn groups_version(mut self, version: u16) -> RedlockBuilder {
+        self.map_version = Some(version);
+        self
+    }
+
     /// Validates the configuration (before any I/O) and hands out what
-    /// [`build`](RedlockBuilder::build) connects with; with `rediss://` nodes, makes sure
-    /// rustls has a process-level crypto provider.
-    pub(crate) fn into_parts(self) -> Result<(Vec<NodeSpec>, Config), Error> {
-        let specs = self.validate()?;
+    /// [`build`](RedlockBuilder::build) connects with: each group's node specs, the
+    /// group map's version (`None`: unsharded), the configuration. With `rediss://` nodes,
+    /// makes sure rustls has a process-level crypto provider.
+    pub(crate) fn into_parts(self) -> Result<(GroupSpecs, Option<u16>, Config), Error> {
+        let groups = self.validate_groups()?;
         #[cfg(feature = "tls-rustls")]
-        if specs.iter().any(NodeSpec::is_tls) {
+        if groups.iter().flatten().any(NodeSpec::is_tls) {
             crate::node::tls::ensure_crypto_provider();
         }
-        Ok((specs, self.config))
+        let version = match (self.map_version, groups.len()) {
+            (None, 1) => None,
+            (v, _) => Some(v.unwrap_or(0)),
+        };
+        Ok((groups, version, self.config))
+    }
+
+    /// Every group's validated specs: the first group checked as ever, each further one
+    /// alike, with as many nodes as the first and no node shared between groups.
+    pub(crate) fn validate_groups(&self) -> Result<GroupSpecs, Error> {
+        let first = self.validate()?;
+        let mut groups = vec![first];
+        for (g, urls) in self.more_groups.iter().enumerate() {
+            let group = RedlockBuilder {
+                urls: urls.clone(),
+                more_groups: Vec::new(),
+                map_version: None,
+                config: self.config.clone(),
+            }
+            .validate()
+            .map_err(|e| match e {
+                Error::Config(c) => Error::config(
+                    "groups",
+                    format!("group #{}: {}: {}", g + 2, c.field(), c.detail),
+                ),
+                other => other,
+            })?;
+            if group.len() != groups[0].len() {
+                return Err(Error::config(
+                    "groups",
+                    format!(
+                        "group #{} has {} nodes, the first group {}; every group has as many nodes",
+                        g + 2,
+                        group.len(),
+                        groups[0].len()
+                    ),
+                ));
+            }
+            for spec in &group {
+                for (h, other) in groups.iter().enumerate() {
+                    if other.iter().any(|o| o.same_node(spec)) {
+                        return Err(Error::config(
+                            "groups",
+                            format!(
+                                "{} is in group #{} and group #{}; groups must be independent",
+                                spec.addr,
+                                h + 1,
+                                g + 2
+                            ),
+                        ));
+                    }
+                }
+            }
+            groups.push(group);
+        }
+        if groups.len() > MAX_GROUPS {
+            return Err(Error::config(
+                "groups",
+                format!("{} groups; at most {MAX_GROUPS}", groups.len()),
+            ));
+        }
+        Ok(groups)
     }
 
     pub(crate) fn validate(&self) -> Result<Vec<NodeSpec>, Error> {
@@ -806,6 +951,76 @@ mod tests {
         assert_eq!(
             c.node_timeout_for(Duration::MAX),
             Duration::from_millis(250)
+        );
+    }
+
+    #[test]
+    fn validates_groups() {
+        let field = |r: Result<Vec<Vec<NodeSpec>>, Error>| match r {
+            Err(Error::Config(c)) => (c.field().to_owned(), c.to_string()),
+            other => panic!("expected a config error, got {:?}", other.map(|v| v.len())),
+        };
+        let g1 = [
+            "redis://127.0.0.1:1",
+            "redis://127.0.0.1:2",
+            "redis://127.0.0.1:3",
+        ];
+        let g2 = [
+            "redis://127.0.0.1:4",
+            "redis://127.0.0.1:5",
+            "redis://127.0.0.1:6",
+        ];
+        // A group with another number of nodes.
+        let (f, text) = field(b(&g1).group(&g2[..2]).validate_groups());
+        assert_eq!(f, "groups");
+        assert!(text.contains("group #2 has 2 nodes"), "{text}");
+        // A node in two groups.
+        let shared = [
+            "redis://127.0.0.1:4",
+            "redis://127.0.0.1:5",
+            "redis://127.0.0.1:3/0",
+        ];
+        let (f, text) = field(b(&g1).group(shared).validate_groups());
+        assert_eq!(f, "groups");
+        assert!(text.contains("group #1 and group #2"), "{text}");
+        // A bad URL in a later group names that group.
+        let bad = ["redis://127.0.0.1:4", "nope", "redis://127.0.0.1:6"];
+        let (f, text) = field(b(&g1).group(&g2).group(bad).validate_groups());
+        assert_eq!(f, "groups");
+        assert!(text.contains("group #3"), "{text}");
+        // A duplicate inside a later group.
+        let dup = [
+            "redis://127.0.0.1:4",
+            "redis://127.0.0.1:4",
+            "redis://127.0.0.1:6",
+        ];
+        assert_eq!(field(b(&g1).group(dup).validate_groups()).0, "groups");
+        // Too many groups.
+        let mut many = b(&["redis://127.0.0.1:1"]);
+        for port in 2..=(MAX_GROUPS as u16 + 1) {
+            many = many.group([format!("redis://127.0.0.1:{port}")]);
+        }
+        let (f, text) = field(many.validate_groups());
+        assert_eq!(f, "groups");
+        assert!(text.contains("at most 64"), "{text}");
+        // Good groups pass, in order.
+        let ok = b(&g1).group(g2).validate_groups();
+        assert_eq!(ok.as_ref().map(Vec::len).ok(), Some(2));
+    }
+
+    #[test]
+    fn only_one_group_without_a_version_is_unsharded() {
+        let one = ["redis://127.0.0.1:1"];
+        let version = |b: RedlockBuilder| b.into_parts().ok().map(|(g, v, _)| (g.len(), v));
+        assert_eq!(version(b(&one)), Some((1, None)));
+        assert_eq!(version(b(&one).groups_version(0)), Some((1, Some(0))));
+        assert_eq!(
+            version(b(&one).group(["redis://127.0.0.1:2"])),
+            Some((2, Some(0)))
+        );
+        assert_eq!(
+            version(b(&one).group(["redis://127.0.0.1:2"]).groups_version(7)),
+            Some((2, Some(7)))
         );
     }
 }

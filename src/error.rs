@@ -13,6 +13,7 @@
 //! | [`Error::InvalidInput`] | a call was given an invalid argument (empty resource, zero TTL, …) | fix the call |
 //! | [`Error::RandomSource`] | the operating system's random number generator failed, so no lock token could be drawn | fix the host; nothing was sent to any node |
 //! | [`Error::PermitsMismatch`] | a semaphore is in use with another number of permits (or quorum, or node count) | use the same settings in every client; nothing was written |
+//! | [`Error::GroupMapMismatch`] | a node records another group map: clients with other lock groups are running | give every client the same groups; nothing was sent |
 //!
 //! Errors that come from a vote carry a [`Votes`] value: the answer of every node, in the
 //! order the nodes were configured, printed like
@@ -85,6 +86,13 @@ pub enum Error {
     /// settings, or the bound on holders would not hold.
     #[error("{0}")]
     PermitsMismatch(PermitsMismatch),
+    /// A node records another group map (other lock groups, or another version of them;
+    /// see [`RedlockBuilder::group`](crate::RedlockBuilder::group)): clients that route
+    /// resources differently are running, and two of them could hold one resource in two
+    /// groups at once. This client refuses every acquisition from then on; nothing is
+    /// sent for the refused call.
+    #[error("{0}")]
+    GroupMapMismatch(GroupMapMismatch),
 }
 
 /// The kind of an [`Error`], for matching without the payload.
@@ -116,6 +124,8 @@ pub enum ErrorKind {
     RandomSource,
     /// See [`Error::PermitsMismatch`].
     PermitsMismatch,
+    /// See [`Error::GroupMapMismatch`].
+    GroupMapMismatch,
 }
 
 impl Error {
@@ -139,6 +149,7 @@ impl Error {
             Error::InvalidInput(_) => ErrorKind::InvalidInput,
             Error::RandomSource(_) => ErrorKind::RandomSource,
             Error::PermitsMismatch(_) => ErrorKind::PermitsMismatch,
+            Error::GroupMapMismatch(_) => ErrorKind::GroupMapMismatch,
         }
     }
 
@@ -203,7 +214,10 @@ impl Error {
             Error::Timeout(t) => t.votes.as_ref(),
             Error::Lost(l) => l.votes.as_ref(),
             Error::PermitsMismatch(m) => Some(m.votes()),
-            Error::Config(_) | Error::InvalidInput(_) | Error::RandomSource(_) => None,
+            Error::Config(_)
+            | Error::InvalidInput(_)
+            | Error::RandomSource(_)
+            | Error::GroupMapMismatch(_) => None,
         }
     }
 
@@ -753,6 +767,69 @@ impl fmt::Display for PermitsMismatch {
             f,
             "semaphore in use with another configuration: stored {} (permits:per-node limit:quorum:nodes), requested {}; nothing was written on the nodes that refused",
             self.0.stored, self.0.requested
+        )
+    }
+}
+
+/// Another group map recorded on a node; the payload of [`Error::GroupMapMismatch`].
+/// A map reads `v<version>/<groups>/<hash of the groups' nodes>`; a client with a single
+/// group and no version records none and reads as `unsharded`.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), quorumlock::Error> {
+/// # use std::time::Duration;
+/// # let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+/// match locks.try_lock("orders:42", Duration::from_secs(5)).await {
+///     Err(quorumlock::Error::GroupMapMismatch(m)) => {
+///         eprintln!("{} records {}, we route with {}", m.node(), m.recorded(), m.ours());
+///     }
+///     other => drop(other?),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupMapMismatch(Box<MapMismatch>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct MapMismatch {
+    node: NodeAddr,
+    recorded: String,
+    ours: String,
+}
+
+impl GroupMapMismatch {
+    pub(crate) fn new(node: NodeAddr, recorded: String, ours: String) -> GroupMapMismatch {
+        GroupMapMismatch(Box::new(MapMismatch {
+            node,
+            recorded,
+            ours,
+        }))
+    }
+
+    /// The node that records the other map.
+    pub fn node(&self) -> &NodeAddr {
+        &self.0.node
+    }
+
+    /// The map that node records.
+    pub fn recorded(&self) -> &str {
+        &self.0.recorded
+    }
+
+    /// This client's map (`unsharded` for one group without a version).
+    pub fn ours(&self) -> &str {
+        &self.0.ours
+    }
+}
+
+impl fmt::Display for GroupMapMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "group map mismatch: {} records {}, this client routes with {}; clients with different lock groups could hold one resource in two groups, so this client takes no lock (stop the other clients, or give every client the same groups and version)",
+            self.0.node, self.0.recorded, self.0.ours
         )
     }
 }

@@ -77,6 +77,7 @@ use crate::node::NodeAddr;
 use crate::peek::{self, NodeAnswer, PeekError};
 use crate::protocol::inspect::{Reading, Seen, read};
 use crate::resource::{Resources, check_count};
+use crate::shared::Inner;
 
 /// The most characters of a token an inspection shows.
 const PREFIX_LEN: usize = 8;
@@ -734,35 +735,53 @@ impl Redlock {
             .iter()
             .map(|n| Resources::new(&[n.as_ref()]))
             .collect::<Result<Vec<_>, _>>()?;
-        let inner = &self.inner;
-        let timeout = inner
-            .config
-            .node_timeout
-            .unwrap_or(DEFAULTS.node_timeout_max);
-        let n = inner.nodes.len();
-        let span = tracing::debug_span!(
-            "quorumlock.inspect",
-            resources = resources.len(),
-            nodes = n,
-            quorum = inner.quorum,
-        );
-        let per_node = futures::future::join_all(
-            inner
-                .nodes
-                .iter()
-                .enumerate()
-                .map(|(i, node)| peek::read_node(node, i, n, &resources, timeout)),
-        )
-        .instrument(span)
-        .await;
-        Ok(assemble(
-            &resources,
-            inner.quorum,
-            &inner.addrs,
-            n,
-            per_node,
-        ))
+        // Each resource is read in its own lock group; the answers go back in the order
+        // the names were given.
+        let mut by_group: Vec<Vec<usize>> = vec![Vec::new(); self.groups.members().len()];
+        for (k, n) in names.iter().enumerate() {
+            if let Some(list) = by_group.get_mut(self.groups.group_of(n.as_ref())) {
+                list.push(k);
+            }
+        }
+        let mut out: Vec<Option<Inspection>> = vec![None; resources.len()];
+        for (inner, ks) in self.groups.members().iter().zip(by_group) {
+            if ks.is_empty() {
+                continue;
+            }
+            let mine: Vec<Resources> = ks.iter().map(|k| resources[*k].clone()).collect();
+            for (k, seen) in ks.into_iter().zip(inspect_group(inner, &mine).await) {
+                out[k] = Some(seen);
+            }
+        }
+        out.into_iter()
+            .map(|o| o.ok_or_else(|| Error::invalid("resource", "no inspection for the resource")))
+            .collect()
     }
+}
+
+/// Reads `resources` on every node of one group and assembles one inspection each.
+async fn inspect_group(inner: &Inner, resources: &[Resources]) -> Vec<Inspection> {
+    let timeout = inner
+        .config
+        .node_timeout
+        .unwrap_or(DEFAULTS.node_timeout_max);
+    let n = inner.nodes.len();
+    let span = tracing::debug_span!(
+        "quorumlock.inspect",
+        resources = resources.len(),
+        nodes = n,
+        quorum = inner.quorum,
+    );
+    let per_node = futures::future::join_all(
+        inner
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| peek::read_node(node, i, n, resources, timeout)),
+    )
+    .instrument(span)
+    .await;
+    assemble(resources, inner.quorum, &inner.addrs, n, per_node)
 }
 
 /// Puts the nodes' answers together into one inspection per resource.

@@ -210,6 +210,7 @@ mod acquire;
 mod client;
 mod config;
 mod fencing;
+mod groups;
 pub mod inspect;
 mod lock;
 mod rwlock;
@@ -234,11 +235,12 @@ pub mod guide {
 
 pub use addr::NodeAddr;
 pub use client::Redlock;
-pub use config::{DEFAULTS, Defaults, MAX_NODES, RedlockBuilder, Retry};
+pub use config::{DEFAULTS, Defaults, MAX_GROUPS, MAX_NODES, RedlockBuilder, Retry};
 pub use error::{
-    ConfigError, Error, ErrorKind, InvalidInput, Lost, LostReason, NodeOutcome, NodeVote,
-    PermitsMismatch, RandomSourceError, Result, Timeout, Votes,
+    ConfigError, Error, ErrorKind, GroupMapMismatch, InvalidInput, Lost, LostReason, NodeOutcome,
+    NodeVote, PermitsMismatch, RandomSourceError, Result, Timeout, Votes,
 };
+pub use groups::GROUP_MAP_LEASE;
 pub use inspect::Inspection;
 pub use lock::{Lock, LockMode};
 #[cfg(feature = "metrics")]

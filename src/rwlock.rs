@@ -82,10 +82,15 @@ impl Drop for Intent {
 
 impl Redlock {
     /// The checks of a read-write lock call, and its keys.
-    fn rw(&self, resource: &str, ttl: Duration) -> Result<(Resources, Arc<RwKeys>), Error> {
-        let res = self.prepare(&[resource], ttl)?;
+    #[allow(clippy::type_complexity)]
+    fn rw(
+        &self,
+        resource: &str,
+        ttl: Duration,
+    ) -> Result<(Resources, Arc<RwKeys>, &Arc<Inner>), Error> {
+        let (res, inner) = self.prepare(&[resource], ttl)?;
         let keys = Arc::new(RwKeys::new(resource));
-        Ok((res, keys))
+        Ok((res, keys, inner))
     }
 
     /// Tries once to take a read lock on `resource` for `ttl`, shared with other readers.
@@ -119,9 +124,9 @@ impl Redlock {
     /// # Ok(()) }
     /// ```
     pub async fn try_read_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
-        let (res, keys) = self.rw(resource, ttl)?;
-        let ask = Ask::new(Kind::Read(keys), self.inner.quorum);
-        acquire_as(&self.inner, &res, &ask, ttl, 1).await
+        let (res, keys, inner) = self.rw(resource, ttl)?;
+        let ask = Ask::new(Kind::Read(keys), inner.quorum);
+        acquire_as(inner, &res, &ask, ttl, 1).await
     }
 
     /// Takes a read lock on `resource`, waiting per the client's retry policy (polling
@@ -148,9 +153,9 @@ impl Redlock {
     /// # Ok(()) }
     /// ```
     pub async fn read_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
-        let (res, keys) = self.rw(resource, ttl)?;
-        let ask = Ask::new(Kind::Read(keys), self.inner.quorum);
-        acquire_polling(&self.inner, &res, &ask, ttl, &self.inner.config.retry).await
+        let (res, keys, inner) = self.rw(resource, ttl)?;
+        let ask = Ask::new(Kind::Read(keys), inner.quorum);
+        acquire_polling(inner, &res, &ask, ttl, &inner.config.retry).await
     }
 
     /// Tries once to take the write lock on `resource` for `ttl`: excludes readers and
@@ -182,9 +187,9 @@ impl Redlock {
     /// # Ok(()) }
     /// ```
     pub async fn try_write_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
-        let (res, keys) = self.rw(resource, ttl)?;
-        let ask = Ask::new(Kind::Write(keys), self.inner.quorum);
-        acquire_as(&self.inner, &res, &ask, ttl, 1).await
+        let (res, keys, inner) = self.rw(resource, ttl)?;
+        let ask = Ask::new(Kind::Write(keys), inner.quorum);
+        acquire_as(inner, &res, &ask, ttl, 1).await
     }
 
     /// Takes the write lock on `resource`, waiting per the client's retry policy.
@@ -217,11 +222,11 @@ impl Redlock {
     /// # Ok(()) }
     /// ```
     pub async fn write_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
-        let (res, keys) = self.rw(resource, ttl)?;
-        let intent = Intent::new(&self.inner, &keys, ttl);
-        let mut ask = Ask::new(Kind::Write(keys), self.inner.quorum);
+        let (res, keys, inner) = self.rw(resource, ttl)?;
+        let intent = Intent::new(inner, &keys, ttl);
+        let mut ask = Ask::new(Kind::Write(keys), inner.quorum);
         ask.intent = intent.id.clone();
-        let got = acquire_polling(&self.inner, &res, &ask, ttl, &self.inner.config.retry).await;
+        let got = acquire_polling(inner, &res, &ask, ttl, &inner.config.retry).await;
         drop(intent);
         got
     }

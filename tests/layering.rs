@@ -63,6 +63,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "lock",
             "acquire",
             "fencing",
+            "groups",
             "wait",
             "transfer",
             "inspect",

@@ -44,6 +44,7 @@
 pub(crate) mod cleanup;
 pub(crate) mod contention;
 pub(crate) mod fencing;
+pub(crate) mod groups;
 #[cfg_attr(
     not(test),
     allow(dead_code, reason = "the transfer waiter is not wired in yet")
