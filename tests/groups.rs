@@ -331,7 +331,7 @@ async fn soak_over_two_groups_with_a_minority_of_each_killed() {
             let mut i = c as usize;
             while Instant::now() < stop {
                 i = i.wrapping_mul(31).wrapping_add(7) % 1000;
-                let names: Vec<String> = if i % 3 == 0 {
+                let names: Vec<String> = if i.is_multiple_of(3) {
                     let k = i % 5;
                     vec![format!("pair:{{{k}}}:a"), format!("pair:{{{k}}}:b")]
                 } else {
