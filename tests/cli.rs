@@ -1189,6 +1189,99 @@ async fn mismatched_permits_exit_78() {
     assert!(ran.exists());
 }
 
+/// Lock groups in `QUORUMLOCK_NODES` (separated by `;`) with `QUORUMLOCK_GROUPS_VERSION`:
+/// the binary routes a resource to the same group as the library, inspects that group's
+/// nodes, and is refused (78) with another map.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_in_quorumlock_nodes() {
+    let (a, b) = (cluster(3).await, cluster(3).await);
+    let locks = Redlock::builder(a.urls())
+        .group(b.urls())
+        .groups_version(1)
+        .build()
+        .await
+        .expect("sharded client");
+    let name = (0..1000)
+        .map(|i| format!("report-{i}"))
+        .find(|n| locks.group_of(n) == 1)
+        .expect("a name in the second group");
+    let held = locks
+        .try_lock(&name, Duration::from_secs(30))
+        .await
+        .expect("take the lock");
+    let nodes = format!("{};{}", a.urls().join(","), b.urls().join(","));
+    let grouped = |version: &str| {
+        let mut c = bare();
+        c.env("QUORUMLOCK_NODES", &nodes)
+            .env("QUORUMLOCK_GROUPS_VERSION", version);
+        c
+    };
+    let dir = tmp();
+    let ran = file(&dir, "ran");
+    let out = output(
+        grouped("1")
+            .args(["run", "--resource", &name, "--no-wait", "--"])
+            .args(["sh", "-c", r#"touch "$RAN""#])
+            .env("RAN", &ran),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(BUSY), "{}", stderr(&out));
+    assert!(!ran.exists(), "COMMAND ran although the lock was held");
+
+    // inspect shows the resource's group: B's three nodes, the holder on all of them.
+    let out = output(
+        grouped("1").args(["inspect", &name]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("on 3/3 nodes (quorum 2): HELD"), "{text}");
+    for i in 0..3 {
+        let (pa, pb) = (a.port(i).expect("port"), b.port(i).expect("port"));
+        assert!(text.contains(&format!(":{pb}")), "{text}");
+        assert!(!text.contains(&format!(":{pa}")), "{text}");
+    }
+    held.release().await.expect("release");
+    let out = output(
+        grouped("1")
+            .args(["run", "--resource", &name, "--no-wait", "--"])
+            .args(["sh", "-c", r#"touch "$RAN""#])
+            .env("RAN", &ran),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(ran.exists());
+
+    // Another version while the library client's map is recorded: refused, not run.
+    std::fs::remove_file(&ran).expect("rm");
+    let out = output(
+        grouped("2")
+            .args(["run", "--resource", &name, "--no-wait", "--"])
+            .args(["sh", "-c", r#"touch "$RAN""#])
+            .env("RAN", &ran),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(MISMATCH), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("group map mismatch"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!ran.exists(), "COMMAND ran with another group map");
+
+    // An empty group is a usage error that names the groups.
+    let mut c = bare();
+    c.env("QUORUMLOCK_NODES", format!("{nodes};"))
+        .args(["run", "--resource", "x", "--", "true"]);
+    let out = output(&mut c, Duration::from_secs(10)).await;
+    assert_eq!(out.status.code(), Some(USAGE), "{}", stderr(&out));
+    assert!(stderr(&out).contains("group #3"), "{}", stderr(&out));
+}
+
 #[cfg(feature = "demo")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_oversells_without_and_not_with_the_lock() {

@@ -24,8 +24,8 @@ use crate::exit;
 /// Arguments of `quorumlock demo`.
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
-    /// Redis nodes to use; by default the demo starts 5 local redis-server nodes (and
-    /// kills one halfway through).
+    /// Redis nodes to use (lock groups separated by `;`); by default the demo starts 5
+    /// local redis-server nodes (and kills one halfway through).
     #[arg(
         long,
         env = "QUORUMLOCK_NODES",
@@ -115,6 +115,7 @@ pub async fn demo(args: DemoArgs) -> u8 {
     } else {
         args.nodes.clone()
     };
+    let groups = crate::split_groups(&urls);
     let (k, buyers) = (args.stock, args.buyers);
 
     // 1. Without a lock.
@@ -137,7 +138,16 @@ pub async fn demo(args: DemoArgs) -> u8 {
     // 2. With quorumlock.
     let mut clients = Vec::with_capacity(args.clients);
     for _ in 0..args.clients {
-        match Redlock::builder(&urls).build().await {
+        match groups
+            .iter()
+            .skip(1)
+            .fold(
+                Redlock::builder(groups.first().cloned().unwrap_or_default()),
+                |b, g| b.group(g),
+            )
+            .build()
+            .await
+        {
             Ok(c) => clients.push(c),
             Err(e) => {
                 eprintln!("quorumlock: {e}");
@@ -185,7 +195,7 @@ pub async fn demo(args: DemoArgs) -> u8 {
     let failed = failures.load(Ordering::SeqCst);
     println!(
         "\n2. with quorumlock on {} nodes (quorum {}), {} clients:",
-        urls.len(),
+        groups.iter().map(Vec::len).sum::<usize>(),
         clients.first().map_or(0, Redlock::quorum),
         clients.len()
     );

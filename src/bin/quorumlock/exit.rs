@@ -9,7 +9,7 @@
 //! | 70 (`EX_SOFTWARE`) | `run`: the lock was lost while COMMAND ran; COMMAND was stopped |
 //! | 71 (`EX_OSERR`) | the operating system's random number generator failed (no lock token) |
 //! | 75 (`EX_TEMPFAIL`) | `run`: held by another owner, or the wait timed out |
-//! | 78 (`EX_CONFIG`) | `run --permits P`: the semaphore is in use with another P (or other nodes) |
+//! | 78 (`EX_CONFIG`) | `run --permits P`: the semaphore is in use with another P (or other nodes); or the nodes record another group map (clients with other lock groups) |
 //! | 126 / 127 | `run`: COMMAND could not be executed / was not found |
 
 use quorumlock::{Error, ErrorKind};
@@ -24,7 +24,8 @@ pub const LOST: u8 = 70;
 pub const OS_ERROR: u8 = 71;
 /// Held by another owner, or the wait timed out (`EX_TEMPFAIL`).
 pub const BUSY: u8 = 75;
-/// `--permits P` does not match the semaphore's configuration on the nodes (`EX_CONFIG`).
+/// `--permits P` does not match the semaphore's configuration on the nodes, or the nodes
+/// record another group map (`EX_CONFIG`).
 pub const MISMATCH: u8 = 78;
 /// COMMAND exists but could not be executed.
 pub const CANNOT_EXECUTE: u8 = 126;
@@ -42,7 +43,9 @@ Exit codes:
   71  EX_OSERR        the operating system's random number generator failed
   75  EX_TEMPFAIL     run: held by another owner, or the wait timed out
   78  EX_CONFIG       run --permits P: the semaphore is in use with another P
-                      (or by clients with other nodes); COMMAND was not run
+                      (or by clients with other nodes); or the nodes record
+                      another group map (clients with other lock groups);
+                      COMMAND was not run
   126 / 127           run: COMMAND could not be executed / was not found";
 
 /// The exit code for a failure to take the lock (or to build the client).
@@ -63,7 +66,7 @@ pub fn for_error(e: &Error) -> u8 {
         ErrorKind::Lost => LOST,
         ErrorKind::Config | ErrorKind::InvalidInput => USAGE,
         ErrorKind::RandomSource => OS_ERROR,
-        ErrorKind::PermitsMismatch => MISMATCH,
+        ErrorKind::PermitsMismatch | ErrorKind::GroupMapMismatch => MISMATCH,
         _ => UNAVAILABLE,
     }
 }

@@ -67,7 +67,9 @@ pub async fn inspect(args: InspectArgs) -> u8 {
         eprintln!("quorumlock: --timeout must be above zero");
         return exit::USAGE;
     }
-    let locks = match Redlock::builder(&args.nodes.nodes)
+    let locks = match args
+        .nodes
+        .builder()
         .node_timeout(args.timeout)
         .connect_timeout(args.timeout)
         .build()

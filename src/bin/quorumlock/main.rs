@@ -9,7 +9,8 @@
 //! ```
 //!
 //! Nodes come from `--nodes` or the `QUORUMLOCK_NODES` environment variable (comma
-//! separated). Node URLs are printed with their passwords redacted. Library diagnostics go
+//! separated; lock groups separated by `;`, as in `URL,URL,URL;URL,URL,URL`, with
+//! `--groups-version` / `QUORUMLOCK_GROUPS_VERSION`). Node URLs are printed with their passwords redacted. Library diagnostics go
 //! to stderr, filtered by `QUORUMLOCK_LOG` (`tracing` env-filter syntax; default `error`).
 //!
 //! Exit codes: see [`exit`]. `run` exits with COMMAND's status (128+N when COMMAND was
@@ -27,6 +28,7 @@ mod run;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use quorumlock::{Redlock, RedlockBuilder};
 
 /// Redlock from the command line: a distributed lock held on a majority of N independent
 /// Redis masters.
@@ -72,7 +74,10 @@ enum Cmd {
 #[derive(Debug, Clone, clap::Args)]
 pub struct Nodes {
     /// Redis node URLs, comma separated (redis://, rediss://, redis+unix://; ACL user and
-    /// password in the URL). Use an odd number of independent masters.
+    /// password in the URL). Use an odd number of independent masters. To shard resources
+    /// over several lock groups, separate the groups with `;` (each group as many nodes):
+    /// redis://a1,redis://a2,redis://a3;redis://b1,redis://b2,redis://b3 (quote it in a
+    /// shell). Every client of a resource must give the same groups in the same order.
     #[arg(
         long,
         env = "QUORUMLOCK_NODES",
@@ -83,6 +88,43 @@ pub struct Nodes {
         value_name = "URL,..."
     )]
     pub nodes: Vec<String>,
+    /// The version of the group map (raise it whenever the groups change); see the
+    /// guide's "Sharded lock groups". Default: none (0 when there are several groups).
+    #[arg(long, env = "QUORUMLOCK_GROUPS_VERSION", value_name = "N")]
+    pub groups_version: Option<u16>,
+}
+
+impl Nodes {
+    /// A client builder over these nodes: the first group given to `Redlock::builder`,
+    /// each further `;`-separated group added with `group`.
+    pub fn builder(&self) -> RedlockBuilder {
+        let mut groups = split_groups(&self.nodes).into_iter();
+        let mut builder = Redlock::builder(groups.next().unwrap_or_default());
+        for group in groups {
+            builder = builder.group(group);
+        }
+        if let Some(v) = self.groups_version {
+            builder = builder.groups_version(v);
+        }
+        builder
+    }
+}
+
+/// Splits node URLs (already split at commas by clap) into groups at `;`:
+/// `["a", "b;c", "d"]` is `[["a", "b"], ["c", "d"]]`. Blank entries are dropped; an empty
+/// group stays (and is refused by the builder with a message naming it).
+pub fn split_groups(urls: &[String]) -> Vec<Vec<String>> {
+    urls.join(",")
+        .split(';')
+        .map(|group| {
+            group
+                .split(',')
+                .map(str::trim)
+                .filter(|u| !u.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .collect()
 }
 
 /// Parses a human duration (`500ms`, `10s`, `2m`, `1h 30m`).

@@ -117,7 +117,9 @@ pub async fn run(args: RunArgs) -> u8 {
     let node_timeout = args.node_timeout.unwrap_or_else(|| {
         (args.ttl / 50).clamp(Duration::from_millis(50), Duration::from_millis(250))
     });
-    let mut builder = Redlock::builder(&args.nodes.nodes)
+    let mut builder = args
+        .nodes
+        .builder()
         .node_timeout(node_timeout)
         .fencing(args.fencing);
     if !args.no_wait && !args.wait.is_zero() {
@@ -230,7 +232,13 @@ impl Mode {
             (true, _, _) => Mode::Shared,
             (_, true, _) => Mode::Write,
             (_, _, Some(p)) => {
-                Mode::Permit(locks.semaphore(&args.resource, p)?, locks.nodes().len())
+                Mode::Permit(
+                    locks.semaphore(&args.resource, p)?,
+                    // The nodes of the semaphore's lock group (all of them when unsharded).
+                    locks
+                        .group_nodes(locks.group_of(&args.resource))
+                        .map_or(0, <[_]>::len),
+                )
             }
             _ => Mode::Exclusive,
         })
