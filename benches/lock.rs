@@ -32,6 +32,11 @@
 //!   (capacity 16: full only when every task holds one) and 64 permits (never full), and
 //!   the raw floor: throughput, acquire latency, attempts per acquisition.
 //!
+//! * `groups`: 16 tasks on distinct resources (a new one every cycle) over G = 1, 2 and 4
+//!   lock groups of 3 nodes each (12 `redis-server` processes), beside the raw floor and
+//!   rslock on one group of 3: total ops/s, and per server the requests it ran and the
+//!   CPU time it spent (the load split, and the per-request cost the capacity model in
+//!   docs/benchmarks.md is built from).
 //! * `contended_pairs`: 8 tasks, each with its own client, taking (`lock_many`) one of four
 //!   overlapping pairs of a ring of four resources, two tasks per pair: notify waiting
 //!   (woken by release announcements, staggered) against plain polling (notify off), in
@@ -112,6 +117,9 @@ fn main() {
     }
     if wants("scaling") {
         bench_scaling(&rt, &mut c, &summary);
+    }
+    if wants("groups") {
+        bench_groups(&rt, &summary);
     }
     if wants("held_10k") {
         bench_held(&rt, &summary, &urls, &cluster);
@@ -329,6 +337,171 @@ fn bench_fencing(rt: &Runtime, c: &mut Criterion, summary: &Summary, urls: &[Str
     report_cycles(summary, "fencing_cycle", &imps, &rounds);
     let rounds = timed_throughput(rt, &imps, CYCLES_16);
     report_throughput(summary, "fencing_uncontended_16", &imps, &rounds);
+}
+
+/// Groups of the `groups` section, and nodes per group.
+const GROUPS: usize = 4;
+const GROUP_NODES: usize = 3;
+
+/// `(requests run, CPU seconds spent)` by each server so far: `SET`, `EVAL` and `EVALSHA`
+/// calls from `INFO commandstats`, and the process's user + system time.
+async fn server_load(cluster: &LocalCluster) -> Vec<(u64, f64)> {
+    let mut out = Vec::new();
+    for i in 0..cluster.len() {
+        let url = cluster.direct_url(i).expect("node");
+        let client = redis::Client::open(url).expect("url");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut conn)
+            .await
+            .expect("INFO commandstats");
+        let calls = |cmd: &str| -> u64 {
+            info.lines()
+                .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
+                .and_then(|rest| rest.split(',').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        };
+        let cpu = cluster.pid(i).ok().flatten().map_or(0.0, proc_cpu_time);
+        out.push((calls("set") + calls("eval") + calls("evalsha"), cpu));
+    }
+    out
+}
+
+/// Deletes the group-map record on every node, so that a client of another map can be
+/// built next (the previous client was dropped first).
+async fn forget_group_map(cluster: &LocalCluster) {
+    for i in 0..cluster.len() {
+        let client = redis::Client::open(cluster.direct_url(i).expect("node")).expect("url");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        let _: () = redis::cmd("DEL")
+            .arg("quorumlock:groupmap")
+            .query_async(&mut conn)
+            .await
+            .expect("DEL");
+    }
+}
+
+/// 16 tasks, each `cycles` acquire + release cycles on a new resource every cycle.
+async fn throughput_spread(imp: &Impl, cycles: usize, tag: &str) -> f64 {
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for t in 0..TASKS {
+        let imp = imp.clone();
+        let tag = format!("spread:{tag}:{t}");
+        tasks.push(tokio::spawn(async move {
+            for i in 0..cycles {
+                imp.cycle(&format!("{tag}:{i}"), TTL).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    (TASKS * cycles) as f64 / start.elapsed().as_secs_f64()
+}
+
+fn bench_groups(rt: &Runtime, summary: &Summary) {
+    // One process set: group g is nodes g*3 .. g*3+3.
+    let cluster = rt
+        .block_on(LocalCluster::launch(GROUPS * GROUP_NODES))
+        .expect("launch 12 redis-server nodes");
+    let urls = cluster.urls();
+    let group = |g: usize| urls[g * GROUP_NODES..(g + 1) * GROUP_NODES].to_vec();
+    let refs = rt.block_on(async {
+        let rs = rslock::LockManager::new(group(0));
+        let floor = support::Floor::connect(&group(0))
+            .await
+            .expect("floor connect");
+        vec![Impl::Floor(floor), Impl::Rslock(rs)]
+    });
+    let sizes = [1usize, 2, 4];
+    let names: Vec<String> = sizes.iter().map(|g| format!("quorumlock-g{g}")).collect();
+    let mut rounds: Vec<Vec<f64>> = vec![Vec::new(); refs.len() + sizes.len()];
+    let mut load: Vec<Vec<(u64, f64)>> = vec![vec![(0, 0.0); cluster.len()]; sizes.len()];
+    for round in 0..ROUNDS {
+        for (k, imp) in refs.iter().enumerate() {
+            rounds[k].push(rt.block_on(throughput_spread(imp, CYCLES_16, &format!("{round}"))));
+        }
+        for (k, &g) in sizes.iter().enumerate() {
+            let tp = rt.block_on(async {
+                forget_group_map(&cluster).await;
+                let mut b = Redlock::builder(group(0));
+                for h in 1..g {
+                    b = b.group(group(h));
+                }
+                if g > 1 {
+                    b = b.groups_version(g as u16);
+                }
+                let imp = Impl::Quorumlock(b.build().await.expect("quorumlock build"));
+                throughput_spread(&imp, 20, &format!("warm{round}:{g}")).await;
+                let before = server_load(&cluster).await;
+                let tp = throughput_spread(&imp, CYCLES_16, &format!("{round}:{g}")).await;
+                let after = server_load(&cluster).await;
+                for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+                    load[k][i].0 += a.0.saturating_sub(b.0);
+                    load[k][i].1 += a.1 - b.1;
+                }
+                drop(imp);
+                tp
+            });
+            rounds[refs.len() + k].push(tp);
+        }
+    }
+    for (k, r) in rounds.iter().enumerate() {
+        let name = if k < refs.len() {
+            refs[k].name().to_owned()
+        } else {
+            names[k - refs.len()].clone()
+        };
+        let m = median(r);
+        println!("[groups] {name:<22} {m:>9.0} ops/s  (rounds {r:.0?})");
+        summary.line(&format!(
+            r#"{{"section":"groups","impl":"{name}","ops_per_s":{m:.0},"rounds_ops_per_s":{}}}"#,
+            support::json_f64s(r)
+        ));
+    }
+    let cycles = (ROUNDS * TASKS * CYCLES_16) as f64;
+    for (k, &g) in sizes.iter().enumerate() {
+        let used = &load[k][..g * GROUP_NODES];
+        let requests: Vec<u64> = used.iter().map(|l| l.0).collect();
+        let mean = requests.iter().sum::<u64>() as f64 / used.len() as f64;
+        let spread = requests
+            .iter()
+            .map(|&r| (r as f64 / mean - 1.0).abs())
+            .fold(0.0, f64::max);
+        let cpu_us: Vec<f64> = used
+            .iter()
+            .map(|l| {
+                if l.0 == 0 {
+                    0.0
+                } else {
+                    l.1 * 1e6 / l.0 as f64
+                }
+            })
+            .collect();
+        println!(
+            "[groups] G={g}: requests per server {requests:?} (max deviation from the mean {:.1} %), \
+             {:.2} requests per cycle per server, server CPU per request {:.1?} µs",
+            spread * 100.0,
+            mean / cycles,
+            cpu_us
+        );
+        summary.line(&format!(
+            r#"{{"section":"groups_load","groups":{g},"requests_per_server":[{}],"max_deviation":{spread:.4},"cpu_us_per_request":{}}}"#,
+            requests.iter().map(u64::to_string).collect::<Vec<_>>().join(","),
+            support::json_f64s(&cpu_us)
+        ));
+    }
+    drop(refs);
+    drop(cluster);
 }
 
 fn bench_scaling(rt: &Runtime, c: &mut Criterion, summary: &Summary) {
