@@ -26,6 +26,8 @@ use redis::{ConnectionAddr, ConnectionInfo};
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct NodeAddr {
     shown: Arc<str>,
+    /// Where the node is, without the user: scheme, host, port, db.
+    place: Arc<str>,
     host: Arc<str>,
     port: Option<u16>,
 }
@@ -56,11 +58,23 @@ impl NodeAddr {
             None if user.is_empty() && db.is_empty() => format!("{scheme}://{host}"),
             None => format!("{scheme}://{user}{host}{db}"),
         };
+        let place = match port {
+            Some(p) if host.contains(':') => format!("{scheme}://[{host}]:{p}{db}"),
+            Some(p) => format!("{scheme}://{host}:{p}{db}"),
+            None => format!("{scheme}://{host}{db}"),
+        };
         NodeAddr {
             shown: shown.into(),
+            place: place.into(),
             host: host.into(),
             port,
         }
+    }
+
+    /// The node's place without its user: `scheme://host:port[/db]`. Two URLs of one node
+    /// with different users have the same place.
+    pub(crate) fn place(&self) -> &str {
+        &self.place
     }
 
     /// The host name or IP address (or the socket path for `redis+unix://`).

@@ -666,8 +666,8 @@ impl RedlockBuilder {
     /// tell each other apart even where the fingerprints of their groups would not.
     ///
     /// The default is no version: a client with one group and no version is *unsharded*
-    /// and records nothing on its nodes (it still refuses nodes that record a map). Setting
-    /// a version, even with one group, makes the client record its map.
+    /// and records the map `unsharded`, so that it and a sharding client refuse each other
+    /// in either order. Setting a version, even with one group, makes it a map of its own.
     ///
     /// # Example
     ///

@@ -773,7 +773,9 @@ impl fmt::Display for PermitsMismatch {
 
 /// Another group map recorded on a node; the payload of [`Error::GroupMapMismatch`].
 /// A map reads `v<version>/<groups>/<hash of the groups' nodes>`; a client with a single
-/// group and no version records none and reads as `unsharded`.
+/// group and no version records `unsharded`. A record the client cannot read (a value of
+/// another type at the key, an ACL that forbids it) counts as another map, reading
+/// `an unreadable record (<the node's error>)`.
 ///
 /// # Example
 ///

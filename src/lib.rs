@@ -202,6 +202,7 @@ mod token;
 mod background;
 mod extender;
 mod fanout;
+mod groupmap;
 mod node;
 mod notifier;
 mod peek;
@@ -240,7 +241,7 @@ pub use error::{
     ConfigError, Error, ErrorKind, GroupMapMismatch, InvalidInput, Lost, LostReason, NodeOutcome,
     NodeVote, PermitsMismatch, RandomSourceError, Result, Timeout, Votes,
 };
-pub use groups::GROUP_MAP_LEASE;
+pub use groupmap::GROUP_MAP_LEASE;
 pub use inspect::Inspection;
 pub use lock::{Lock, LockMode};
 #[cfg(feature = "metrics")]

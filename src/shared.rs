@@ -17,6 +17,7 @@ use futures::stream::FuturesUnordered;
 use crate::config::Config;
 use crate::error::Error;
 use crate::extender::Registry;
+use crate::groupmap::GroupMap;
 use crate::metrics::ClientMetrics;
 use crate::node::{Node, NodeAddr, NodeSpec};
 use crate::notifier::Notifier;
@@ -36,6 +37,9 @@ pub(crate) struct Inner {
     pub(crate) watchdog: OnceLock<Registry>,
     /// The metric handles of this client's acquire, extend and release rounds.
     pub(crate) metrics: ClientMetrics,
+    /// The client's group map and its record, shared by all its lock groups: every
+    /// acquisition checks it for a mismatch and has it cover the lock's TTL.
+    pub(crate) map: Arc<GroupMap>,
 }
 
 impl Inner {
@@ -43,7 +47,11 @@ impl Inner {
     /// connect timeout), and checks each reachable node against the deployment contract in
     /// the background. Fails only on an unusable node spec; unreachable nodes are retried on
     /// every request.
-    pub(crate) async fn connect(specs: &[NodeSpec], config: Config) -> Result<Inner, Error> {
+    pub(crate) async fn connect(
+        specs: &[NodeSpec],
+        config: Config,
+        map: Arc<GroupMap>,
+    ) -> Result<Inner, Error> {
         let nodes = specs
             .iter()
             .map(|s| Node::new(s, config.connect_timeout))
@@ -80,6 +88,7 @@ impl Inner {
             notifier,
             watchdog: OnceLock::new(),
             metrics: ClientMetrics::new(),
+            map,
         })
     }
 }

@@ -509,6 +509,12 @@ pub(crate) async fn acquire(
         jitter(retry.delay_min, retry.delay_max),
     );
     loop {
+        // The client saw another group map: it takes no lock from now on, not even one
+        // handed over; leaving releases whatever was transferred to this waiter.
+        if let Err(e) = inner.map.usable() {
+            w.leave().await;
+            return crate::metrics::waited(start, Err(e));
+        }
         // Announcements that arrived meanwhile (during a claim: noted, counted now unless
         // the token was retired, in which case they are passed on).
         while let Ok(t) = rx.try_recv() {

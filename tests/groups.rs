@@ -192,18 +192,51 @@ async fn a_client_with_another_group_map_is_refused_at_build() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unsharded_client_stops_locking_once_a_sharded_one_starts() {
+async fn an_unsharded_and_a_sharded_client_refuse_each_other() {
     let (a, b) = (group().await, group().await);
     let plain = build(&[&a], None).await.expect("unsharded client");
     assert_eq!(plain.group_map(), "unsharded");
-    // It records nothing of its own.
-    assert_eq!(count_key(&a, 0..3, RECORD).await, 0);
+    // It records its map too: a sharded client cannot start beside it.
+    for i in 0..3 {
+        let recorded: Option<String> = raw(&a, i).await.get(RECORD).await.expect("GET");
+        assert_eq!(recorded.as_deref(), Some("unsharded"));
+    }
+    let early = build(&[&a, &b], Some(1)).await;
+    assert!(
+        matches!(&early, Err(Error::GroupMapMismatch(m)) if m.recorded() == "unsharded"),
+        "{early:?}"
+    );
     let lock = plain.try_lock("job", TTL).await.expect("try_lock");
     lock.release().await.expect("release");
 
+    // Made before the mismatch: a semaphore, and a waiter queued behind a held lock
+    // with a long wait.
+    let pool = plain.semaphore("pool", 2).expect("semaphore");
+    let held = plain
+        .try_lock("busy", Duration::from_secs(60))
+        .await
+        .expect("hold");
+    let waiter = {
+        let plain = plain.clone();
+        tokio::spawn(async move {
+            let retry = quorumlock::Retry::new().max_wait(Duration::from_secs(40));
+            let r = plain.lock_with("busy", TTL, retry).await;
+            (r, Instant::now())
+        })
+    };
+    support::queued_on_every_node(&a, "busy", 1)
+        .await
+        .expect("the waiter queues");
+
+    // The unsharded client's record is lost on every node (emulated: as by restarts
+    // without persistence), and a sharded client starts in that moment.
+    for i in 0..3 {
+        let _: () = raw(&a, i).await.del(RECORD).await.expect("DEL");
+    }
     let started = Instant::now();
     let _sharded = sharded(&a, &b).await;
-    // The unsharded client reads the record every 10 s: within 15 s it refuses.
+    // The unsharded client writes its record every 10 s, finds the other map instead,
+    // and refuses: within 15 s.
     let refused = eventually(Duration::from_secs(15), || async {
         matches!(
             plain.try_lock("job", TTL).await,
@@ -216,6 +249,36 @@ async fn an_unsharded_client_stops_locking_once_a_sharded_one_starts() {
     let many = plain.lock_many(["job", "other"], TTL).await;
     assert!(matches!(many, Err(Error::GroupMapMismatch(_))), "{many:?}");
     assert_eq!(count_key(&a, 0..3, &lock_key("job")).await, 0);
+    let permit = pool.try_acquire(TTL).await;
+    assert!(
+        matches!(permit, Err(Error::GroupMapMismatch(_))),
+        "{permit:?}"
+    );
+    let read = plain.try_read_lock("catalog", TTL).await;
+    assert!(matches!(read, Err(Error::GroupMapMismatch(_))), "{read:?}");
+    let write = plain.try_write_lock("catalog", TTL).await;
+    assert!(
+        matches!(write, Err(Error::GroupMapMismatch(_))),
+        "{write:?}"
+    );
+    // The waiter gives up with the mismatch at its next turn (it renews its queue entry
+    // every second), long before its 40 s wait, and leaves the queue.
+    let (r, at) = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("the waiter returns")
+        .expect("task");
+    assert!(matches!(r, Err(Error::GroupMapMismatch(_))), "{r:?}");
+    assert!(at.duration_since(started) < Duration::from_secs(20));
+    let left = eventually(Duration::from_secs(5), || async {
+        support::zcards(&a, "quorumlock:queue:busy")
+            .await
+            .iter()
+            .all(|n| *n == 0)
+    })
+    .await;
+    assert!(left, "the waiter stayed queued");
+    // Locks held before are not revoked: the holder still releases its own.
+    held.release().await.expect("release");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

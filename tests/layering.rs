@@ -51,6 +51,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "background",
             "notifier",
             "extender",
+            "groupmap",
             "peek",
         ],
     ),

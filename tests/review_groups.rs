@@ -1,0 +1,286 @@
+//! Adversarial review of sharded lock groups (the group-map record). Each test states the
+//! interleaving it drives; each failed before the fix it names in its comment. Every
+//! wait is bounded.
+#![cfg(feature = "testkit")]
+
+mod support;
+
+use std::time::Duration;
+
+use quorumlock::testkit::LocalCluster;
+use quorumlock::{Error, Redlock, Retry};
+use redis::AsyncCommands;
+use support::{eventually, raw};
+
+const RECORD: &str = "quorumlock:groupmap";
+const LONG: Duration = Duration::from_secs(90);
+
+async fn group() -> LocalCluster {
+    LocalCluster::launch(3)
+        .await
+        .expect("start redis-server nodes (is redis-server installed?)")
+}
+
+async fn build(groups: &[&LocalCluster], version: Option<u16>) -> Result<Redlock, Error> {
+    build_urls(
+        &groups.iter().map(|g| g.urls()).collect::<Vec<_>>(),
+        version,
+    )
+    .await
+}
+
+async fn build_urls(groups: &[Vec<String>], version: Option<u16>) -> Result<Redlock, Error> {
+    let mut b = Redlock::builder(&groups[0]).node_timeout(Duration::from_millis(250));
+    for g in &groups[1..] {
+        b = b.group(g);
+    }
+    if let Some(v) = version {
+        b = b.groups_version(v);
+    }
+    b.build().await
+}
+
+/// `Ok(true)` when the client refuses with a group map mismatch, `Ok(false)` when it
+/// still locks (the probe lock is released at once).
+async fn refuses(locks: &Redlock, probe: &str) -> bool {
+    match locks.try_lock(probe, Duration::from_secs(5)).await {
+        Ok(l) => {
+            let _ = l.release().await;
+            false
+        }
+        Err(Error::GroupMapMismatch(_)) => true,
+        Err(_) => false,
+    }
+}
+
+async fn record_on(cluster: &LocalCluster, i: usize) -> Option<String> {
+    raw(cluster, i).await.get(RECORD).await.expect("GET")
+}
+
+async fn del_record(cluster: &LocalCluster) {
+    for i in 0..cluster.len() {
+        let _: () = raw(cluster, i).await.del(RECORD).await.expect("DEL");
+    }
+}
+
+/// 1. Migration from one group to two. An unsharded client records nothing, so a sharded
+/// client started while it holds locks sees no record, builds, and takes the same
+/// resources in the new group: two holders at once, with no fault at all. (The unsharded
+/// client only stops *new* acquisitions at its next read, ≤ 10 s later; its held locks
+/// stay, and a watchdog would keep them forever.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_unsharded_holder_is_invisible_to_a_new_sharded_client() {
+    let (a, b) = (group().await, group().await);
+    let plain = build(&[&a], None).await.expect("unsharded client");
+    let names: Vec<String> = (0..40).map(|i| format!("job-{i}")).collect();
+    let mut held = Vec::new();
+    for n in &names {
+        held.push(plain.try_lock(n, LONG).await.expect("unsharded try_lock"));
+    }
+    // The operator rolls out the sharded configuration while the old client runs.
+    let sharded = match build(&[&a, &b], Some(1)).await {
+        Ok(s) => s,
+        Err(e) => {
+            // The fixed behaviour: the running unsharded client is detected.
+            assert!(matches!(e, Error::GroupMapMismatch(_)), "{e:?}");
+            return;
+        }
+    };
+    let mut doubles = Vec::new();
+    for (n, lock) in names.iter().zip(&held) {
+        if let Ok(other) = sharded.try_lock(n, Duration::from_secs(5)).await {
+            if lock.is_valid() {
+                doubles.push(n.clone());
+            }
+            let _ = other.release().await;
+        }
+    }
+    assert!(
+        doubles.is_empty(),
+        "two holders at once (unsharded on group #1, sharded on group #2): {doubles:?}"
+    );
+}
+
+/// 2. A client paused (GC, VM freeze, SIGSTOP) for longer than a fixed record lease but
+/// shorter than its lock's TTL would let the record lapse, and a client with another map
+/// start and take the resource in another group while the paused client's lock is still
+/// valid. So the record must outlive every lock of its client: right after a lock of 90 s
+/// is taken (and after it is extended to 120 s), every node's record lives at least as long
+/// as the lock, and a client with another map is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_the_record_outlives_every_lock_of_its_client() {
+    let (a, b) = (group().await, group().await);
+    let locks = build(&[&a, &b], Some(1)).await.expect("v1 client");
+    let name = (0..1000)
+        .map(|i| format!("ledger-{i}"))
+        .find(|n| locks.group_of(n) == 1)
+        .expect("a name in group #2");
+    let mut lock = locks.try_lock(&name, LONG).await.expect("v1 lock");
+    let shortest = |lock: &quorumlock::Lock| lock.remaining().as_millis() as i64;
+    for (c, i) in [(&a, 0), (&a, 1), (&a, 2), (&b, 0), (&b, 1), (&b, 2)] {
+        let pttl: i64 = raw(c, i).await.pttl(RECORD).await.expect("PTTL");
+        assert!(
+            pttl >= shortest(&lock),
+            "the record lapses in {pttl} ms, the lock in {} ms",
+            shortest(&lock)
+        );
+    }
+    lock.extend(Duration::from_secs(120)).await.expect("extend");
+    for (c, i) in [(&a, 0), (&b, 2)] {
+        let pttl: i64 = raw(c, i).await.pttl(RECORD).await.expect("PTTL");
+        assert!(
+            pttl >= shortest(&lock),
+            "after the extension the record lapses in {pttl} ms, the lock in {} ms",
+            shortest(&lock)
+        );
+    }
+    let other = build(&[&a], Some(2)).await;
+    assert!(
+        matches!(other, Err(Error::GroupMapMismatch(_))),
+        "a client of another map built while the lock lives: {other:?}"
+    );
+    lock.release().await.expect("release");
+}
+
+/// 3. The refresher upgrades only the groups still alive. A client dropped while one of
+/// its locks (in group #2) lives stops refreshing group #1's nodes; once the record there
+/// lapses (emulated by deleting it, as tests/groups.rs does), a client whose map is group
+/// #1 alone builds and takes the same resource: two holders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_a_lock_outliving_its_client_keeps_the_record_on_every_group() {
+    let (a, b) = (group().await, group().await);
+    let locks = build(&[&a, &b], Some(1)).await.expect("v1 client");
+    let name = (0..1000)
+        .map(|i| format!("ledger-{i}"))
+        .find(|n| locks.group_of(n) == 1)
+        .expect("a name in group #2");
+    let lock = locks.try_lock(&name, LONG).await.expect("v1 lock");
+    drop(locks);
+    // The record lapses on group #1 (30 s after the last refresh there).
+    del_record(&a).await;
+    // A refresher that kept the whole map recorded writes it back within a period.
+    let back = eventually(Duration::from_secs(13), || async {
+        record_on(&a, 0).await.is_some()
+    })
+    .await;
+    if !back {
+        let new = build(&[&a], Some(2)).await;
+        let doubled = match &new {
+            Ok(n) => n.try_lock(&name, Duration::from_secs(5)).await.is_ok() && lock.is_valid(),
+            Err(_) => false,
+        };
+        panic!(
+            "group #1's record is not refreshed while a lock of the client lives; \
+             a group-#1-only v2 client builds: {}, and holds {name} alongside: {doubled}",
+            new.is_ok()
+        );
+    }
+    let _ = lock.release().await;
+}
+
+/// 4. A client refused at build still leaves its record on the nodes where none was
+/// (a node restarted without persistence, or one the running clients could not reach for
+/// 30 s). The running, correct clients read it at their next refresh and refuse every
+/// lock from then on, for good (the mismatch is sticky and the refresher stops).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_a_refused_client_does_not_disable_the_running_ones() {
+    let (a, b) = (group().await, group().await);
+    let running = build(&[&a, &b], Some(1)).await.expect("v1 client");
+    // Node a0 lost the record (restart without persistence).
+    let _: () = raw(&a, 0).await.del(RECORD).await.expect("DEL");
+    let wrong = build(&[&a, &b], Some(2)).await;
+    assert!(
+        matches!(wrong, Err(Error::GroupMapMismatch(_))),
+        "the misconfigured client is refused: {wrong:?}"
+    );
+    let stray = record_on(&a, 0).await;
+    let poisoned = eventually(Duration::from_secs(15), || refuses(&running, "probe")).await;
+    assert!(
+        !poisoned,
+        "the refused v2 client left {stray:?} on a0 and the running v1 client now refuses \
+         every lock"
+    );
+}
+
+/// 5. A semaphore made before the mismatch holds its group's state and never looks at the
+/// mismatch flag again: it keeps handing out permits after the client refuses locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_a_semaphore_made_before_a_mismatch_keeps_handing_out_permits() {
+    let (a, b) = (group().await, group().await);
+    let plain = build(&[&a], None).await.expect("unsharded client");
+    let pool = plain.semaphore("pool", 2).expect("semaphore");
+    // The unsharded client's record lapsed (emulated): a sharded client gets to start.
+    del_record(&a).await;
+    let _sharded = build(&[&a, &b], Some(1)).await.expect("sharded client");
+    let refused = eventually(Duration::from_secs(15), || refuses(&plain, "probe")).await;
+    assert!(refused, "the unsharded client never saw the sharded map");
+    let permit = pool.try_acquire(Duration::from_secs(5)).await;
+    assert!(
+        matches!(permit, Err(Error::GroupMapMismatch(_))),
+        "a permit after the mismatch: {permit:?}"
+    );
+}
+
+/// 6. A waiting `lock` call checks the map once, at its start: a waiter that began before
+/// the mismatch acquires after it was seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_a_waiting_call_acquires_after_the_mismatch_is_seen() {
+    let (a, b) = (group().await, group().await);
+    let holder = build(&[&a], None).await.expect("unsharded holder");
+    let waiter = build(&[&a], None).await.expect("unsharded waiter");
+    let lock = holder.try_lock("job", LONG).await.expect("holder locks");
+    let w = waiter.clone();
+    let waiting = tokio::spawn(async move {
+        w.lock_with(
+            "job",
+            Duration::from_secs(10),
+            Retry::new().max_wait(Duration::from_secs(45)),
+        )
+        .await
+    });
+    del_record(&a).await;
+    let _sharded = build(&[&a, &b], Some(1)).await.expect("sharded client");
+    let refused = eventually(Duration::from_secs(15), || refuses(&waiter, "probe")).await;
+    assert!(refused, "the waiter's client never saw the sharded map");
+    lock.release().await.expect("release");
+    let got = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the waiter ends")
+        .expect("join");
+    assert!(
+        matches!(got, Err(Error::GroupMapMismatch(_))),
+        "the waiting call acquired after its client saw the mismatch: {got:?}"
+    );
+}
+
+/// 7. The check must not fail open. A node that answers the record script with an error
+/// (a non-string value at the key: WRONGTYPE; an ACL key pattern narrower than
+/// `~quorumlock:*`) was skipped with a debug log, so clients with different maps both
+/// built and both locked one resource in two groups. Now such a record counts as another
+/// map: every client is refused, naming the node's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_an_unreadable_record_fails_closed() {
+    let (a, b) = (group().await, group().await);
+    for c in [&a, &b] {
+        for i in 0..3 {
+            let _: () = raw(c, i)
+                .await
+                .hset(RECORD, "junk", "1")
+                .await
+                .expect("HSET");
+        }
+    }
+    for (groups, version) in [
+        (vec![&a, &b], Some(1)),
+        (vec![&a], Some(2)),
+        (vec![&b], None),
+    ] {
+        match build(&groups, version).await {
+            Err(Error::GroupMapMismatch(m)) => {
+                assert!(m.recorded().starts_with("an unreadable record"), "{m}");
+                assert!(m.to_string().contains("WRONGTYPE"), "{m}");
+            }
+            other => panic!("built over an unreadable record: {other:?}"),
+        }
+    }
+}
