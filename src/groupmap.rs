@@ -26,7 +26,6 @@
 //! This module may touch the nodes and the error types; it knows nothing of routing (the
 //! client's `groups`) nor of locks.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -34,7 +33,7 @@ use futures::future::join_all;
 use redis::Value;
 
 use crate::error::{Error, GroupMapMismatch};
-use crate::node::{Node, Reply};
+use crate::node::{Node, Reply, group_map_request};
 
 /// The shortest lease of a client's group-map record on a node: 30 s. Clients refresh it
 /// every 10 s while they (or any lock they handed out) live, and lengthen it to their
@@ -51,6 +50,10 @@ pub const GROUP_MAP_LEASE: Duration = Duration::from_secs(30);
 /// How often the record is written again: a third of the shortest lease.
 pub(crate) const REFRESH: Duration = Duration::from_secs(10);
 
+/// The longest lease ever asked for (a year: far beyond any TTL the builder accepts by
+/// default, and a `PX` every Redis takes).
+const LEASE_CAP: Duration = Duration::from_secs(365 * 86_400);
+
 /// The key of the record on every node.
 pub(crate) const RECORD_KEY: &str = "quorumlock:groupmap";
 
@@ -58,9 +61,19 @@ pub(crate) const RECORD_KEY: &str = "quorumlock:groupmap";
 pub(crate) const UNSHARDED: &str = "unsharded";
 
 /// Server errors that say "not now" rather than "not readable": skipped like a timeout.
-const TRANSIENT: &[&str] = &["BUSY", "LOADING", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN"];
-
-const SCRIPT: &str = include_str!("scripts/groupmap.lua");
+/// A replica (`READONLY`) or a node refusing writes for now (`OOM`, `MISCONF`,
+/// `NOREPLICAS`) cannot take the record; the lock's own requests fail there too.
+const TRANSIENT: &[&str] = &[
+    "BUSY",
+    "LOADING",
+    "TRYAGAIN",
+    "MASTERDOWN",
+    "CLUSTERDOWN",
+    "READONLY",
+    "OOM",
+    "MISCONF",
+    "NOREPLICAS",
+];
 
 /// One client's group map and what it knows of the record.
 pub(crate) struct GroupMap {
@@ -70,8 +83,8 @@ pub(crate) struct GroupMap {
     /// How long one node may take to answer a read or a write.
     timeout: Duration,
     mismatch: OnceLock<GroupMapMismatch>,
-    /// The longest TTL this client was asked for, in milliseconds.
-    longest_ms: AtomicU64,
+    /// The longest TTL this client was asked for.
+    longest: Mutex<Duration>,
     /// Until when the record lives at least, on the nodes that took the last write: that
     /// write's start plus its lease (`None` before any write was taken).
     covered: Mutex<Option<Instant>>,
@@ -98,7 +111,7 @@ impl GroupMap {
             nodes: OnceLock::new(),
             timeout,
             mismatch: OnceLock::new(),
-            longest_ms: AtomicU64::new(0),
+            longest: Mutex::new(Duration::ZERO),
             covered: Mutex::new(None),
             writing: tokio::sync::Mutex::new(()),
         }
@@ -125,8 +138,10 @@ impl GroupMap {
     /// The lease a write asks for now: [`GROUP_MAP_LEASE`], or the longest TTL asked of
     /// the client plus two refresh periods when that is longer.
     fn lease(&self) -> Duration {
-        let longest = Duration::from_millis(self.longest_ms.load(Ordering::Relaxed));
-        GROUP_MAP_LEASE.max(longest.saturating_add(REFRESH.saturating_mul(2)))
+        let longest = self.longest.lock().map_or(LEASE_CAP, |l| *l);
+        GROUP_MAP_LEASE
+            .max(longest.saturating_add(REFRESH.saturating_mul(2)))
+            .min(LEASE_CAP)
     }
 
     /// Reads the record on every node, writing nothing: `Err` on the first node that
@@ -147,8 +162,9 @@ impl GroupMap {
     /// the lock to go ahead: it needs a quorum of those nodes anyway.
     pub(crate) async fn cover(&self, ttl: Duration) -> Result<(), Error> {
         self.usable()?;
-        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        self.longest_ms.fetch_max(ms, Ordering::Relaxed);
+        if let Ok(mut longest) = self.longest.lock() {
+            *longest = (*longest).max(ttl);
+        }
         if self.covers(ttl) {
             return Ok(());
         }
@@ -176,17 +192,8 @@ impl GroupMap {
             return Ok(());
         };
         let start = Instant::now();
-        let lease_ms = lease.as_millis().to_string();
-        let answers = join_all(nodes.iter().map(|node| {
-            let mut cmd = redis::cmd("EVAL");
-            cmd.arg(SCRIPT)
-                .arg(1)
-                .arg(RECORD_KEY)
-                .arg(&self.ours)
-                .arg(&lease_ms);
-            async move { node.query(&cmd, self.timeout).await }
-        }))
-        .await;
+        let cmd = group_map_request(RECORD_KEY, &self.ours, lease);
+        let answers = join_all(nodes.iter().map(|node| node.query(&cmd, self.timeout))).await;
         let mut agreed = 0usize;
         for (node, answer) in nodes.iter().zip(answers) {
             match answer_of(answer) {
@@ -302,6 +309,7 @@ mod tests {
             "BUSY Redis is busy running a script",
             "LOADING Redis is loading the dataset in memory",
             "TRYAGAIN Multiple keys request during rehashing of slot",
+            "READONLY You can't write against a read only replica.",
         ] {
             assert!(
                 matches!(server(open), Answer::Skipped(_)),
@@ -320,12 +328,19 @@ mod tests {
     fn the_lease_covers_the_longest_ttl_and_two_refreshes() {
         let map = GroupMap::new("v1/2/ab".to_owned(), Duration::from_secs(1));
         assert_eq!(map.lease(), GROUP_MAP_LEASE);
-        map.longest_ms.fetch_max(5_000, Ordering::Relaxed);
+        let note = |d: Duration| {
+            if let Ok(mut l) = map.longest.lock() {
+                *l = (*l).max(d);
+            }
+        };
+        note(Duration::from_secs(5));
         assert_eq!(map.lease(), GROUP_MAP_LEASE);
-        map.longest_ms.fetch_max(90_000, Ordering::Relaxed);
+        note(Duration::from_secs(90));
         assert_eq!(map.lease(), Duration::from_secs(110));
-        map.longest_ms.fetch_max(u64::MAX, Ordering::Relaxed);
-        assert!(map.lease() >= Duration::from_secs(110));
+        note(Duration::from_secs(1));
+        assert_eq!(map.lease(), Duration::from_secs(110));
+        note(Duration::MAX);
+        assert_eq!(map.lease(), LEASE_CAP);
         // Nothing written yet: nothing is covered.
         assert!(!map.covers(Duration::ZERO));
         if let Ok(mut c) = map.covered.lock() {

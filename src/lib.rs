@@ -54,6 +54,7 @@
 //! | a number the storage can check against stale writers | [`RedlockBuilder::fencing`] and [`Lock::fencing_token`] |
 //! | exit right after releasing (CLI, cron) without leaving keys on slow nodes | [`Redlock::flush`] |
 //! | see who holds it now, on which nodes, for how long (to look, not to decide) | [`Redlock::inspect`], [`Redlock::inspect_many`] |
+//! | more lock throughput than one group of masters serves | [`RedlockBuilder::group`] (resources spread over independent groups; [`Redlock::group_of`]) |
 //!
 //! # Keeping a lock alive
 //!

@@ -118,6 +118,23 @@ pub(crate) static SHARED_EXTEND: Lua = lua!("scripts/shared_extend.lua", idempot
 /// Compare-and-delete of a sorted-set entry (reader, permit, writer intent).
 pub(crate) static SHARED_RELEASE: Lua = lua!("scripts/shared_release.lua", idempotent: true);
 
+/// The group-map record (see `groupmap`): sent with `EVAL`, a few times a minute per
+/// node, so never cached.
+const GROUP_MAP: &str = include_str!("scripts/groupmap.lua");
+
+/// The group-map record request: on the node, record `map` in `key` with `lease` (or only
+/// read it, when `lease` is zero); whole milliseconds, at least 1 when not zero.
+pub(crate) fn group_map_request(key: &str, map: &str, lease: Duration) -> Cmd {
+    let ms = if lease.is_zero() {
+        0
+    } else {
+        u64::try_from(lease.as_millis()).unwrap_or(u64::MAX).max(1)
+    };
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(GROUP_MAP).arg(1).arg(key).arg(map).arg(ms);
+    cmd
+}
+
 /// A parsed, validated node URL, not yet connected.
 #[derive(Clone)]
 pub(crate) struct NodeSpec {

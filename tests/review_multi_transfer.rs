@@ -254,7 +254,12 @@ async fn random_sets_with_cancellation_crashes_and_link_faults_never_overlap() -
                 keys.len()
             );
             if wait > 0 {
-                assert!(keys.is_empty(), "node {i} keeps {keys:?}");
+                // The group-map record lives while the client does (not a leak).
+                let left: Vec<&String> = keys
+                    .iter()
+                    .filter(|k| *k != "quorumlock:groupmap")
+                    .collect();
+                assert!(left.is_empty(), "node {i} keeps {left:?}");
             }
         }
     }
