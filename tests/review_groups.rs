@@ -284,3 +284,63 @@ async fn review_an_unreadable_record_fails_closed() {
         }
     }
 }
+
+/// 8. A lock handed over to a waiter holds for the waiter's TTL without an acquisition
+/// round of its own. The record must cover that TTL too. (Found while fixing the above:
+/// a waiter covers its TTL before it queues. In this scenario, a client that released the
+/// resource moments ago asks again with a long TTL and a long retry delay, its refused
+/// claims already cover it, so this test also passed without that line; it guards the
+/// outcome, whichever step provides it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_a_lock_handed_over_is_covered_by_the_record() {
+    let (a, b) = (group().await, group().await);
+    let other = build(&[&a, &b], Some(1)).await.expect("other client");
+    let yielder = build(&[&a, &b], Some(1)).await.expect("yielding client");
+    let name = "handed";
+    let home = if yielder.group_of(name) == 0 { &a } else { &b };
+    let short = Duration::from_secs(5);
+    let first = yielder.try_lock(name, short).await.expect("first hold");
+    let o = other.clone();
+    let other_waits = tokio::spawn(async move {
+        o.lock_with(name, short, Retry::new().max_wait(Duration::from_secs(20)))
+            .await
+    });
+    support::queued_on_every_node(home, name, 1)
+        .await
+        .expect("the other client queues");
+    first.release().await.expect("release to the other client");
+    let second = tokio::time::timeout(Duration::from_secs(20), other_waits)
+        .await
+        .expect("the other client returns")
+        .expect("join")
+        .expect("the other client holds");
+    // The yielder asks again at once, with a long TTL: it yields, queues, is handed it.
+    let y = yielder.clone();
+    let yielder_waits = tokio::spawn(async move {
+        // A retry delay far beyond the test: no claim on the fallback timer.
+        let slow = Retry::new()
+            .delay(Duration::from_secs(30), Duration::from_secs(30))
+            .max_wait(Duration::from_secs(40));
+        y.lock_with(name, LONG, slow).await
+    });
+    support::queued_on_every_node(home, name, 1)
+        .await
+        .expect("the yielder queues");
+    second.release().await.expect("release to the yielder");
+    let lock = tokio::time::timeout(Duration::from_secs(20), yielder_waits)
+        .await
+        .expect("the yielder returns")
+        .expect("join")
+        .expect("the yielder holds");
+    for c in [&a, &b] {
+        for i in 0..3 {
+            let pttl: i64 = raw(c, i).await.pttl(RECORD).await.expect("PTTL");
+            let left = lock.remaining().as_millis() as i64;
+            assert!(
+                pttl >= left,
+                "the record lapses in {pttl} ms, the handed-over lock in {left} ms"
+            );
+        }
+    }
+    lock.release().await.expect("release");
+}
