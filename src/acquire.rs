@@ -114,7 +114,10 @@ pub(crate) async fn acquire_as(
     // A client that saw another group map sends no attempt, whichever loop asks; and the
     // group-map record must outlive the lock (see `groupmap`).
     inner.map.usable()?;
-    inner.map.cover(ttl).await?;
+    inner
+        .map
+        .cover(ttl, inner.config.node_timeout_for(ttl))
+        .await?;
     let config = &inner.config;
     let token = match &ask.own {
         Some(t) => t.clone(),

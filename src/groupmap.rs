@@ -88,8 +88,10 @@ pub(crate) struct GroupMap {
     /// Until when the record lives at least, on the nodes that took the last write: that
     /// write's start plus its lease (`None` before any write was taken).
     covered: Mutex<Option<Instant>>,
-    /// One covering write at a time (the others then find it covered).
+    /// One covering write at a time (the others then find it covered, or share it).
     writing: tokio::sync::Mutex<()>,
+    /// When the last write round started.
+    last_write: Mutex<Option<Instant>>,
 }
 
 /// What one node said about the record.
@@ -114,6 +116,7 @@ impl GroupMap {
             longest: Mutex::new(Duration::ZERO),
             covered: Mutex::new(None),
             writing: tokio::sync::Mutex::new(()),
+            last_write: Mutex::new(None),
         }
     }
 
@@ -157,10 +160,13 @@ impl GroupMap {
     }
 
     /// Before taking or extending a lock for `ttl`: `Err` if a mismatch was seen;
-    /// otherwise makes sure the record outlives the lock (writing it now, with a longer
-    /// lease, if the last write may lapse first). A write that reaches no node leaves
-    /// the lock to go ahead: it needs a quorum of those nodes anyway.
-    pub(crate) async fn cover(&self, ttl: Duration) -> Result<(), Error> {
+    /// otherwise makes sure the record outlives the lock, writing it now (with a longer
+    /// lease) if the last write may lapse first, waiting at most `patience` (the lock's
+    /// per-node timeout) for that write. Callers share one write: a round that started
+    /// after a caller asked answers for it. A write that does not finish in time, or
+    /// reaches no node, leaves the lock to go ahead (best effort: the lock itself needs a
+    /// quorum of those nodes, and the next refresh writes the longer lease).
+    pub(crate) async fn cover(&self, ttl: Duration, patience: Duration) -> Result<(), Error> {
         self.usable()?;
         if let Ok(mut longest) = self.longest.lock() {
             *longest = (*longest).max(ttl);
@@ -168,9 +174,22 @@ impl GroupMap {
         if self.covers(ttl) {
             return Ok(());
         }
-        let _one = self.writing.lock().await;
-        if !self.covers(ttl) {
-            self.write().await.map_err(Error::GroupMapMismatch)?;
+        let asked = Instant::now();
+        let write = async {
+            let _one = self.writing.lock().await;
+            let fresh = self
+                .last_write
+                .lock()
+                .ok()
+                .and_then(|l| *l)
+                .is_some_and(|started| started >= asked);
+            if !fresh && !self.covers(ttl) {
+                self.write().await.map_err(Error::GroupMapMismatch)?;
+            }
+            Ok::<(), Error>(())
+        };
+        if let Ok(Err(e)) = tokio::time::timeout(patience, write).await {
+            return Err(e);
         }
         self.usable()
     }
@@ -192,6 +211,11 @@ impl GroupMap {
             return Ok(());
         };
         let start = Instant::now();
+        if !lease.is_zero()
+            && let Ok(mut last) = self.last_write.lock()
+        {
+            *last = Some(start);
+        }
         let cmd = group_map_request(RECORD_KEY, &self.ours, lease);
         let answers = join_all(nodes.iter().map(|node| node.query(&cmd, self.timeout))).await;
         let mut agreed = 0usize;
