@@ -113,11 +113,7 @@ pub(crate) async fn acquire_as(
 ) -> Result<Lock, Error> {
     // A client that saw another group map sends no attempt, whichever loop asks; and the
     // group-map record must outlive the lock (see `groupmap`).
-    inner.map.usable()?;
-    inner
-        .map
-        .cover(ttl, inner.config.node_timeout_for(ttl))
-        .await?;
+    inner.cover(ttl).await?;
     let config = &inner.config;
     let token = match &ask.own {
         Some(t) => t.clone(),

@@ -50,7 +50,7 @@ impl fmt::Debug for Redlock {
         let mut d = f.debug_struct("Redlock");
         d.field("nodes", &self.groups.addrs())
             .field("quorum", &self.quorum());
-        if self.groups() > 1 || self.groups.map() != "unsharded" {
+        if self.groups() > 1 || self.groups.map() != crate::groupmap::UNSHARDED {
             d.field("groups", &self.groups())
                 .field("group_map", &self.groups.map());
         }

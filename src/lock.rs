@@ -431,10 +431,7 @@ impl Lock {
         let inner = self.inner.clone();
         // The group-map record must outlive the extended lock too. A mismatch found now
         // does not stop the extension: locks already held are not revoked.
-        let _ = inner
-            .map
-            .cover(ttl, inner.config.node_timeout_for(ttl))
-            .await;
+        let _ = inner.cover(ttl).await;
         let node_timeout = inner.config.node_timeout_for(ttl);
         let call = Arc::new(self.extend_request(ttl));
         let inflight = self.inflight.clone();

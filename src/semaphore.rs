@@ -139,13 +139,7 @@ impl Semaphore {
                 format!("{permits}; a semaphore has 1 to {MAX_PERMITS} permits"),
             ));
         }
-        locks.groups.usable()?;
-        let inner = locks
-            .groups
-            .members()
-            .get(locks.groups.group_of(name))
-            .ok_or_else(|| Error::invalid("name", "no lock group"))?
-            .clone();
+        let inner = locks.groups.route(&res)?.clone();
         let quorum = inner.quorum;
         let mut s = Semaphore {
             keys: Arc::new(SemKeys::new(name)),

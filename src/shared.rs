@@ -91,4 +91,11 @@ impl Inner {
             map,
         })
     }
+
+    /// Before a lock for `ttl` is taken, handed over or extended: `Err` once the client saw
+    /// another group map; otherwise the group-map record is made to outlive the lock,
+    /// waiting for that write at most the lock's per-node timeout (see `groupmap`).
+    pub(crate) async fn cover(&self, ttl: Duration) -> Result<(), Error> {
+        self.map.cover(ttl, self.config.node_timeout_for(ttl)).await
+    }
 }

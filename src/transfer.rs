@@ -472,11 +472,7 @@ pub(crate) async fn acquire(
 ) -> Result<Lock, Error> {
     // A lock handed over holds for `ttl` without an acquisition round of its own: the
     // group-map record must cover it before the waiter queues (see `groupmap`).
-    inner.map.usable()?;
-    inner
-        .map
-        .cover(ttl, inner.config.node_timeout_for(ttl))
-        .await?;
+    inner.cover(ttl).await?;
     let start = Instant::now();
     let give_up_at = retry.max_wait.map(|d| later(start, d));
     let timeout = inner.config.node_timeout_for(ttl);
