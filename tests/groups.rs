@@ -15,24 +15,14 @@ use redis::AsyncCommands;
 use support::{count_key, eventually, lock_key, raw};
 
 const TTL: Duration = Duration::from_secs(5);
-const RECORD: &str = "quorumlock:groupmap";
+const RECORD: &str = support::GROUP_MAP;
 
 async fn group() -> LocalCluster {
-    LocalCluster::launch(3)
-        .await
-        .expect("start redis-server nodes (is redis-server installed? run scripts/install-deps.sh)")
+    support::group3().await
 }
 
-/// A client of `groups` (the first one given to `builder`), with `version` if any.
 async fn build(groups: &[&LocalCluster], version: Option<u16>) -> Result<Redlock, Error> {
-    let mut b = Redlock::builder(groups[0].urls()).node_timeout(Duration::from_millis(250));
-    for g in &groups[1..] {
-        b = b.group(g.urls());
-    }
-    if let Some(v) = version {
-        b = b.groups_version(v);
-    }
-    b.build().await
+    support::grouped(groups, version).await
 }
 
 async fn sharded(a: &LocalCluster, b: &LocalCluster) -> Redlock {
@@ -50,13 +40,7 @@ async fn requests(cluster: &LocalCluster) -> Vec<u64> {
             .query_async(&mut raw(cluster, i).await)
             .await
             .expect("INFO commandstats");
-        let calls = |cmd: &str| -> u64 {
-            info.lines()
-                .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
-                .and_then(|rest| rest.split(',').next())
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0)
-        };
+        let calls = |cmd: &str| support::calls(&info, cmd);
         out.push(calls("set") + calls("eval") + calls("evalsha"));
     }
     out
@@ -230,9 +214,7 @@ async fn an_unsharded_and_a_sharded_client_refuse_each_other() {
 
     // The unsharded client's record is lost on every node (emulated: as by restarts
     // without persistence), and a sharded client starts in that moment.
-    for i in 0..3 {
-        let _: () = raw(&a, i).await.del(RECORD).await.expect("DEL");
-    }
+    support::forget_group_map(&a).await;
     let started = Instant::now();
     let _sharded = sharded(&a, &b).await;
     // The unsharded client writes its record every 10 s, finds the other map instead,
@@ -347,9 +329,7 @@ async fn fencing_tokens_rise_when_a_resource_moves_to_another_group() {
     }
     // The old clients stop and their record's lease runs out (emulated by deleting it).
     drop(before);
-    for i in 0..3 {
-        let _: () = raw(&a, i).await.del(RECORD).await.expect("DEL");
-    }
+    support::forget_group_map(&a).await;
     // The map after: A and a new group B, version 2.
     let after = Redlock::builder(a.urls())
         .group(b.urls())

@@ -12,32 +12,15 @@ use quorumlock::{Error, Redlock, Retry};
 use redis::AsyncCommands;
 use support::{eventually, raw};
 
-const RECORD: &str = "quorumlock:groupmap";
+const RECORD: &str = support::GROUP_MAP;
 const LONG: Duration = Duration::from_secs(90);
 
 async fn group() -> LocalCluster {
-    LocalCluster::launch(3)
-        .await
-        .expect("start redis-server nodes (is redis-server installed?)")
+    support::group3().await
 }
 
 async fn build(groups: &[&LocalCluster], version: Option<u16>) -> Result<Redlock, Error> {
-    build_urls(
-        &groups.iter().map(|g| g.urls()).collect::<Vec<_>>(),
-        version,
-    )
-    .await
-}
-
-async fn build_urls(groups: &[Vec<String>], version: Option<u16>) -> Result<Redlock, Error> {
-    let mut b = Redlock::builder(&groups[0]).node_timeout(Duration::from_millis(250));
-    for g in &groups[1..] {
-        b = b.group(g);
-    }
-    if let Some(v) = version {
-        b = b.groups_version(v);
-    }
-    b.build().await
+    support::grouped(groups, version).await
 }
 
 /// `Ok(true)` when the client refuses with a group map mismatch, `Ok(false)` when it
@@ -58,9 +41,7 @@ async fn record_on(cluster: &LocalCluster, i: usize) -> Option<String> {
 }
 
 async fn del_record(cluster: &LocalCluster) {
-    for i in 0..cluster.len() {
-        let _: () = raw(cluster, i).await.del(RECORD).await.expect("DEL");
-    }
+    support::forget_group_map(cluster).await;
 }
 
 /// 1. Migration from one group to two. An unsharded client records nothing, so a sharded

@@ -13,21 +13,17 @@ use redis::AsyncCommands;
 use support::{queued_on_every_node, raw};
 use tokio::sync::oneshot;
 
-const RECORD: &str = "quorumlock:groupmap";
+const RECORD: &str = support::GROUP_MAP;
 const LONG: Duration = Duration::from_secs(90);
 const SHORT: Duration = Duration::from_secs(5);
 const BOUND: Duration = Duration::from_secs(10);
 
 async fn group() -> LocalCluster {
-    LocalCluster::launch(3)
-        .await
-        .expect("start redis-server nodes (is redis-server installed?)")
+    support::group3().await
 }
 
 async fn unsharded(g: &LocalCluster) -> Redlock {
-    Redlock::builder(g.urls())
-        .node_timeout(Duration::from_millis(250))
-        .build()
+    support::grouped(&[g], None)
         .await
         .expect("unsharded client")
 }

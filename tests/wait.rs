@@ -4,6 +4,8 @@
 //! budget, and hand-over in arrival order.
 #![cfg(feature = "testkit")]
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use quorumlock::testkit::{History, LocalCluster, ProxyMode};
@@ -541,12 +543,7 @@ async fn sets_executed(
         .arg("commandstats")
         .query_async(conn)
         .await?;
-    Ok(info
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_set:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0))
+    Ok(support::calls(&info, "set"))
 }
 
 /// Two waiters of one client with `attempts(3)` on a held resource, over slow links (every

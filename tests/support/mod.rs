@@ -286,3 +286,53 @@ pub async fn settle(cluster: &LocalCluster, res: &str, n: u64) -> Result<(), Str
     );
     Ok(())
 }
+
+/// The key of the group-map record on every node (mirrors `src/groupmap.rs`).
+pub const GROUP_MAP: &str = "quorumlock:groupmap";
+
+/// A lock group of three local nodes, no proxies.
+pub async fn group3() -> LocalCluster {
+    LocalCluster::launch(3)
+        .await
+        .expect("start redis-server nodes (is redis-server installed? run scripts/install-deps.sh)")
+}
+
+/// A client of `groups` (the first given to `builder`, each further one with `group`),
+/// with `version` if any, and a fixed per-node timeout of 250 ms.
+pub async fn grouped(
+    groups: &[&LocalCluster],
+    version: Option<u16>,
+) -> Result<quorumlock::Redlock, quorumlock::Error> {
+    let Some((first, rest)) = groups.split_first() else {
+        return quorumlock::Redlock::builder(Vec::<String>::new())
+            .build()
+            .await;
+    };
+    let mut b = quorumlock::Redlock::builder(first.urls()).node_timeout(Duration::from_millis(250));
+    for g in rest {
+        b = b.group(g.urls());
+    }
+    if let Some(v) = version {
+        b = b.groups_version(v);
+    }
+    b.build().await
+}
+
+/// Deletes the group-map record on every node of `cluster` (as if its lease ran out).
+pub async fn forget_group_map(cluster: &LocalCluster) {
+    for i in 0..cluster.len() {
+        let _: () = raw(cluster, i).await.del(GROUP_MAP).await.expect("DEL");
+    }
+}
+
+/// How many times the node ran `cmd` (lower case, as `set` or `evalsha`), from the text of
+/// its `INFO commandstats`; 0 when it never did.
+pub fn calls(commandstats: &str, cmd: &str) -> u64 {
+    let prefix = format!("cmdstat_{cmd}:calls=");
+    commandstats
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
