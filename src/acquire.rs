@@ -47,6 +47,9 @@ pub(crate) struct Ask {
     /// attempt uses it instead of a fresh one, and a key that already holds it (transferred
     /// to it) counts as granted (`claim.lua`; fenced: `acquire_fenced.lua` on one key).
     pub(crate) own: Option<Token>,
+    /// A token chosen by the caller for a fresh acquisition (the parts of a lock spanning
+    /// several lock groups share one); unlike `own`, it changes no request.
+    pub(crate) token: Option<Token>,
 }
 
 impl Ask {
@@ -58,6 +61,7 @@ impl Ask {
             intent: Vec::new(),
             permit: None,
             own: None,
+            token: None,
         }
     }
 
@@ -115,7 +119,7 @@ pub(crate) async fn acquire_as(
     // group-map record must outlive the lock (see `groupmap`).
     inner.cover(ttl).await?;
     let config = &inner.config;
-    let token = match &ask.own {
+    let token = match ask.own.as_ref().or(ask.token.as_ref()) {
         Some(t) => t.clone(),
         None => Token::generate()?,
     };

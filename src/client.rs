@@ -215,6 +215,22 @@ impl Redlock {
         Ok((res, inner))
     }
 
+    /// Validates a multi-resource mutex and splits it by lock group.
+    fn prepare_many<S: AsRef<str>>(&self, names: &[S], ttl: Duration) -> Result<Many, Error> {
+        Error::ensure_runtime()?;
+        let res = Resources::new(names)?;
+        let mut parts = self.groups.split(&res)?;
+        for (inner, _) in &parts {
+            inner.config.check_ttl(ttl)?;
+        }
+        if parts.len() == 1
+            && let Some((inner, res)) = parts.pop()
+        {
+            return Ok(Many::Within(res, inner));
+        }
+        Ok(Many::Spanning(parts, res.names().into()))
+    }
+
     /// The number of nodes that must grant: `N / 2 + 1`.
     ///
     /// # Example
@@ -360,8 +376,10 @@ impl Redlock {
         I::Item: AsRef<str>,
     {
         let names: Vec<I::Item> = resources.into_iter().collect();
-        let (res, inner) = self.prepare(&names, ttl)?;
-        acquire_once(inner, &res, ttl, 1).await
+        match self.prepare_many(&names, ttl)? {
+            Many::Within(res, inner) => acquire_once(&inner, &res, ttl, 1).await,
+            Many::Spanning(parts, all) => crate::spanning::acquire_once(&parts, &all, ttl, 1).await,
+        }
     }
 
     /// Takes every resource in the list, all-or-nothing, waiting per the retry policy.
@@ -400,9 +418,26 @@ impl Redlock {
         I::Item: AsRef<str>,
     {
         let names: Vec<I::Item> = resources.into_iter().collect();
-        let (res, inner) = self.prepare(&names, ttl)?;
-        crate::wait::acquire_waiting(inner, &res, ttl, &inner.config.retry).await
+        match self.prepare_many(&names, ttl)? {
+            Many::Within(res, inner) => {
+                crate::wait::acquire_waiting(&inner, &res, ttl, &inner.config.retry).await
+            }
+            Many::Spanning(parts, all) => {
+                let retry = parts
+                    .first()
+                    .map(|(inner, _)| inner.config.retry)
+                    .unwrap_or_default();
+                crate::spanning::acquire_waiting(&parts, &all, ttl, &retry).await
+            }
+        }
     }
+}
+
+/// A validated multi-resource mutex: within one lock group, or spanning several (its
+/// parts in the groups' order, and every name).
+enum Many {
+    Within(Resources, Arc<Inner>),
+    Spanning(Vec<crate::spanning::Part>, Arc<[String]>),
 }
 
 impl RedlockBuilder {

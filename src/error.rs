@@ -480,6 +480,17 @@ pub(crate) enum TimeoutBudget {
 impl Timeout {
     /// The error of a wait that ran out of its retry policy's attempts or maximum wait:
     /// started at `start`, `attempts` sent, `votes` those of the last one.
+    /// A lock spanning several lock groups whose parts were all granted, but whose
+    /// earliest part had no validity left by the time the last was (it was released).
+    pub(crate) fn spanning(waited: std::time::Duration) -> Error {
+        Error::Timeout(Timeout {
+            budget: TimeoutBudget::Validity,
+            waited,
+            attempts: 1,
+            votes: None,
+        })
+    }
+
     pub(crate) fn gave_up(start: std::time::Instant, attempts: u32, votes: Option<Votes>) -> Error {
         Error::Timeout(Timeout {
             budget: TimeoutBudget::MaxWait,

@@ -39,11 +39,19 @@ fn reason(lost: Lost) -> LostReason {
     }
 }
 
+/// The channel an entry announces its changes on (shared by a spanning lock's parts).
+pub(crate) type Changed = Arc<watch::Sender<u64>>;
+
 /// What the watchdog task and the guard share about one kept lock.
 pub(crate) struct Entry {
     state: Mutex<Kept<Instant>>,
-    /// Bumped whenever the deadline moves or the lock is lost or stopped.
-    changed: watch::Sender<u64>,
+    /// Bumped whenever the deadline moves or the lock is lost or stopped (shared by the
+    /// entries of one spanning lock's parts, so that its signal wakes for any of them).
+    changed: Changed,
+    /// A lock spanning several lock groups: the entries of its other parts, each kept by
+    /// its own group's watchdog. This entry (the first part's) reports for the whole
+    /// lock: lost when any part is, valid until the earliest part's deadline.
+    linked: Vec<Arc<Entry>>,
     /// The lock's extension by its TTL, prepared once (the kind of lock chose the script).
     extend: Request,
     /// The grants an extension needs.
@@ -55,18 +63,31 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
+    /// The entries of a spanning lock's other parts (empty for every other lock).
+    pub(crate) fn linked_entries(&self) -> impl Iterator<Item = &Arc<Entry>> {
+        self.linked.iter()
+    }
+
+    /// A channel for the entries of one spanning lock's parts to share.
+    pub(crate) fn channel() -> Changed {
+        Arc::new(watch::channel(0).0)
+    }
+
     /// A kept lock: its prepared extension, the quorum it needs and (a permit) its kept
-    /// nodes, its policy, valid until `deadline`, kept from `now`, capped at `hold_end`.
-    pub(crate) fn new(
+    /// nodes, its policy, valid until `deadline`, kept from `now`, capped at `hold_end`;
+    /// announcing its changes on `changed`, and reporting for the `linked` entries of a
+    /// spanning lock's other parts too (which must share `changed`).
+    pub(crate) fn linked(
         policy: Policy,
         (extend, quorum, kept): (Request, usize, Option<KeptNodes>),
-        deadline: Instant,
-        now: Instant,
-        hold_end: Option<Instant>,
+        (deadline, now, hold_end): (Instant, Instant, Option<Instant>),
+        changed: Changed,
+        linked: Vec<Arc<Entry>>,
     ) -> Arc<Entry> {
         Arc::new(Entry {
             state: Mutex::new(Kept::new(policy, deadline, now, hold_end)),
-            changed: watch::channel(0).0,
+            changed,
+            linked,
             extend,
             quorum,
             kept,
@@ -85,7 +106,9 @@ impl Entry {
         if let Some(l) = lost {
             self.report(l);
         }
-        lost.is_some()
+        // Every part is asked (each reports its own loss).
+        let parts_lost = self.linked.iter().filter(|e| e.lost_at_start(now)).count();
+        lost.is_some() || parts_lost > 0
     }
 
     /// Reports a loss that just happened: a warning, and a wake-up for the signals.
@@ -111,7 +134,9 @@ impl Entry {
         if let Some(l) = st.fire(now) {
             self.report(l);
         }
-        st.lost().map(|l| Error::lost(reason(l), None))
+        let own = st.lost().map(|l| Error::lost(reason(l), None));
+        drop(st);
+        own.or_else(|| self.linked.iter().find_map(|e| e.check(now)))
     }
 
     /// The deadline the guard and its contexts report. Once the lock was released (or its
@@ -119,7 +144,11 @@ impl Entry {
     /// must not call a lock valid that another client may hold by now.
     pub(crate) fn deadline(&self) -> Instant {
         let now = Instant::now();
-        self.state.lock().map_or(now, |s| s.deadline(now))
+        let own = self.state.lock().map_or(now, |s| s.deadline(now));
+        self.linked
+            .iter()
+            .map(|e| e.deadline())
+            .fold(own, Instant::min)
     }
 
     /// Whether the guard released the lock or was dropped (a poisoned state counts).
@@ -135,7 +164,25 @@ impl Entry {
             Err(_) => Instant::now(),
         };
         self.notify();
-        deadline
+        self.linked
+            .iter()
+            .map(|e| e.stop())
+            .fold(deadline, Instant::min)
+    }
+
+    /// When the lost signal's time comes (the earliest part's, for a spanning lock), and
+    /// whether the lock was stopped; `None` on a poisoned state.
+    fn fire_at(&self) -> Option<(Instant, bool)> {
+        let (own, stopped) = self
+            .state
+            .lock()
+            .ok()
+            .map(|st| (st.fire_at().0, st.stopped()))?;
+        let mut at = own;
+        for e in &self.linked {
+            at = at.min(e.fire_at()?.0);
+        }
+        Some((at, stopped))
     }
 
     /// Completes with the lock's loss: when its lost signal's time comes (its own timer,
@@ -149,12 +196,7 @@ impl Entry {
             if let Some(e) = self.check(Instant::now()) {
                 return e;
             }
-            let read = self
-                .state
-                .lock()
-                .ok()
-                .map(|st| (st.fire_at().0, st.stopped()));
-            let Some((at, stopped)) = read else {
+            let Some((at, stopped)) = self.fire_at() else {
                 return std::future::pending().await;
             };
             if stopped {

@@ -15,10 +15,15 @@
 //! and checked ([`groupmap`](crate::groupmap)); this module builds the map from the
 //! groups and routes with it.
 //!
+//! A multi-resource mutex whose resources fall in several groups is split here
+//! ([`Groups::split`]) and taken group by group (`spanning`); every other kind of lock
+//! names one resource, in one group ([`Groups::route`]).
+//!
 //! This module may touch the client's shared state (`shared`), the configuration, the
 //! nodes, the group-map record and the protocol's routing rules; it never reaches into a
 //! lock or an acquisition.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::future::join_all;
@@ -114,6 +119,35 @@ impl Groups {
         self.members
             .get(g)
             .ok_or_else(|| Error::invalid("resources", "no lock group"))
+    }
+
+    /// The mutex's resources split by lock group, in the groups' configured order (the
+    /// same order for every client with the same group map, which the map's fingerprint
+    /// includes): one part when they share a group. `Err` after a map mismatch.
+    pub(crate) fn split(&self, res: &Resources) -> Result<Vec<(Arc<Inner>, Resources)>, Error> {
+        self.usable()?;
+        let mut by_group: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
+        for name in res.names() {
+            by_group.entry(self.group_of(name)).or_default().push(name);
+        }
+        if by_group.len() <= 1 {
+            let g = by_group.keys().next().copied().unwrap_or(0);
+            let inner = self
+                .members
+                .get(g)
+                .ok_or_else(|| Error::invalid("resources", "no lock group"))?;
+            return Ok(vec![(inner.clone(), res.clone())]);
+        }
+        by_group
+            .into_iter()
+            .map(|(g, names)| {
+                let inner = self
+                    .members
+                    .get(g)
+                    .ok_or_else(|| Error::invalid("resources", "no lock group"))?;
+                Ok((inner.clone(), Resources::new(&names)?))
+            })
+            .collect()
     }
 
     /// `Err` once a node was seen recording another map.

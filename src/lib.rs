@@ -218,6 +218,7 @@ mod lock;
 mod rwlock;
 mod semaphore;
 mod shared;
+mod spanning;
 mod transfer;
 mod wait;
 // Kept locks and scoped use:

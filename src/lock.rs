@@ -16,6 +16,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::future::join_all;
 use tracing::{Instrument, field};
 
 use crate::error::{Error, LostReason};
@@ -106,12 +107,21 @@ pub struct Lock {
     /// The nodes known to have granted the acquisition (its round's answers; a node not
     /// awaited is not in it). Empty for a lock taken by transfer.
     granted: Vec<usize>,
+    /// A lock spanning several lock groups: one part per group, in the groups' order,
+    /// each an ordinary lock of that group, all with this lock's token. The spanning lock
+    /// itself holds no keys (its own fields describe the first part, and it is marked
+    /// released so that dropping it sends nothing of its own): extending, releasing and
+    /// dropping it do so to every part, and its deadline is the earliest part's. Empty
+    /// for a lock within one group.
+    parts: Vec<Lock>,
+    /// Every resource of a spanning lock, sorted (each part knows only its own).
+    names: Option<Arc<[String]>>,
 }
 
 impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lock")
-            .field("resources", &self.res.names())
+            .field("resources", &self.resources())
             .field("token", &self.token)
             .field("remaining", &self.remaining())
             .field("mode", &self.mode())
@@ -145,7 +155,46 @@ impl Lock {
             quorum,
             kept: None,
             granted: Vec::new(),
+            parts: Vec::new(),
+            names: None,
         }
+    }
+
+    /// A lock spanning several lock groups, from its parts (one per group, in the
+    /// groups' order, all taken with one token: `first`, then `rest`) and its fencing
+    /// token (`None` when fencing is off; otherwise one committed to every part, see
+    /// `spanning`).
+    pub(crate) fn spanning(
+        first: Lock,
+        rest: Vec<Lock>,
+        names: Arc<[String]>,
+        fencing: Option<u64>,
+    ) -> Lock {
+        let mut lock = Lock::new(
+            first.inner.clone(),
+            first.res.clone(),
+            first.token.clone(),
+            first.ttl,
+            first.deadline,
+            None,
+            fencing,
+        );
+        lock.released = true;
+        lock.parts = Vec::with_capacity(rest.len().saturating_add(1));
+        lock.parts.push(first);
+        lock.parts.extend(rest);
+        lock.names = Some(names);
+        lock
+    }
+
+    /// Whether this lock spans several lock groups.
+    pub(crate) fn is_spanning(&self) -> bool {
+        !self.parts.is_empty()
+    }
+
+    /// A spanning lock's parts (empty for a lock within one group).
+    pub(crate) fn parts(&self) -> &[Lock] {
+        &self.parts
     }
 
     /// The lock with the nodes known to have granted its acquisition.
@@ -234,7 +283,7 @@ impl Lock {
     /// # Ok(()) }
     /// ```
     pub fn remaining(&self) -> Duration {
-        self.deadline.saturating_duration_since(Instant::now())
+        self.deadline().saturating_duration_since(Instant::now())
     }
 
     /// `remaining() > 0`.
@@ -266,7 +315,11 @@ impl Lock {
     /// # Ok(()) }
     /// ```
     pub fn deadline(&self) -> Instant {
-        self.deadline
+        self.parts
+            .iter()
+            .map(Lock::deadline)
+            .min()
+            .unwrap_or(self.deadline)
     }
 
     /// The TTL of the acquisition or the last extension.
@@ -298,7 +351,10 @@ impl Lock {
     /// # Ok(()) }
     /// ```
     pub fn resources(&self) -> &[String] {
-        self.res.names()
+        match &self.names {
+            Some(names) => names,
+            None => self.res.names(),
+        }
     }
 
     /// The lock's token, the random value stored on every node (32 hex characters).
@@ -355,6 +411,9 @@ impl Lock {
     /// Moves the deadline (the watchdog confirmed extensions the guard did not see).
     pub(crate) fn set_deadline(&mut self, deadline: Instant) {
         self.deadline = deadline;
+        for part in &mut self.parts {
+            part.set_deadline(deadline);
+        }
     }
 
     pub(crate) fn inner(&self) -> &Arc<Inner> {
@@ -405,6 +464,23 @@ impl Lock {
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
         Error::ensure_runtime()?;
         self.inner.config.check_ttl(ttl)?;
+        if !self.is_valid() {
+            return Err(Error::lost(LostReason::Expired, None));
+        }
+        if self.is_spanning() {
+            // Every group's part at once; each moves only its own deadline, and this
+            // lock's is the earliest of theirs.
+            let extended = join_all(self.parts.iter_mut().map(|p| p.extend_part(ttl))).await;
+            if extended.iter().all(Result::is_ok) {
+                self.ttl = ttl;
+            }
+            return first_failure(extended);
+        }
+        self.extend_part(ttl).await
+    }
+
+    /// Extends a lock within one group (a whole lock, or one part of a spanning lock).
+    async fn extend_part(&mut self, ttl: Duration) -> Result<(), Error> {
         if !self.is_valid() {
             return Err(Error::lost(LostReason::Expired, None));
         }
@@ -528,6 +604,17 @@ impl Lock {
     /// ```
     pub async fn release(mut self) -> Result<(), Error> {
         Error::ensure_runtime()?;
+        if self.is_spanning() {
+            // Every group's part at once. A part whose release is cancelled with this
+            // future is dropped, so released in the background.
+            let parts = std::mem::take(&mut self.parts);
+            return first_failure(join_all(parts.into_iter().map(Lock::release_part)).await);
+        }
+        self.release_part().await
+    }
+
+    /// Releases a lock within one group (a whole lock, or one part of a spanning lock).
+    async fn release_part(mut self) -> Result<(), Error> {
         let span = tracing::debug_span!(
             "quorumlock.release",
             resource = %self.res.label(),
@@ -635,6 +722,22 @@ impl Drop for Lock {
             tracing::debug!(resource = %self.res.label(), "quorumlock: lock dropped outside a Tokio runtime; its keys expire by TTL");
         }
     }
+}
+
+/// The outcome of an extension or a release of every part of a spanning lock: `Ok` when
+/// every part succeeded; otherwise the first part's [`Error::Lost`] if any part was lost
+/// (the lock as a whole is), else the first failure in the groups' order.
+fn first_failure(outcomes: Vec<Result<(), Error>>) -> Result<(), Error> {
+    let mut first: Option<Error> = None;
+    for outcome in outcomes {
+        if let Err(e) = outcome {
+            match &first {
+                Some(f) if f.is_lost() || !e.is_lost() => {}
+                _ => first = Some(e),
+            }
+        }
+    }
+    first.map_or(Ok(()), Err)
 }
 
 /// Runs an idempotent script (release, extend) on node `i`, but only after that node's

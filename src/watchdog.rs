@@ -37,7 +37,7 @@ use futures::future::BoxFuture;
 
 use crate::client::Redlock;
 use crate::error::Error;
-use crate::extender::{Entry, Registry};
+use crate::extender::{Changed, Entry, Registry};
 use crate::lock::Lock;
 use crate::protocol::keep;
 use crate::semaphore::Semaphore;
@@ -380,24 +380,19 @@ impl Lock {
     /// # Ok(()) }
     /// ```
     pub fn keep_alive(self, policy: Watchdog) -> KeptLock {
-        let inner = self.inner().clone();
-        let ttl = self.ttl();
-        let refresh = keep::refresh_window(ttl, policy.fraction);
-        let rules = keep::Policy {
-            ttl,
-            refresh,
-            margin: keep::margin(ttl, refresh, policy.margin),
-            max_extensions: policy.max_extensions,
-            drift_factor: inner.config.drift_factor,
-        };
         let now = Instant::now();
-        let entry = Entry::new(
-            rules,
-            (self.extend_request(ttl), self.quorum(), self.kept_nodes()),
-            self.deadline(),
-            now,
-            policy.max_hold.and_then(|h| now.checked_add(h)),
-        );
+        let hold_end = policy.max_hold.and_then(|h| now.checked_add(h));
+        // A lock spanning several lock groups: one entry per part, each kept by its own
+        // group's watchdog; the first part's reports for every part.
+        let changed = Entry::channel();
+        let linked: Vec<Arc<Entry>> = self
+            .parts()
+            .iter()
+            .skip(1)
+            .map(|part| part_entry(part, &policy, now, hold_end, changed.clone(), Vec::new()))
+            .collect();
+        let first = self.parts().first().unwrap_or(&self);
+        let entry = part_entry(first, &policy, now, hold_end, changed, linked);
         if entry.lost_at_start(now) {
             // Already past its deadline (or its lost signal's time): extending now could
             // only refresh keys that are no longer a quorum's. Reported lost at once and
@@ -407,17 +402,53 @@ impl Lock {
                 lock: Some(self),
             };
         }
-        let registry = inner.watchdog.get_or_init(|| {
-            let config = inner.config.clone();
-            let node_timeout = Arc::new(move |ttl| config.node_timeout_for(ttl));
-            Registry::start(&inner.nodes, inner.quorum, node_timeout)
-        });
-        registry.add(entry.clone());
+        let mut parts: Vec<&Lock> = self.parts().iter().collect();
+        if parts.is_empty() {
+            parts.push(&self);
+        }
+        let entries = std::iter::once(&entry).chain(entry.linked_entries());
+        for (part, e) in parts.into_iter().zip(entries) {
+            let inner = part.inner();
+            let registry = inner.watchdog.get_or_init(|| {
+                let config = inner.config.clone();
+                let node_timeout = Arc::new(move |ttl| config.node_timeout_for(ttl));
+                Registry::start(&inner.nodes, inner.quorum, node_timeout)
+            });
+            registry.add(e.clone());
+        }
         KeptLock {
             entry,
             lock: Some(self),
         }
     }
+}
+
+/// The watchdog's entry for one lock within one group (a whole lock, or one part of a
+/// spanning lock), announcing on `changed` and reporting for `linked` too.
+fn part_entry(
+    part: &Lock,
+    policy: &Watchdog,
+    now: Instant,
+    hold_end: Option<Instant>,
+    changed: Changed,
+    linked: Vec<Arc<Entry>>,
+) -> Arc<Entry> {
+    let ttl = part.ttl();
+    let refresh = keep::refresh_window(ttl, policy.fraction);
+    let rules = keep::Policy {
+        ttl,
+        refresh,
+        margin: keep::margin(ttl, refresh, policy.margin),
+        max_extensions: policy.max_extensions,
+        drift_factor: part.inner().config.drift_factor,
+    };
+    Entry::linked(
+        rules,
+        (part.extend_request(ttl), part.quorum(), part.kept_nodes()),
+        (part.deadline(), now, hold_end),
+        changed,
+        linked,
+    )
 }
 
 impl KeptLock {
@@ -828,7 +859,13 @@ mod tests {
         let res = crate::resource::Resources::new(&["k"]).unwrap();
         let token = crate::token::Token::generate().unwrap();
         let extend = crate::node::Request::extend(res.lock_keys().to_vec(), &token, ttl);
-        Entry::new(policy, (extend, 1, None), deadline, Instant::now(), None)
+        Entry::linked(
+            policy,
+            (extend, 1, None),
+            (deadline, Instant::now(), None),
+            Entry::channel(),
+            Vec::new(),
+        )
     }
 
     /// A panic while the state's mutex is held poisons it. The lock must then read as

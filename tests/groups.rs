@@ -1,12 +1,13 @@
 //! Sharded lock groups against real Redis servers: two groups of three nodes each. Where a
 //! resource's keys land, how the load splits, the group map that refuses a client with
 //! other groups (at build, and later through the refresher), multi-resource locks and hash
-//! tags, fencing tokens across a map change, and a soak with a minority of each group
+//! tags (locks across groups: `tests/spanning.rs`), fencing tokens across a map change, and a soak with a minority of each group
 //! killed, checked for mutual exclusion.
 #![cfg(feature = "testkit")]
 
 mod support;
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use quorumlock::testkit::{History, LocalCluster};
@@ -44,15 +45,6 @@ async fn requests(cluster: &LocalCluster) -> Vec<u64> {
         out.push(calls("set") + calls("eval") + calls("evalsha"));
     }
     out
-}
-
-/// Names the client routes to group `g`, `n` of them, from `prefix-0` on.
-fn names_in(locks: &Redlock, g: usize, prefix: &str, n: usize) -> Vec<String> {
-    (0..10_000)
-        .map(|i| format!("{prefix}-{i}"))
-        .filter(|name| locks.group_of(name) == g)
-        .take(n)
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -267,23 +259,6 @@ async fn an_unsharded_and_a_sharded_client_refuse_each_other() {
 async fn multi_resource_locks_share_a_group_through_hash_tags() {
     let (a, b) = (group().await, group().await);
     let locks = sharded(&a, &b).await;
-    let first = names_in(&locks, 0, "left", 1).remove(0);
-    let second = names_in(&locks, 1, "right", 1).remove(0);
-    let crossing = locks.lock_many([&first, &second], TTL).await;
-    match &crossing {
-        Err(Error::InvalidInput(e)) => {
-            assert_eq!(e.what(), "resources");
-            assert!(e.to_string().contains("hash tag"), "{e}");
-        }
-        other => panic!("expected InvalidInput, got {other:?}"),
-    }
-    let try_crossing = locks.try_lock_many([&first, &second], TTL).await;
-    assert!(matches!(try_crossing, Err(Error::InvalidInput(_))));
-    for key in [lock_key(&first), lock_key(&second)] {
-        assert_eq!(count_key(&a, 0..3, &key).await, 0, "{key} written");
-        assert_eq!(count_key(&b, 0..3, &key).await, 0, "{key} written");
-    }
-
     // A common tag puts any names together: 20 orders, each with two resources.
     let mut homes = [0usize; 2];
     for order in 0..20 {
@@ -355,9 +330,9 @@ async fn fencing_tokens_rise_when_a_resource_moves_to_another_group() {
     l2.release().await.expect("release");
 }
 
-/// Tasks lock many resources (single ones, and tagged pairs) on two groups while a
-/// minority of each group is killed, one node restarted (after longer than the TTL, as the
-/// deployment contract asks for nodes without persistence). The history must hold no two
+/// Tasks lock many resources (single ones, tagged pairs, and pairs across both groups)
+/// on two groups while a minority of each group is killed, one node restarted (after
+/// longer than the TTL, as the deployment contract asks for nodes without persistence). The history must hold no two
 /// overlapping holders of a resource, and both groups must have served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soak_over_two_groups_with_a_minority_of_each_killed() {
@@ -370,13 +345,29 @@ async fn soak_over_two_groups_with_a_minority_of_each_killed() {
         let locks = sharded(&a, &b).await;
         let rec = history.client(c);
         tasks.push(tokio::spawn(async move {
-            let mut per_group = [0usize; 2];
+            // [group A, group B, sets across both]
+            let mut per_group = [0usize; 3];
+            // Pairs of items in different groups: item-k with the first item-j of the
+            // other group.
+            let crossing: Vec<Vec<String>> = (0..8)
+                .filter_map(|k| {
+                    let first = format!("item-{k}");
+                    (0..8)
+                        .map(|j| format!("item-{j}"))
+                        .find(|other| locks.group_of(other) != locks.group_of(&first))
+                        .map(|other| vec![first, other])
+                })
+                .collect();
+            assert!(!crossing.is_empty(), "all eight items in one group");
             let mut i = c as usize;
             while Instant::now() < stop {
                 i = i.wrapping_mul(31).wrapping_add(7) % 1000;
                 let names: Vec<String> = if i.is_multiple_of(3) {
                     let k = i % 5;
                     vec![format!("pair:{{{k}}}:a"), format!("pair:{{{k}}}:b")]
+                } else if i % 3 == 1 && i.is_multiple_of(2) {
+                    // A set across both groups, overlapping the single items.
+                    crossing[i % crossing.len()].clone()
                 } else {
                     vec![format!("item-{}", i % 8)]
                 };
@@ -388,7 +379,19 @@ async fn soak_over_two_groups_with_a_minority_of_each_killed() {
                         .await;
                 match attempt {
                     Ok(Ok(lock)) => {
-                        per_group[locks.group_of(&names[0])] += 1;
+                        for g in names
+                            .iter()
+                            .map(|n| locks.group_of(n))
+                            .collect::<BTreeSet<_>>()
+                        {
+                            per_group[g] += 1;
+                        }
+                        if names
+                            .iter()
+                            .any(|n| locks.group_of(n) != locks.group_of(&names[0]))
+                        {
+                            per_group[2] += 1;
+                        }
                         for n in &names {
                             rec.acquired(n, lock.deadline(), None);
                             rec.work_started(n);
@@ -426,17 +429,18 @@ async fn soak_over_two_groups_with_a_minority_of_each_killed() {
     tokio::time::sleep(Duration::from_millis(2500)).await;
     a.start(0).await.expect("restart a0");
 
-    let mut served = [0usize; 2];
+    let mut served = [0usize; 3];
     for t in tasks {
         let per = t.await.expect("task");
-        served[0] += per[0];
-        served[1] += per[1];
+        for (s, p) in served.iter_mut().zip(per) {
+            *s += p;
+        }
     }
     let report = history.check();
     assert!(report.is_clean(), "{report}");
-    println!("soak over two groups: {served:?} acquisitions per group");
+    println!("soak over two groups: {served:?} acquisitions per group, and across both");
     assert!(
-        served[0] > 20 && served[1] > 20,
-        "a group barely served: {served:?}"
+        served[0] > 20 && served[1] > 20 && served[2] > 5,
+        "a group, or the sets across both, barely served: {served:?}"
     );
 }

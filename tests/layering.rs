@@ -3,7 +3,8 @@
 //! ```text
 //!   tools     testkit, sim                                   (may use everything)
 //!   top       watchdog                                       (kept locks, scoped use)
-//!   client    client, config, shared, lock, acquire, fencing, wait, inspect, rwlock, semaphore
+//!   client    client, config, shared, lock, acquire, fencing, groups, wait, transfer, inspect,
+//!             rwlock, semaphore, spanning
 //!   io        node, fanout, background, notifier, extender   (sockets, tasks, timers)
 //!   base      addr, error, metrics, resource, token, time    (plain data and arithmetic; metrics)
 //!   protocol  protocol::*                                    (the pure core)
@@ -70,6 +71,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "inspect",
             "rwlock",
             "semaphore",
+            "spanning",
         ],
     ),
     ("top", &["watchdog"]),
