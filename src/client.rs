@@ -350,6 +350,15 @@ impl Redlock {
     /// script sets every key or none. The list is a set: order does not matter and
     /// duplicates are refused.
     ///
+    /// With [lock groups](RedlockBuilder::group), a set whose names fall in several groups
+    /// is taken group by group, in the groups' order, with one token: one round per group
+    /// (each an ordinary multi-resource lock of that group), all or nothing. A part that
+    /// is refused undoes the parts already taken before the error is returned. The
+    /// returned [`Lock`] covers every part: its deadline is the earliest part's, and
+    /// `extend`, `release`, drop and `keep_alive` act on every part. Its fencing token is
+    /// committed to every part, so it is valid for every resource of the set. Names with
+    /// a common hash tag share a group and need one round.
+    ///
     /// # Errors
     ///
     /// As [`try_lock`](Redlock::try_lock); [`Error::InvalidInput`] also for an empty
@@ -392,6 +401,11 @@ impl Redlock {
     /// and waits for another is never stuck behind it); so under sustained contention on
     /// its keys, this wait has no bound but the retry policy's maximum wait. With fencing,
     /// the caller is woken by releases and tries again.
+    ///
+    /// A set across [lock groups](RedlockBuilder::group) (see
+    /// [`try_lock_many`](Redlock::try_lock_many)) waits by polling: an attempt at every
+    /// part, then a random delay from the retry policy's range. It holds no part while
+    /// it waits, so callers waiting for overlapping sets never deadlock.
     ///
     /// # Errors
     ///

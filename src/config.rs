@@ -626,8 +626,9 @@ impl RedlockBuilder {
     /// group is decided by its hash tag when it has one, as in Redis Cluster: the part
     /// between the first `{` and the next `}`, if not empty. Give the resources of one
     /// multi-resource lock a common tag (`order:{42}:stock`, `order:{42}:invoice`) so that
-    /// they share a group; a multi-resource lock across groups is refused with
-    /// [`Error::InvalidInput`].
+    /// they share a group: a multi-resource lock across groups is taken group by group
+    /// (see [`Redlock::try_lock_many`](crate::Redlock::try_lock_many)), which costs one
+    /// round per group and waits by polling.
     ///
     /// Every client of the same resources must use the same groups, in the same order,
     /// with the same [`groups_version`](RedlockBuilder::groups_version): each records its

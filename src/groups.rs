@@ -94,7 +94,8 @@ impl Groups {
     }
 
     /// The group `res` is locked in, or why no lock may be taken: a map mismatch seen, or
-    /// resources in different groups.
+    /// resources in different groups (a lock that takes several resources, the mutex's,
+    /// is split with [`Groups::split`] instead; every other names one resource).
     pub(crate) fn route(&self, res: &Resources) -> Result<&Arc<Inner>, Error> {
         self.usable()?;
         let mut chosen: Option<(usize, &str)> = None;

@@ -357,7 +357,8 @@ impl Lock {
         }
     }
 
-    /// The lock's token, the random value stored on every node (32 hex characters).
+    /// The lock's token, the random value stored on every node (32 hex characters); one
+    /// token for every part of a lock across lock groups.
     ///
     /// Anyone who knows it can release or extend the lock: do not log it. `Debug` shows
     /// only its first 8 characters.
@@ -384,7 +385,8 @@ impl Lock {
     ///
     /// A multi-resource lock has one token that is valid for every one of its resources:
     /// larger than every earlier holder's token of each of them, and smaller than every
-    /// later holder's.
+    /// later holder's. That holds across lock groups too: the largest of the groups'
+    /// tokens is committed to every group's part before the lock is returned.
     ///
     /// A read-write lock's writer gets a token from the writer's own counter (ordered among
     /// the writers of that name, independent of the mutex of the same name); readers and
