@@ -37,6 +37,10 @@
 //!   rslock on one group of 3: total ops/s, and per server the requests it ran and the
 //!   CPU time it spent (the load split, and the per-request cost the capacity model in
 //!   docs/benchmarks.md is built from).
+//! * `spanning`: one task, uncontended `try_lock_many` + release of a pair of resources
+//!   over two lock groups of 3 nodes: the pair in one group (a common hash tag: one round)
+//!   against the pair across both groups (one round per group, one after the other):
+//!   cycle latency percentiles.
 //! * `contended_pairs`: 8 tasks, each with its own client, taking (`lock_many`) one of four
 //!   overlapping pairs of a ring of four resources, two tasks per pair: notify waiting
 //!   (woken by release announcements, staggered) against plain polling (notify off), in
@@ -120,6 +124,9 @@ fn main() {
     }
     if wants("groups") {
         bench_groups(&rt, &summary);
+    }
+    if wants("spanning") {
+        bench_spanning(&rt, &summary);
     }
     if wants("held_10k") {
         bench_held(&rt, &summary, &urls, &cluster);
@@ -406,6 +413,65 @@ async fn throughput_spread(imp: &Impl, cycles: usize, tag: &str) -> f64 {
         t.await.expect("task");
     }
     (TASKS * cycles) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Cycle latency of a pair within one lock group and of a pair across two groups.
+fn bench_spanning(rt: &Runtime, summary: &Summary) {
+    let cluster = rt
+        .block_on(LocalCluster::launch(2 * GROUP_NODES))
+        .expect("launch 6 redis-server nodes");
+    let urls = cluster.urls();
+    let locks = rt.block_on(async {
+        forget_group_map(&cluster).await;
+        Redlock::builder(urls[..GROUP_NODES].to_vec())
+            .group(urls[GROUP_NODES..].to_vec())
+            .groups_version(2)
+            .build()
+            .await
+            .expect("quorumlock build")
+    });
+    let within = vec!["pair:{0}:a".to_owned(), "pair:{0}:b".to_owned()];
+    let other = (0..1000)
+        .map(|i| format!("across-{i}"))
+        .find(|n| locks.group_of(n) != locks.group_of("across-0"))
+        .expect("a name in the other group");
+    let across = vec!["across-0".to_owned(), other];
+    let mut rounds: Vec<Vec<Vec<Duration>>> = vec![Vec::new(), Vec::new()];
+    for _ in 0..ROUNDS {
+        for (k, names) in [&within, &across].into_iter().enumerate() {
+            let lat = rt.block_on(async {
+                let mut lat = Vec::with_capacity(CYCLES);
+                for _ in 0..CYCLES {
+                    let t = Instant::now();
+                    let lock = locks.try_lock_many(names, TTL).await.expect("lock pair");
+                    lock.release().await.expect("release pair");
+                    lat.push(t.elapsed());
+                }
+                lat
+            });
+            rounds[k].push(lat);
+        }
+    }
+    let mut p50 = [0.0; 2];
+    for (k, name) in ["pair-within-group", "pair-across-groups"]
+        .iter()
+        .enumerate()
+    {
+        let r = &rounds[k];
+        p50[k] = median_of(r, |v| us(percentile(v, 0.50)));
+        let p99 = median_of(r, |v| us(percentile(v, 0.99)));
+        println!(
+            "[spanning] {name:<22} p50 {:>8.1} µs  p99 {p99:>8.1} µs",
+            p50[k]
+        );
+        summary.line(&format!(
+            r#"{{"section":"spanning","impl":"{name}","p50_us":{:.1},"p99_us":{p99:.1}}}"#,
+            p50[k]
+        ));
+    }
+    println!("[spanning] across / within (p50): {:.2}x", p50[1] / p50[0]);
+    drop(locks);
+    drop(cluster);
 }
 
 fn bench_groups(rt: &Runtime, summary: &Summary) {
