@@ -14,6 +14,7 @@
 //! | N Redis masters on loopback, killed on drop | [`LocalCluster`] ([`LocalCluster::launch`], [`LocalCluster::builder`]) |
 //! | crash, restart (now or later, with or without AOF), SIGSTOP/SIGCONT | [`LocalCluster::kill`], [`start`](LocalCluster::start), [`restart`](LocalCluster::restart), [`pause`](LocalCluster::pause), [`resume`](LocalCluster::resume) |
 //! | delay, stall, blackhole (one way or both) or cut a client's link | [`FaultProxy`] with a [`ProxyMode`], via [`LocalCluster::proxy`]; [`Faults::slow`] / [`Faults::disconnect`] on any backend with proxies |
+//! | a local Redis Cluster (slots assigned by the kit, replicas attached): fail a master over (gracefully or after a crash), migrate a slot (whole, or left half-way for `ASK`) | [`RedisCluster`] ([`redis_cluster`]) |
 //! | a node that fails over to a replica which missed writes | [`LocalClusterBuilder::replicated`], [`LocalCluster::replication_link`], [`LocalCluster::promote_replica`] |
 //! | the same faults on the Docker Compose harness (`compose/`) | [`compose::ComposeCluster`], through the [`Faults`] trait |
 //! | scripted or seeded random fault schedules (a minority faulty at a time, or more with `allow_majority`) | [`nemesis::Schedule`], [`nemesis::RandomNemesis`] ([`allow_majority`](nemesis::RandomNemesis::allow_majority)) |
@@ -73,6 +74,7 @@ pub mod fairness;
 pub mod history;
 pub mod nemesis;
 pub mod proxy;
+pub mod redis_cluster;
 mod resp;
 
 use std::future::Future;
@@ -84,6 +86,7 @@ pub use cluster::{LocalCluster, LocalClusterBuilder, Persistence, REDIS_SERVER_E
 pub use history::{ClientId, ClientRecorder, Event, EventKind, History, HoldMode};
 pub use nemesis::{Fault, RandomNemesis, Schedule};
 pub use proxy::{FaultProxy, ProxyMode};
+pub use redis_cluster::RedisCluster;
 
 /// The test kit's **unsafe** semaphore, a negative control: per-node limit `c = P` with
 /// the majority quorum, so up to `⌊P·N / Q⌋` holders (more than `P`) can coexist. Use it to

@@ -1,0 +1,585 @@
+//! Local Redis Clusters: `redis-server` processes started with `--cluster-enabled yes`,
+//! joined, their hash slots assigned by the kit, replicas attached, with the faults a
+//! Redis Cluster has and a plain master does not: a master failed over to its replica
+//! (gracefully, or after it crashed), and a hash slot migrated to another master while
+//! keys live in it (in one step, or left half-way so that clients meet `ASK` redirects).
+//!
+//! ```text
+//!   launch(masters, replicas) ──▶ LocalCluster of masters·(1 + replicas) processes
+//!       ──CLUSTER MEET──▶ one cluster ──ADDSLOTSRANGE──▶ 16384 slots split evenly
+//!       ──CLUSTER REPLICATE──▶ replicas ──▶ wait: cluster_state:ok, one slot map everywhere
+//! ```
+//!
+//! Processes are numbered as in the [`LocalCluster`] underneath ([`RedisCluster::processes`]):
+//! masters first (`0..masters`), then the replicas of master 0, of master 1, and so on.
+//! After a failover a process's role changes; [`RedisCluster::owner`] always asks the
+//! cluster which process serves a slot now.
+//!
+//! Every node runs with `cluster-node-timeout` 1000 ms (a crashed master is detected in
+//! about a second) and `cluster-require-full-coverage no` (the other masters keep serving
+//! their slots while one is down, as a deployment that prefers availability would).
+
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use super::cluster::LocalCluster;
+use super::resp::{self, Reply};
+use std::io;
+
+/// The number of hash slots of a Redis Cluster.
+pub const SLOTS: u16 = 16384;
+
+/// How long one cluster command may take.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the cluster may take to converge after a change (join, failover, migration).
+const CONVERGE_TIMEOUT: Duration = Duration::from_secs(20);
+/// How often convergence is polled.
+const POLL: Duration = Duration::from_millis(50);
+
+/// The hash slot of `key`, as Redis Cluster computes it: CRC16 (XMODEM) of the key, or of
+/// its hash tag (the part between the first `{` and the next `}`, if not empty), modulo
+/// 16384.
+///
+/// # Example
+///
+/// ```
+/// use quorumlock::testkit::redis_cluster::key_slot;
+/// assert_eq!(key_slot(b"foo"), 12182);
+/// assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"{user1000}.followers"));
+/// ```
+pub fn key_slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = key.get(open + 1..)?;
+        let close = rest.iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| rest.get(..close)).flatten()
+    });
+    crc16(tagged.unwrap_or(key)) % SLOTS
+}
+
+/// CRC16-CCITT (XMODEM: polynomial 0x1021, initial value 0), the checksum of Redis
+/// Cluster's key slots.
+fn crc16(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// A local Redis Cluster: `masters` masters, each with `replicas` replicas, every slot
+/// assigned. Dropping it kills every process and removes their directories.
+///
+/// # Example
+///
+/// ```no_run
+/// use quorumlock::testkit::redis_cluster::{RedisCluster, key_slot};
+///
+/// # async fn demo() -> std::io::Result<()> {
+/// let cluster = RedisCluster::launch(3, 1).await?;
+/// let seeds = cluster.seed_urls(); // hand these to a cluster client
+/// let slot = key_slot(b"quorumlock:lock:{orders:42}");
+/// let master = cluster.owner(slot).await?;
+/// let promoted = cluster.failover(master).await?; // its replica serves the slot now
+/// assert_eq!(cluster.owner(slot).await?, promoted);
+/// let other = (0..3).find(|&m| m != master).unwrap_or(0);
+/// cluster.migrate_slot(slot, other).await?; // keys and all
+/// # let _ = seeds;
+/// # Ok(())
+/// # }
+/// ```
+pub struct RedisCluster {
+    processes: LocalCluster,
+    masters: usize,
+    replicas: usize,
+}
+
+impl fmt::Debug for RedisCluster {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisCluster")
+            .field("masters", &self.masters)
+            .field("replicas", &self.replicas)
+            .field("processes", &self.processes)
+            .finish()
+    }
+}
+
+impl RedisCluster {
+    /// Starts `masters · (1 + replicas)` processes, joins them into one cluster, splits the
+    /// 16384 slots evenly over the masters (master `m` gets the `m`-th contiguous range),
+    /// attaches `replicas` replicas to each master, and waits until every node reports
+    /// `cluster_state:ok` with the same slot map and every replica's link is up.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for zero masters; the start-up failure of a process (as
+    /// [`LocalCluster::launch`]); `TimedOut` when the cluster does not converge within 20 s
+    /// (with what it last reported).
+    pub async fn launch(masters: usize, replicas: usize) -> io::Result<RedisCluster> {
+        if masters == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a Redis Cluster needs at least one master",
+            ));
+        }
+        let total = masters.saturating_mul(replicas.saturating_add(1));
+        let processes = LocalCluster::builder(total)
+            .args(["--cluster-enabled", "yes"])
+            .args(["--cluster-config-file", "nodes.conf"])
+            .args(["--cluster-node-timeout", "1000"])
+            .args(["--cluster-require-full-coverage", "no"])
+            .launch()
+            .await?;
+        let cluster = RedisCluster {
+            processes,
+            masters,
+            replicas,
+        };
+        cluster.form().await?;
+        Ok(cluster)
+    }
+
+    /// Joins the processes, assigns the slots, attaches the replicas and waits.
+    async fn form(&self) -> io::Result<()> {
+        let first = self.addr(0)?;
+        for i in 1..self.processes.len() {
+            let port = self.processes.port(i)?.to_string();
+            ok(command(first, &["CLUSTER", "MEET", "127.0.0.1", &port]).await?)?;
+        }
+        let per = usize::from(SLOTS) / self.masters;
+        for m in 0..self.masters {
+            let start = m * per;
+            let end = if m + 1 == self.masters {
+                usize::from(SLOTS) - 1
+            } else {
+                (m + 1) * per - 1
+            };
+            let (start, end) = (start.to_string(), end.to_string());
+            ok(command(self.addr(m)?, &["CLUSTER", "ADDSLOTSRANGE", &start, &end]).await?)?;
+        }
+        self.converge(|s| s.known == self.processes.len(), "every node known")
+            .await?;
+        for m in 0..self.masters {
+            let id = self.id(m).await?;
+            for r in 0..self.replicas {
+                let replica = self.masters + m * self.replicas + r;
+                ok(command(self.addr(replica)?, &["CLUSTER", "REPLICATE", &id]).await?)?;
+            }
+        }
+        self.settled().await
+    }
+
+    /// Waits until every live node reports `cluster_state:ok` and the same slot map, and
+    /// every live replica's replication link is up.
+    async fn settled(&self) -> io::Result<()> {
+        let want = self.processes.len();
+        self.converge(
+            |s| s.ok == s.live && s.maps_agree && s.links_up && s.known == want,
+            "cluster_state:ok, one slot map, replicas linked",
+        )
+        .await
+    }
+
+    /// Polls the cluster until `done` holds of its state, at most [`CONVERGE_TIMEOUT`].
+    async fn converge(&self, done: impl Fn(&State) -> bool, what: &str) -> io::Result<()> {
+        let end = Instant::now() + CONVERGE_TIMEOUT;
+        loop {
+            let state = self.state().await;
+            if done(&state) {
+                return Ok(());
+            }
+            if Instant::now() >= end {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the Redis Cluster did not converge ({what}) within {CONVERGE_TIMEOUT:?}: {state:?}"
+                    ),
+                ));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// What every live node reports now.
+    async fn state(&self) -> State {
+        let mut state = State::default();
+        let mut maps: Vec<Vec<(u16, u16, u16)>> = Vec::new();
+        for i in 0..self.processes.len() {
+            let Ok(addr) = self.addr(i) else { continue };
+            let Ok(Reply::Bulk(Some(info))) = command(addr, &["CLUSTER", "INFO"]).await else {
+                continue;
+            };
+            state.live += 1;
+            let info = String::from_utf8_lossy(&info);
+            if info.contains("cluster_state:ok") {
+                state.ok += 1;
+            }
+            // The fewest nodes any live node knows.
+            let known = field(&info, "cluster_known_nodes").map_or(0, |k| k.parse().unwrap_or(0));
+            state.known = if state.live == 1 {
+                known
+            } else {
+                state.known.min(known)
+            };
+            if let Ok(map) = self.slot_map(addr).await {
+                maps.push(map);
+            }
+            if let Ok(Reply::Bulk(Some(repl))) = command(addr, &["INFO", "replication"]).await {
+                let repl = String::from_utf8_lossy(&repl);
+                if field(&repl, "role") == Some("slave")
+                    && field(&repl, "master_link_status") != Some("up")
+                {
+                    state.links_down += 1;
+                }
+            }
+        }
+        state.links_up = state.links_down == 0;
+        state.maps_agree = maps.windows(2).all(|w| w[0] == w[1]) && !maps.is_empty();
+        state
+    }
+
+    /// The slot map as `addr` sees it: `(first slot, last slot, serving port)`, sorted.
+    async fn slot_map(&self, addr: SocketAddr) -> io::Result<Vec<(u16, u16, u16)>> {
+        let Reply::Array(Some(ranges)) = command(addr, &["CLUSTER", "SLOTS"]).await? else {
+            return Err(io::Error::other("CLUSTER SLOTS did not answer an array"));
+        };
+        let mut map = Vec::new();
+        for range in ranges {
+            let Reply::Array(Some(parts)) = range else {
+                continue;
+            };
+            let (Some(Reply::Integer(a)), Some(Reply::Integer(b)), Some(Reply::Array(Some(m)))) =
+                (parts.first(), parts.get(1), parts.get(2))
+            else {
+                continue;
+            };
+            let Some(Reply::Integer(port)) = m.get(1) else {
+                continue;
+            };
+            let narrow = |v: i64| u16::try_from(v).unwrap_or(u16::MAX);
+            map.push((narrow(*a), narrow(*b), narrow(*port)));
+        }
+        map.sort_unstable();
+        Ok(map)
+    }
+
+    /// The processes underneath, for faults on any one of them (kill, pause, restart: a
+    /// restarted node rejoins with its `nodes.conf`).
+    pub fn processes(&self) -> &LocalCluster {
+        &self.processes
+    }
+
+    /// The number of masters the cluster was launched with.
+    pub fn masters(&self) -> usize {
+        self.masters
+    }
+
+    /// Every process's URL (`redis://127.0.0.1:PORT`): seeds for a cluster client.
+    pub fn seed_urls(&self) -> Vec<String> {
+        self.processes.urls()
+    }
+
+    fn addr(&self, i: usize) -> io::Result<SocketAddr> {
+        Ok(SocketAddr::from((
+            Ipv4Addr::LOCALHOST,
+            self.processes.port(i)?,
+        )))
+    }
+
+    /// The process serving port `port`.
+    fn process_of_port(&self, port: u16) -> io::Result<usize> {
+        (0..self.processes.len())
+            .find(|&i| self.processes.port(i).ok() == Some(port))
+            .ok_or_else(|| io::Error::other(format!("no process on port {port}")))
+    }
+
+    /// Process `i`'s cluster node id.
+    async fn id(&self, i: usize) -> io::Result<String> {
+        command(self.addr(i)?, &["CLUSTER", "MYID"])
+            .await?
+            .text()
+            .ok_or_else(|| io::Error::other(format!("process {i}: no CLUSTER MYID")))
+    }
+
+    /// The process that serves `slot` now, as the first live node that answers says.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` when no live node knows a master for the slot.
+    pub async fn owner(&self, slot: u16) -> io::Result<usize> {
+        for i in 0..self.processes.len() {
+            let Ok(addr) = self.addr(i) else { continue };
+            let Ok(map) = self.slot_map(addr).await else {
+                continue;
+            };
+            if let Some(&(_, _, port)) = map.iter().find(|(a, b, _)| (*a..=*b).contains(&slot)) {
+                return self.process_of_port(port);
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no live node knows a master for slot {slot}"),
+        ))
+    }
+
+    /// The processes that replicate process `master` now (from its own `INFO replication`).
+    async fn replicas_of(&self, master: usize) -> io::Result<Vec<usize>> {
+        let port = self.processes.port(master)?;
+        let mut out = Vec::new();
+        for i in 0..self.processes.len() {
+            let Ok(addr) = self.addr(i) else { continue };
+            let Ok(Reply::Bulk(Some(repl))) = command(addr, &["INFO", "replication"]).await else {
+                continue;
+            };
+            let repl = String::from_utf8_lossy(&repl);
+            if field(&repl, "master_port") == Some(port.to_string().as_str()) {
+                out.push(i);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Fails master `master` over to one of its replicas, gracefully (`CLUSTER FAILOVER`:
+    /// the replica catches up first, so no acknowledged write is lost), and waits until
+    /// the cluster agrees. Returns the process that is master now.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` when the master has no replica; the failover's error; `TimedOut` when
+    /// the cluster does not agree within 20 s.
+    pub async fn failover(&self, master: usize) -> io::Result<usize> {
+        let replica = self.first_replica(master).await?;
+        ok(command(self.addr(replica)?, &["CLUSTER", "FAILOVER"]).await?)?;
+        self.wait_master(replica).await?;
+        Ok(replica)
+    }
+
+    /// Kills master `master` (SIGKILL) and promotes one of its replicas without it
+    /// (`CLUSTER FAILOVER TAKEOVER`: writes the replica had not received are lost, as in
+    /// a real crash). The killed process stays down; [`LocalCluster::start`] on
+    /// [`processes`](Self::processes) brings it back as a replica of the new master.
+    /// Returns the process that is master now.
+    ///
+    /// # Errors
+    ///
+    /// As [`failover`](Self::failover).
+    pub async fn crash_failover(&self, master: usize) -> io::Result<usize> {
+        let replica = self.first_replica(master).await?;
+        self.processes.kill(master).await?;
+        ok(command(self.addr(replica)?, &["CLUSTER", "FAILOVER", "TAKEOVER"]).await?)?;
+        self.wait_master(replica).await?;
+        Ok(replica)
+    }
+
+    async fn first_replica(&self, master: usize) -> io::Result<usize> {
+        self.replicas_of(master)
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("process {master} has no replica"),
+                )
+            })
+    }
+
+    /// Waits until `process` is a master serving slots on every live node's map.
+    async fn wait_master(&self, process: usize) -> io::Result<()> {
+        let port = self.processes.port(process)?;
+        let end = Instant::now() + CONVERGE_TIMEOUT;
+        loop {
+            let mut live = 0;
+            let mut seen = 0;
+            for i in 0..self.processes.len() {
+                let Ok(addr) = self.addr(i) else { continue };
+                let Ok(map) = self.slot_map(addr).await else {
+                    continue;
+                };
+                live += 1;
+                if map.iter().any(|(_, _, p)| *p == port) {
+                    seen += 1;
+                }
+            }
+            if live > 0 && seen == live {
+                return Ok(());
+            }
+            if Instant::now() >= end {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "process {process} not a master on every node after {CONVERGE_TIMEOUT:?} ({seen}/{live})"
+                    ),
+                ));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Moves `slot`, with its keys, to master `to`, and waits until every live node
+    /// agrees: [`begin_migration`](Self::begin_migration), then
+    /// [`finish_migration`](Self::finish_migration).
+    ///
+    /// # Errors
+    ///
+    /// As those two.
+    pub async fn migrate_slot(&self, slot: u16, to: usize) -> io::Result<()> {
+        self.begin_migration(slot, to).await?;
+        self.finish_migration(slot, to).await
+    }
+
+    /// Starts moving `slot` to master `to` and stops half-way: the target is
+    /// `IMPORTING` and the source `MIGRATING`, and no key has moved yet. Until
+    /// [`finish_migration`](Self::finish_migration), a command for a key of the slot that
+    /// the source no longer has is answered `-ASK` (go to the target, for this command
+    /// only), and one that creates a key on the source while another key of the same
+    /// command already moved fails with `-TRYAGAIN`.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when `to` already serves the slot; the servers' errors.
+    pub async fn begin_migration(&self, slot: u16, to: usize) -> io::Result<()> {
+        let from = self.owner(slot).await?;
+        if from == to {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("process {to} already serves slot {slot}"),
+            ));
+        }
+        let s = slot.to_string();
+        let (from_id, to_id) = (self.id(from).await?, self.id(to).await?);
+        ok(command(
+            self.addr(to)?,
+            &["CLUSTER", "SETSLOT", &s, "IMPORTING", &from_id],
+        )
+        .await?)?;
+        ok(command(
+            self.addr(from)?,
+            &["CLUSTER", "SETSLOT", &s, "MIGRATING", &to_id],
+        )
+        .await?)
+    }
+
+    /// Moves the rest of `slot`'s keys from its current owner to `to` (`MIGRATE`, in
+    /// batches) and hands the slot over (`CLUSTER SETSLOT … NODE` on the target, the
+    /// source, then every other master), and waits until every live node agrees.
+    ///
+    /// # Errors
+    ///
+    /// The servers' errors; `TimedOut` when the cluster does not agree within 20 s.
+    pub async fn finish_migration(&self, slot: u16, to: usize) -> io::Result<()> {
+        let from = self.owner(slot).await?;
+        let s = slot.to_string();
+        let to_port = self.processes.port(to)?.to_string();
+        // Bounded: each round moves up to 100 keys; a slot of a test holds far fewer.
+        for _ in 0..10_000 {
+            let Reply::Array(Some(keys)) =
+                command(self.addr(from)?, &["CLUSTER", "GETKEYSINSLOT", &s, "100"]).await?
+            else {
+                return Err(io::Error::other("GETKEYSINSLOT did not answer an array"));
+            };
+            let keys: Vec<String> = keys.iter().filter_map(Reply::text).collect();
+            if keys.is_empty() {
+                break;
+            }
+            let mut args = vec!["MIGRATE", "127.0.0.1", &to_port, "", "0", "5000", "KEYS"];
+            args.extend(keys.iter().map(String::as_str));
+            let reply = command(self.addr(from)?, &args).await?;
+            if !matches!(&reply, Reply::Simple(s) if s == "OK" || s == "NOKEY") {
+                return Err(io::Error::other(format!("MIGRATE answered {reply:?}")));
+            }
+        }
+        let to_id = self.id(to).await?;
+        let mut order = vec![to, from];
+        order.extend((0..self.processes.len()).filter(|i| *i != to && *i != from));
+        for i in order {
+            let Ok(addr) = self.addr(i) else { continue };
+            // A replica or a dead node refuses or does not answer; the masters matter.
+            let _ = command(addr, &["CLUSTER", "SETSLOT", &s, "NODE", &to_id]).await;
+        }
+        let to_port: u16 = self.processes.port(to)?;
+        let end = Instant::now() + CONVERGE_TIMEOUT;
+        loop {
+            let mut agree = true;
+            for i in 0..self.processes.len() {
+                let Ok(addr) = self.addr(i) else { continue };
+                let Ok(map) = self.slot_map(addr).await else {
+                    continue;
+                };
+                let serves = map
+                    .iter()
+                    .any(|(a, b, p)| (*a..=*b).contains(&slot) && *p == to_port);
+                agree &= serves;
+            }
+            if agree {
+                return Ok(());
+            }
+            if Instant::now() >= end {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "slot {slot} not on process {to} everywhere after {CONVERGE_TIMEOUT:?}"
+                    ),
+                ));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+/// What the live nodes reported in one poll.
+#[derive(Debug, Default)]
+struct State {
+    live: usize,
+    ok: usize,
+    known: usize,
+    maps_agree: bool,
+    links_down: usize,
+    links_up: bool,
+}
+
+/// `name:value` from an `INFO`-style text.
+fn field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+    info.lines().find_map(|l| {
+        l.strip_prefix(name)
+            .and_then(|r| r.strip_prefix(':'))
+            .map(str::trim)
+    })
+}
+
+async fn command(addr: SocketAddr, args: &[&str]) -> io::Result<Reply> {
+    resp::command(addr, args, COMMAND_TIMEOUT).await
+}
+
+fn ok(reply: Reply) -> io::Result<()> {
+    match reply {
+        Reply::Simple(s) if s == "OK" => Ok(()),
+        other => Err(io::Error::other(format!("expected OK, got {other:?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_match_redis() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"bar"), 5061);
+        assert_eq!(key_slot(b"{foo}bar"), key_slot(b"foo"));
+        // An empty tag does not count: the whole key is hashed.
+        assert_eq!(key_slot(b"{}foo"), crc16(b"{}foo") % SLOTS);
+        // Only the first tag counts; an unclosed brace is no tag.
+        assert_eq!(key_slot(b"a{b}{c}"), key_slot(b"b"));
+        assert_eq!(key_slot(b"a{b"), crc16(b"a{b") % SLOTS);
+    }
+}
