@@ -405,7 +405,10 @@ impl Redlock {
     /// A set across [lock groups](RedlockBuilder::group) (see
     /// [`try_lock_many`](Redlock::try_lock_many)) waits by polling: an attempt at every
     /// part, then a random delay from the retry policy's range. It holds no part while
-    /// it waits, so callers waiting for overlapping sets never deadlock.
+    /// it waits, so callers waiting for overlapping sets never deadlock; but it has no
+    /// place in the wait queues, so waiters queued for one of its resources alone can keep
+    /// that resource busy until its maximum wait runs out. Resources locked together
+    /// belong in one group (a common hash tag).
     ///
     /// # Errors
     ///

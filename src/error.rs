@@ -478,19 +478,21 @@ pub(crate) enum TimeoutBudget {
 }
 
 impl Timeout {
-    /// The error of a wait that ran out of its retry policy's attempts or maximum wait:
-    /// started at `start`, `attempts` sent, `votes` those of the last one.
     /// A lock spanning several lock groups whose parts were all granted, but whose
-    /// earliest part had no validity left by the time the last was (it was released).
-    pub(crate) fn spanning(waited: std::time::Duration) -> Error {
+    /// earliest part had no validity left by the time the last was (it was released);
+    /// `elapsed` is the time its parts took (the TTL less the validity left). The parts'
+    /// votes are not kept: each part's own attempt succeeded.
+    pub(crate) fn spanning(elapsed: std::time::Duration) -> Error {
         Error::Timeout(Timeout {
             budget: TimeoutBudget::Validity,
-            waited,
+            waited: elapsed,
             attempts: 1,
             votes: None,
         })
     }
 
+    /// The error of a wait that ran out of its retry policy's attempts or maximum wait:
+    /// started at `start`, `attempts` sent, `votes` those of the last one.
     pub(crate) fn gave_up(start: std::time::Instant, attempts: u32, votes: Option<Votes>) -> Error {
         Error::Timeout(Timeout {
             budget: TimeoutBudget::MaxWait,

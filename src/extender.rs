@@ -13,6 +13,7 @@
 //!       └── sleeps until the next due time or a new entry ◀── Kept::apply ◀┘ (decided at quorum)
 //! ```
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -39,8 +40,17 @@ fn reason(lost: Lost) -> LostReason {
     }
 }
 
-/// The channel an entry announces its changes on (shared by a spanning lock's parts).
-pub(crate) type Changed = Arc<watch::Sender<u64>>;
+/// What the entries of one kept lock share: the channel they announce their changes on,
+/// and whether any of them was lost. A spanning lock's parts share one, so that a part
+/// lost stops the watchdogs of the others (the lock is lost as a whole: its surviving
+/// parts then expire by their TTL, as a lost lock within one group does).
+pub(crate) struct Linked {
+    tx: watch::Sender<u64>,
+    lost: AtomicBool,
+}
+
+/// The shared [`Linked`] of one kept lock's entries.
+pub(crate) type Changed = Arc<Linked>;
 
 /// What the watchdog task and the guard share about one kept lock.
 pub(crate) struct Entry {
@@ -70,7 +80,15 @@ impl Entry {
 
     /// A channel for the entries of one spanning lock's parts to share.
     pub(crate) fn channel() -> Changed {
-        Arc::new(watch::channel(0).0)
+        Arc::new(Linked {
+            tx: watch::channel(0).0,
+            lost: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether this entry, or another part of the same lock, was reported lost.
+    fn lock_lost(&self) -> bool {
+        self.changed.lost.load(Ordering::SeqCst)
     }
 
     /// A kept lock: its prepared extension, the quorum it needs and (a permit) its kept
@@ -116,11 +134,12 @@ impl Entry {
         crate::metrics::lost(reason(lost));
         let e = Error::lost(reason(lost), None);
         tracing::warn!(ttl_ms = log_ms(self.ttl), error = %e, "quorumlock: watchdog: lock lost");
+        self.changed.lost.store(true, Ordering::SeqCst);
         self.notify();
     }
 
     fn notify(&self) {
-        self.changed.send_modify(|g| *g = g.wrapping_add(1));
+        self.changed.tx.send_modify(|g| *g = g.wrapping_add(1));
     }
 
     /// Marks the lock lost if its time is up; returns the error if it is lost.
@@ -190,7 +209,7 @@ impl Entry {
     /// round or a cap finds it lost, or with [`LostReason::Released`] once it was released
     /// without being lost (whoever still waits must stop too).
     pub(crate) async fn wait_lost(self: Arc<Entry>) -> Error {
-        let mut rx = self.changed.subscribe();
+        let mut rx = self.changed.tx.subscribe();
         loop {
             rx.borrow_and_update();
             if let Some(e) = self.check(Instant::now()) {
@@ -480,6 +499,10 @@ fn collect(entries: &Mutex<Vec<Arc<Entry>>>, now: Instant) -> (Vec<Arc<Entry>>, 
         return (due, None);
     };
     v.retain(|e| {
+        if e.lock_lost() {
+            // Another part of the lock was lost: this one is no longer extended.
+            return false;
+        }
         let Ok(mut st) = e.state.lock() else {
             return false;
         };
