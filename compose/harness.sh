@@ -151,7 +151,7 @@ case "$cmd" in
     engine
     # Profiles named so that their containers are removed too.
     QUORUMLOCK_REDIS_IMAGE="${QUORUMLOCK_REDIS_IMAGE:-$OFFICIAL}" \
-      dc --profile failover --profile promote down -v --remove-orphans -t 2 >&2
+      dc --profile failover --profile promote --profile clusters down -v --remove-orphans -t 2 >&2
     ;;
   compose)
     export QUORUMLOCK_REDIS_IMAGE="${QUORUMLOCK_REDIS_IMAGE:-$(resolve_image)}"

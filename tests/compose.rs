@@ -446,3 +446,121 @@ async fn compose_shared_faults() {
     cluster.down().await.expect("compose down");
     eprintln!("compose shared-fault rows done in {:?}", started.elapsed());
 }
+
+/// The `clusters` profile: three Redis Clusters of three masters each, on `127.0.0.1`
+/// ports, joined and every slot assigned by the kit. In each, a key lives on its slot's
+/// master and the others redirect to it; a killed node's slots stop being served while
+/// the other masters go on, and it serves them again when started. The link faults refuse
+/// a cluster node (it is on the host's network). Nothing of the project is left after
+/// `down`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compose_clusters_profile() {
+    use quorumlock::testkit::redis_cluster::key_slot;
+    let _turn = ONE_PROJECT_AT_A_TIME.lock().await;
+    if !ComposeCluster::engine_available() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "docker engine not available: skipping compose scenarios"
+        );
+        return;
+    }
+    let started = Instant::now();
+    let stale = ComposeCluster::remove_stale("qlclusters")
+        .await
+        .expect("remove stale projects");
+    if !stale.is_empty() {
+        eprintln!("removed stale compose projects: {stale:?}");
+    }
+    let options = ComposeOptions::isolated("qlclusters")
+        .expect("free ports")
+        .clusters(true);
+    let project = options.project.clone();
+    let cluster = ComposeCluster::up(options).await.expect("compose up");
+    eprintln!(
+        "compose project {project} with 3 Redis Clusters up in {:?}",
+        started.elapsed()
+    );
+    assert!(cluster.cluster_seeds(3).is_none());
+    let key = "quorumlock:lock:{orders:42}";
+    let slot = key_slot(key.as_bytes());
+    let mut all = Vec::new();
+    for k in 0..3 {
+        let seeds = cluster.cluster_seeds(k).expect("a cluster");
+        assert_eq!(seeds.len(), 3);
+        let owner = cluster.cluster_owner(k, slot).await.expect("owner");
+        let mut con = connect(&seeds[owner]).await.expect("connect");
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(k)
+            .query_async(&mut con)
+            .await
+            .expect("SET on the owner");
+        for other in (0..3).filter(|&i| i != owner) {
+            let mut con = connect(&seeds[other]).await.expect("connect");
+            let r: redis::RedisResult<Option<String>> =
+                redis::cmd("GET").arg(key).query_async(&mut con).await;
+            let e = r.expect_err("a redirect").to_string().to_uppercase();
+            assert!(e.contains("MOVED"), "{e}");
+        }
+        all.extend(seeds);
+    }
+    // The three clusters are independent: each holds its own value of the key.
+    for k in 0..3 {
+        let seeds = cluster.cluster_seeds(k).expect("a cluster");
+        let owner = cluster.cluster_owner(k, slot).await.expect("owner");
+        let mut con = connect(&seeds[owner]).await.expect("connect");
+        let v: String = redis::cmd("GET")
+            .arg(key)
+            .query_async(&mut con)
+            .await
+            .expect("GET");
+        assert_eq!(v, k.to_string());
+    }
+    // A killed master: its slots go unserved, the other masters go on; started again
+    // (AOF and nodes.conf kept), it serves its slots and its key again.
+    let seeds = cluster.cluster_seeds(0).expect("a cluster");
+    let owner = cluster.cluster_owner(0, slot).await.expect("owner");
+    let node = ComposeService::ClusterNode {
+        cluster: 0,
+        node: owner,
+    };
+    cluster.kill_service(node).await.expect("kill");
+    assert!(!answers(&seeds[owner]).await);
+    let survivor = (owner + 1) % 3;
+    assert!(answers(&seeds[survivor]).await);
+    cluster.start_service(node).await.expect("start");
+    let back = async {
+        let end = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < end {
+            if let Ok(mut con) = connect(&seeds[owner]).await {
+                let v: redis::RedisResult<String> =
+                    redis::cmd("GET").arg(key).query_async(&mut con).await;
+                if v.as_deref() == Ok("0") {
+                    return true;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    };
+    assert!(
+        back.await,
+        "the restarted master does not serve its key again"
+    );
+    let cut = cluster.disconnect_service(node).await;
+    assert!(
+        matches!(&cut, Err(e) if e.kind() == std::io::ErrorKind::Unsupported),
+        "{cut:?}"
+    );
+
+    cluster.down().await.expect("compose down");
+    let label = format!("label=com.docker.compose.project={project}");
+    assert_eq!(
+        docker_lines(&["ps", "-aq", "--filter", &label]),
+        Vec::<String>::new(),
+        "containers left"
+    );
+    for url in &all {
+        assert!(!answers(url).await, "{url} still answers after down");
+    }
+}

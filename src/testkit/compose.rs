@@ -4,7 +4,13 @@
 //! `docker` command-line tools, and implements [`Faults`] so the same fault scenarios run on
 //! this backend and on the local-process one.
 //!
-//! Clients only ever talk to the ports published on `127.0.0.1`.
+//! Clients only ever talk to the ports published on `127.0.0.1`. With
+//! [`ComposeOptions::clusters`], three Redis Clusters of three masters each run too (profile
+//! `clusters`): their nodes use the host's network, bound to `127.0.0.1` only, because a
+//! cluster node tells clients and the other nodes one address to reach it by, which a
+//! published port cannot be for both. [`ComposeCluster::up`] joins them and assigns the
+//! slots; [`ComposeCluster::cluster_seeds`] gives a cluster client its seeds, and
+//! [`ComposeService::ClusterNode`] addresses one node for the container faults.
 //!
 //! How each fault maps onto Docker (measured on Docker Engine 20.10 with the userland proxy):
 //!
@@ -36,6 +42,7 @@ use tokio::net::TcpStream;
 use tokio::process::Command;
 
 use super::Faults;
+use super::redis_cluster::Topology;
 
 /// The image used when neither [`ComposeOptions::image`] nor `QUORUMLOCK_REDIS_IMAGE` is set
 /// and the official image is present or can be pulled.
@@ -64,6 +71,11 @@ pub struct ComposeOptions {
     pub port_base: u16,
     /// Also start the `failover` profile (`redis-primary` with `redis-replica`).
     pub failover: bool,
+    /// Also start the `clusters` profile: three Redis Clusters of three masters each
+    /// (cluster `k`'s node `m`, both from 0, on port `port_base + 10·(k + 2) + m + 1`
+    /// and its cluster bus 50 above), joined and every slot assigned by
+    /// [`ComposeCluster::up`]. They use the host's network, bound to `127.0.0.1`.
+    pub clusters: bool,
     /// The directory holding `docker-compose.yml`, `harness.sh` and `build-image.sh`.
     pub compose_dir: PathBuf,
     /// The Redis image. `None`: `QUORUMLOCK_REDIS_IMAGE`, else `compose/harness.sh image`
@@ -89,6 +101,7 @@ impl Default for ComposeOptions {
             project,
             port_base,
             failover: false,
+            clusters: false,
             compose_dir: Path::new(env!("CARGO_MANIFEST_DIR")).join("compose"),
             image: None,
             ready_timeout: Duration::from_secs(60),
@@ -120,6 +133,23 @@ impl ComposeOptions {
         self
     }
 
+    /// Turns the `clusters` profile on or off.
+    pub fn clusters(mut self, on: bool) -> Self {
+        self.clusters = on;
+        self
+    }
+
+    /// The `--profile` arguments of the profiles turned on.
+    fn profiles(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        for (on, name) in [(self.failover, "failover"), (self.clusters, "clusters")] {
+            if on {
+                args.extend(["--profile".to_owned(), name.to_owned()]);
+            }
+        }
+        args
+    }
+
     fn port(&self, offset: u16) -> u16 {
         self.port_base + offset
     }
@@ -141,6 +171,12 @@ impl ComposeOptions {
             "QUORUMLOCK_REPLICA_PORT".to_owned(),
             self.port(12).to_string(),
         ));
+        for (k, m) in cluster_nodes() {
+            let offset = cluster_offset(k, m);
+            let name = format!("QUORUMLOCK_CLUSTER{}{}", k + 1, m + 1);
+            env.push((format!("{name}_PORT"), self.port(offset).to_string()));
+            env.push((format!("{name}_BUS"), self.port(offset + 50).to_string()));
+        }
         env.push((
             "QUORUMLOCK_COMPOSE_PROJECT".to_owned(),
             self.project.clone(),
@@ -163,6 +199,28 @@ pub enum ComposeService {
     Primary,
     /// `redis-replica` (profile `failover`).
     Replica,
+    /// Node `node` (0..3, its masters) of Redis Cluster `cluster` (0..3), service
+    /// `cluster<cluster+1>-<node+1>` (profile `clusters`).
+    ClusterNode {
+        /// The cluster, from 0.
+        cluster: usize,
+        /// The node in the cluster, from 0.
+        node: usize,
+    },
+}
+
+/// The Redis Clusters of profile `clusters` and their masters each.
+const CLUSTERS: usize = 3;
+const CLUSTER_MASTERS: usize = 3;
+
+/// Every `(cluster, node)` of profile `clusters`.
+fn cluster_nodes() -> impl Iterator<Item = (usize, usize)> {
+    (0..CLUSTERS).flat_map(|k| (0..CLUSTER_MASTERS).map(move |m| (k, m)))
+}
+
+/// The port offset of cluster `k`'s node `m` (its bus is 50 above).
+fn cluster_offset(k: usize, m: usize) -> u16 {
+    u16::try_from(10 * (k + 2) + m + 1).unwrap_or(99)
 }
 
 #[derive(Clone, Debug)]
@@ -183,6 +241,8 @@ pub struct ComposeCluster {
     nodes: Vec<Container>,
     primary: Option<Container>,
     replica: Option<Container>,
+    /// The Redis Clusters of profile `clusters`: each one's containers and topology.
+    clusters: Vec<(Vec<Container>, Topology)>,
     /// Container ids under [`ComposeCluster::disconnect_service`].
     blackholed: Mutex<Vec<String>>,
     torn_down: AtomicBool,
@@ -261,14 +321,13 @@ impl ComposeCluster {
             nodes: Vec::new(),
             primary: None,
             replica: None,
+            clusters: Vec::new(),
             blackholed: Mutex::new(Vec::new()),
             torn_down: AtomicBool::new(false),
         };
         // On any error below, `cluster` is dropped and Drop tears the project down.
         let mut args = cluster.compose_args();
-        if cluster.options.failover {
-            args.extend(["--profile".to_owned(), "failover".to_owned()]);
-        }
+        args.extend(cluster.options.profiles());
         args.extend(["up".to_owned(), "-d".to_owned()]);
         cluster.run_compose(&args, COMMAND_TIMEOUT).await?;
 
@@ -296,6 +355,26 @@ impl ComposeCluster {
         if let Some(replica) = &cluster.replica {
             wait_replica_link(replica, deadline).await?;
         }
+        if cluster.options.clusters {
+            for k in 0..CLUSTERS {
+                let mut nodes = Vec::new();
+                for m in 0..CLUSTER_MASTERS {
+                    let service = format!("cluster{}-{}", k + 1, m + 1);
+                    let c = cluster
+                        .find_container(&service, cluster_offset(k, m))
+                        .await?;
+                    wait_ping(&c, deadline).await?;
+                    nodes.push(c);
+                }
+                let ports = nodes.iter().map(|c| c.port).collect();
+                let buses = (0..CLUSTER_MASTERS)
+                    .map(|m| cluster.options.port(cluster_offset(k, m) + 50))
+                    .collect();
+                let topology = Topology::new(ports, Some(buses), CLUSTER_MASTERS, 0);
+                topology.form().await?;
+                cluster.clusters.push((nodes, topology));
+            }
+        }
         Ok(cluster)
     }
 
@@ -322,6 +401,34 @@ impl ComposeCluster {
     /// `redis://127.0.0.1:PORT` of `redis-replica` (profile `failover`).
     pub fn replica_url(&self) -> Option<String> {
         self.replica.as_ref().map(|c| url(c.port))
+    }
+
+    /// The seed URLs (`redis://127.0.0.1:PORT`, every node) of Redis Cluster `k` of
+    /// profile `clusters`; `None` without that profile or for `k` out of range.
+    pub fn cluster_seeds(&self, k: usize) -> Option<Vec<String>> {
+        self.clusters
+            .get(k)
+            .map(|(nodes, _)| nodes.iter().map(|c| url(c.port)).collect())
+    }
+
+    /// The node (0..3) of Redis Cluster `k` that serves `slot` now (see
+    /// [`redis_cluster::key_slot`](super::redis_cluster::key_slot)).
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` without profile `clusters` or for `k` out of range; `NotFound` when
+    /// no live node of the cluster knows a master for the slot.
+    pub async fn cluster_owner(&self, k: usize, slot: u16) -> io::Result<usize> {
+        let (_, topology) = self.clusters.get(k).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "no Redis Cluster {k} (profile clusters: {})",
+                    self.options.clusters
+                ),
+            )
+        })?;
+        topology.owner(slot).await
     }
 
     /// The URL of any container of the cluster.
@@ -423,9 +530,11 @@ impl ComposeCluster {
     /// `127.0.0.1` still connects (to Docker's port proxy) but nothing passes in either
     /// direction, on new and on open connections; a replica of a blackholed primary loses
     /// its link too. Survives [`kill`](Self::kill_service)/[`start`](Self::start_service).
-    /// Needs root, `nsenter` and `iptables` on the host, else `Unsupported`.
+    /// Needs root, `nsenter` and `iptables` on the host, else `Unsupported`; `Unsupported`
+    /// for a [`ComposeService::ClusterNode`] too (it runs on the host's network), as are
+    /// the other link operations.
     pub async fn disconnect_service(&self, service: ComposeService) -> io::Result<()> {
-        let c = self.container(service)?;
+        let c = self.linked_container(service)?;
         self.set_blackholed(c, true);
         if state(c).await?.1 == 0 {
             return Ok(()); // not running: applied when it starts
@@ -437,7 +546,7 @@ impl ComposeCluster {
     /// container runs and is not paused, waits until it answers `PING` on its published port.
     /// A no-op when it is not disconnected.
     pub async fn reconnect_service(&self, service: ComposeService) -> io::Result<()> {
-        let c = self.container(service)?;
+        let c = self.linked_container(service)?;
         self.set_blackholed(c, false);
         let (status, pid) = state(c).await?;
         if pid == 0 {
@@ -456,7 +565,7 @@ impl ComposeCluster {
     /// (a fast, visible failure). A replica loses its link to the primary. A no-op when
     /// already unplugged.
     pub async fn unplug_service(&self, service: ComposeService) -> io::Result<()> {
-        let c = self.container(service)?;
+        let c = self.linked_container(service)?;
         if !networks(c).await?.iter().any(|n| n == &c.network) {
             return Ok(());
         }
@@ -467,7 +576,7 @@ impl ComposeCluster {
     /// service name keeps working); Docker binds the published port again. Waits until it
     /// answers `PING` when it runs and is not blackholed. A no-op when plugged in.
     pub async fn plug_service(&self, service: ComposeService) -> io::Result<()> {
-        let c = self.container(service)?;
+        let c = self.linked_container(service)?;
         if !networks(c).await?.iter().any(|n| n == &c.network) {
             docker(&[
                 "network", "connect", "--alias", &c.service, &c.network, &c.id,
@@ -518,7 +627,22 @@ impl ComposeCluster {
             .iter()
             .chain(self.primary.iter())
             .chain(self.replica.iter())
+            .chain(self.clusters.iter().flat_map(|(nodes, _)| nodes.iter()))
             .collect()
+    }
+
+    /// A container whose network the link faults may change: not a Redis Cluster node,
+    /// which runs on the host's network (a rule there would change the host's).
+    fn linked_container(&self, service: ComposeService) -> io::Result<&Container> {
+        if matches!(service, ComposeService::ClusterNode { .. }) {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "{service:?} runs on the host's network: its link cannot be cut or unplugged"
+                ),
+            ));
+        }
+        self.container(service)
     }
 
     fn container(&self, service: ComposeService) -> io::Result<&Container> {
@@ -526,13 +650,17 @@ impl ComposeCluster {
             ComposeService::Node(i) => self.nodes.get(i),
             ComposeService::Primary => self.primary.as_ref(),
             ComposeService::Replica => self.replica.as_ref(),
+            ComposeService::ClusterNode { cluster, node } => self
+                .clusters
+                .get(cluster)
+                .and_then(|(nodes, _)| nodes.get(node)),
         };
         found.ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
-                    "{service:?} is not part of compose project {} (failover profile: {})",
-                    self.options.project, self.options.failover
+                    "{service:?} is not part of compose project {} (failover profile: {}, clusters profile: {})",
+                    self.options.project, self.options.failover, self.options.clusters
                 ),
             )
         })
@@ -563,9 +691,7 @@ impl ComposeCluster {
 
     async fn find_container(&self, service: &str, port_offset: u16) -> io::Result<Container> {
         let mut args = self.compose_args();
-        if self.options.failover {
-            args.extend(["--profile".to_owned(), "failover".to_owned()]);
-        }
+        args.extend(self.options.profiles());
         args.extend(["ps".to_owned(), "-q".to_owned(), service.to_owned()]);
         let out = self.run_compose(&args, COMMAND_TIMEOUT).await?;
         let id = out
@@ -804,6 +930,8 @@ fn down_args() -> Vec<String> {
         "failover",
         "--profile",
         "promote",
+        "--profile",
+        "clusters",
         "down",
         "-v",
         "--remove-orphans",
@@ -846,8 +974,13 @@ fn free_port_base(seed: u32) -> io::Result<u16> {
     for k in 0..slots {
         let base = 20000 + ((seed.wrapping_add(k.wrapping_mul(7919))) % slots) * 100;
         let base = base as u16;
+        let clusters = cluster_nodes().flat_map(|(k, m)| {
+            let o = cluster_offset(k, m);
+            [o, o + 50]
+        });
         let free = [1u16, 2, 3, 4, 5, 11, 12]
-            .iter()
+            .into_iter()
+            .chain(clusters)
             .all(|o| std::net::TcpListener::bind(("127.0.0.1", base + o)).is_ok());
         if free {
             return Ok(base);

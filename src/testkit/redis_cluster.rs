@@ -97,6 +97,18 @@ fn crc16(data: &[u8]) -> u16 {
 /// ```
 pub struct RedisCluster {
     processes: LocalCluster,
+    topology: Topology,
+}
+
+/// The nodes of one Redis Cluster by their `127.0.0.1` ports (masters first, then each
+/// master's replicas), and every operation that needs only their addresses: forming the
+/// cluster, asking who serves a slot, failing over, migrating. Shared by [`RedisCluster`]
+/// (local processes) and the Compose harness's clusters.
+#[derive(Debug, Clone)]
+pub(crate) struct Topology {
+    ports: Vec<u16>,
+    /// Each node's cluster bus port, when not the default (the port + 10000).
+    buses: Option<Vec<u16>>,
     masters: usize,
     replicas: usize,
 }
@@ -104,8 +116,8 @@ pub struct RedisCluster {
 impl fmt::Debug for RedisCluster {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisCluster")
-            .field("masters", &self.masters)
-            .field("replicas", &self.replicas)
+            .field("masters", &self.topology.masters)
+            .field("replicas", &self.topology.replicas)
             .field("processes", &self.processes)
             .finish()
     }
@@ -137,21 +149,144 @@ impl RedisCluster {
             .args(["--cluster-require-full-coverage", "no"])
             .launch()
             .await?;
-        let cluster = RedisCluster {
+        let ports = (0..processes.len())
+            .map(|i| processes.port(i))
+            .collect::<io::Result<Vec<u16>>>()?;
+        let topology = Topology::new(ports, None, masters, replicas);
+        topology.form().await?;
+        Ok(RedisCluster {
             processes,
+            topology,
+        })
+    }
+
+    /// The processes underneath, for faults on any one of them (kill, pause, restart: a
+    /// restarted node rejoins with its `nodes.conf`).
+    pub fn processes(&self) -> &LocalCluster {
+        &self.processes
+    }
+
+    /// The number of masters the cluster was launched with.
+    pub fn masters(&self) -> usize {
+        self.topology.masters
+    }
+
+    /// Every process's URL (`redis://127.0.0.1:PORT`): seeds for a cluster client.
+    pub fn seed_urls(&self) -> Vec<String> {
+        self.processes.urls()
+    }
+
+    /// The process that serves `slot` now, as the first live node that answers says.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` when no live node knows a master for the slot.
+    pub async fn owner(&self, slot: u16) -> io::Result<usize> {
+        self.topology.owner(slot).await
+    }
+
+    /// Fails master `master` over to one of its replicas, gracefully (`CLUSTER FAILOVER`:
+    /// the replica catches up first, so no acknowledged write is lost), and waits until
+    /// the cluster agrees. Returns the process that is master now.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` when the master has no replica; the failover's error; `TimedOut` when
+    /// the cluster does not agree within 20 s.
+    pub async fn failover(&self, master: usize) -> io::Result<usize> {
+        self.topology.failover(master).await
+    }
+
+    /// Kills master `master` (SIGKILL) and promotes one of its replicas without it
+    /// (`CLUSTER FAILOVER TAKEOVER`: writes the replica had not received are lost, as in
+    /// a real crash). The killed process stays down; [`LocalCluster::start`] on
+    /// [`processes`](Self::processes) brings it back as a replica of the new master.
+    /// Returns the process that is master now.
+    ///
+    /// # Errors
+    ///
+    /// As [`failover`](Self::failover).
+    pub async fn crash_failover(&self, master: usize) -> io::Result<usize> {
+        let replica = self.topology.first_replica(master).await?;
+        self.processes.kill(master).await?;
+        self.topology.takeover(replica).await?;
+        Ok(replica)
+    }
+
+    /// Moves `slot`, with its keys, to master `to`, and waits until every live node
+    /// agrees: [`begin_migration`](Self::begin_migration), then
+    /// [`finish_migration`](Self::finish_migration).
+    ///
+    /// # Errors
+    ///
+    /// As those two.
+    pub async fn migrate_slot(&self, slot: u16, to: usize) -> io::Result<()> {
+        self.begin_migration(slot, to).await?;
+        self.finish_migration(slot, to).await
+    }
+
+    /// Starts moving `slot` to master `to` and stops half-way: the target is
+    /// `IMPORTING` and the source `MIGRATING`, and no key has moved yet. Until
+    /// [`finish_migration`](Self::finish_migration), a command for a key of the slot that
+    /// the source no longer has is answered `-ASK` (go to the target, for this command
+    /// only), and one that names several keys of the slot, some of them moved already,
+    /// fails with `-TRYAGAIN`.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when `to` already serves the slot; the servers' errors.
+    pub async fn begin_migration(&self, slot: u16, to: usize) -> io::Result<()> {
+        self.topology.begin_migration(slot, to).await
+    }
+
+    /// Moves the rest of `slot`'s keys from its current owner to `to` (`MIGRATE`, in
+    /// batches) and hands the slot over (`CLUSTER SETSLOT … NODE` on the target, the
+    /// source, then every other node), and waits until every live node agrees.
+    ///
+    /// # Errors
+    ///
+    /// The servers' errors; `TimedOut` when the cluster does not agree within 20 s.
+    pub async fn finish_migration(&self, slot: u16, to: usize) -> io::Result<()> {
+        self.topology.finish_migration(slot, to).await
+    }
+}
+
+impl Topology {
+    /// The nodes on `ports` (masters first, then each master's replicas, `replicas` each),
+    /// gossiping on `buses` (`None`: each port + 10000, Redis's default).
+    pub(crate) fn new(
+        ports: Vec<u16>,
+        buses: Option<Vec<u16>>,
+        masters: usize,
+        replicas: usize,
+    ) -> Topology {
+        Topology {
+            ports,
+            buses,
             masters,
             replicas,
-        };
-        cluster.form().await?;
-        Ok(cluster)
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.ports.len()
     }
 
     /// Joins the processes, assigns the slots, attaches the replicas and waits.
-    async fn form(&self) -> io::Result<()> {
+    pub(crate) async fn form(&self) -> io::Result<()> {
         let first = self.addr(0)?;
-        for i in 1..self.processes.len() {
-            let port = self.processes.port(i)?.to_string();
-            ok(command(first, &["CLUSTER", "MEET", "127.0.0.1", &port]).await?)?;
+        for i in 1..self.len() {
+            let port = self.port(i)?.to_string();
+            let mut meet = vec!["CLUSTER", "MEET", "127.0.0.1", &port];
+            let bus = self
+                .buses
+                .as_ref()
+                .and_then(|b| b.get(i))
+                .map(u16::to_string);
+            if let Some(bus) = &bus {
+                meet.push(bus);
+            }
+            ok(command(first, &meet).await?)?;
         }
         let per = usize::from(SLOTS) / self.masters;
         for m in 0..self.masters {
@@ -164,7 +299,7 @@ impl RedisCluster {
             let (start, end) = (start.to_string(), end.to_string());
             ok(command(self.addr(m)?, &["CLUSTER", "ADDSLOTSRANGE", &start, &end]).await?)?;
         }
-        self.converge(|s| s.known == self.processes.len(), "every node known")
+        self.converge(|s| s.known == self.len(), "every node known")
             .await?;
         for m in 0..self.masters {
             let id = self.id(m).await?;
@@ -179,7 +314,7 @@ impl RedisCluster {
     /// Waits until every live node reports `cluster_state:ok` and the same slot map, and
     /// every live replica's replication link is up.
     async fn settled(&self) -> io::Result<()> {
-        let want = self.processes.len();
+        let want = self.len();
         self.converge(
             |s| s.ok == s.live && s.maps_agree && s.links_up && s.known == want,
             "cluster_state:ok, one slot map, replicas linked",
@@ -211,7 +346,7 @@ impl RedisCluster {
     async fn state(&self) -> State {
         let mut state = State::default();
         let mut maps: Vec<Vec<(u16, u16, u16)>> = Vec::new();
-        for i in 0..self.processes.len() {
+        for i in 0..self.len() {
             let Ok(addr) = self.addr(i) else { continue };
             let Ok(Reply::Bulk(Some(info))) = command(addr, &["CLUSTER", "INFO"]).await else {
                 continue;
@@ -270,33 +405,23 @@ impl RedisCluster {
         Ok(map)
     }
 
-    /// The processes underneath, for faults on any one of them (kill, pause, restart: a
-    /// restarted node rejoins with its `nodes.conf`).
-    pub fn processes(&self) -> &LocalCluster {
-        &self.processes
-    }
-
-    /// The number of masters the cluster was launched with.
-    pub fn masters(&self) -> usize {
-        self.masters
-    }
-
-    /// Every process's URL (`redis://127.0.0.1:PORT`): seeds for a cluster client.
-    pub fn seed_urls(&self) -> Vec<String> {
-        self.processes.urls()
+    fn port(&self, i: usize) -> io::Result<u16> {
+        self.ports.get(i).copied().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("node {i} is out of range for a {}-node cluster", self.len()),
+            )
+        })
     }
 
     fn addr(&self, i: usize) -> io::Result<SocketAddr> {
-        Ok(SocketAddr::from((
-            Ipv4Addr::LOCALHOST,
-            self.processes.port(i)?,
-        )))
+        Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, self.port(i)?)))
     }
 
     /// The process serving port `port`.
     fn process_of_port(&self, port: u16) -> io::Result<usize> {
-        (0..self.processes.len())
-            .find(|&i| self.processes.port(i).ok() == Some(port))
+        (0..self.len())
+            .find(|&i| self.ports.get(i) == Some(&port))
             .ok_or_else(|| io::Error::other(format!("no process on port {port}")))
     }
 
@@ -313,8 +438,8 @@ impl RedisCluster {
     /// # Errors
     ///
     /// `NotFound` when no live node knows a master for the slot.
-    pub async fn owner(&self, slot: u16) -> io::Result<usize> {
-        for i in 0..self.processes.len() {
+    pub(crate) async fn owner(&self, slot: u16) -> io::Result<usize> {
+        for i in 0..self.len() {
             let Ok(addr) = self.addr(i) else { continue };
             let Ok(map) = self.slot_map(addr).await else {
                 continue;
@@ -331,9 +456,9 @@ impl RedisCluster {
 
     /// The processes that replicate process `master` now (from its own `INFO replication`).
     async fn replicas_of(&self, master: usize) -> io::Result<Vec<usize>> {
-        let port = self.processes.port(master)?;
+        let port = self.port(master)?;
         let mut out = Vec::new();
-        for i in 0..self.processes.len() {
+        for i in 0..self.len() {
             let Ok(addr) = self.addr(i) else { continue };
             let Ok(Reply::Bulk(Some(repl))) = command(addr, &["INFO", "replication"]).await else {
                 continue;
@@ -354,31 +479,21 @@ impl RedisCluster {
     ///
     /// `NotFound` when the master has no replica; the failover's error; `TimedOut` when
     /// the cluster does not agree within 20 s.
-    pub async fn failover(&self, master: usize) -> io::Result<usize> {
+    pub(crate) async fn failover(&self, master: usize) -> io::Result<usize> {
         let replica = self.first_replica(master).await?;
         ok(command(self.addr(replica)?, &["CLUSTER", "FAILOVER"]).await?)?;
         self.wait_master(replica).await?;
         Ok(replica)
     }
 
-    /// Kills master `master` (SIGKILL) and promotes one of its replicas without it
-    /// (`CLUSTER FAILOVER TAKEOVER`: writes the replica had not received are lost, as in
-    /// a real crash). The killed process stays down; [`LocalCluster::start`] on
-    /// [`processes`](Self::processes) brings it back as a replica of the new master.
-    /// Returns the process that is master now.
-    ///
-    /// # Errors
-    ///
-    /// As [`failover`](Self::failover).
-    pub async fn crash_failover(&self, master: usize) -> io::Result<usize> {
-        let replica = self.first_replica(master).await?;
-        self.processes.kill(master).await?;
+    /// Promotes `replica` without its master's agreement (`CLUSTER FAILOVER TAKEOVER`, for
+    /// a master that is down) and waits until the cluster agrees.
+    pub(crate) async fn takeover(&self, replica: usize) -> io::Result<()> {
         ok(command(self.addr(replica)?, &["CLUSTER", "FAILOVER", "TAKEOVER"]).await?)?;
-        self.wait_master(replica).await?;
-        Ok(replica)
+        self.wait_master(replica).await
     }
 
-    async fn first_replica(&self, master: usize) -> io::Result<usize> {
+    pub(crate) async fn first_replica(&self, master: usize) -> io::Result<usize> {
         self.replicas_of(master)
             .await?
             .into_iter()
@@ -393,12 +508,12 @@ impl RedisCluster {
 
     /// Waits until `process` is a master serving slots on every live node's map.
     async fn wait_master(&self, process: usize) -> io::Result<()> {
-        let port = self.processes.port(process)?;
+        let port = self.port(process)?;
         let end = Instant::now() + CONVERGE_TIMEOUT;
         loop {
             let mut live = 0;
             let mut seen = 0;
-            for i in 0..self.processes.len() {
+            for i in 0..self.len() {
                 let Ok(addr) = self.addr(i) else { continue };
                 let Ok(map) = self.slot_map(addr).await else {
                     continue;
@@ -423,18 +538,6 @@ impl RedisCluster {
         }
     }
 
-    /// Moves `slot`, with its keys, to master `to`, and waits until every live node
-    /// agrees: [`begin_migration`](Self::begin_migration), then
-    /// [`finish_migration`](Self::finish_migration).
-    ///
-    /// # Errors
-    ///
-    /// As those two.
-    pub async fn migrate_slot(&self, slot: u16, to: usize) -> io::Result<()> {
-        self.begin_migration(slot, to).await?;
-        self.finish_migration(slot, to).await
-    }
-
     /// Starts moving `slot` to master `to` and stops half-way: the target is
     /// `IMPORTING` and the source `MIGRATING`, and no key has moved yet. Until
     /// [`finish_migration`](Self::finish_migration), a command for a key of the slot that
@@ -445,7 +548,7 @@ impl RedisCluster {
     /// # Errors
     ///
     /// `InvalidInput` when `to` already serves the slot; the servers' errors.
-    pub async fn begin_migration(&self, slot: u16, to: usize) -> io::Result<()> {
+    pub(crate) async fn begin_migration(&self, slot: u16, to: usize) -> io::Result<()> {
         let from = self.owner(slot).await?;
         if from == to {
             return Err(io::Error::new(
@@ -474,10 +577,10 @@ impl RedisCluster {
     /// # Errors
     ///
     /// The servers' errors; `TimedOut` when the cluster does not agree within 20 s.
-    pub async fn finish_migration(&self, slot: u16, to: usize) -> io::Result<()> {
+    pub(crate) async fn finish_migration(&self, slot: u16, to: usize) -> io::Result<()> {
         let from = self.owner(slot).await?;
         let s = slot.to_string();
-        let to_port = self.processes.port(to)?.to_string();
+        let to_port = self.port(to)?.to_string();
         // Bounded: each round moves up to 100 keys; a slot of a test holds far fewer.
         for _ in 0..10_000 {
             let Reply::Array(Some(keys)) =
@@ -498,17 +601,17 @@ impl RedisCluster {
         }
         let to_id = self.id(to).await?;
         let mut order = vec![to, from];
-        order.extend((0..self.processes.len()).filter(|i| *i != to && *i != from));
+        order.extend((0..self.len()).filter(|i| *i != to && *i != from));
         for i in order {
             let Ok(addr) = self.addr(i) else { continue };
             // A replica or a dead node refuses or does not answer; the masters matter.
             let _ = command(addr, &["CLUSTER", "SETSLOT", &s, "NODE", &to_id]).await;
         }
-        let to_port: u16 = self.processes.port(to)?;
+        let to_port: u16 = self.port(to)?;
         let end = Instant::now() + CONVERGE_TIMEOUT;
         loop {
             let mut agree = true;
-            for i in 0..self.processes.len() {
+            for i in 0..self.len() {
                 let Ok(addr) = self.addr(i) else { continue };
                 let Ok(map) = self.slot_map(addr).await else {
                     continue;
