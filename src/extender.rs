@@ -78,12 +78,19 @@ impl Entry {
         self.linked.iter()
     }
 
-    /// A channel for the entries of one spanning lock's parts to share.
+    /// A new [`Linked`] (change channel and loss flag) for the entries of one kept lock
+    /// (one spanning lock's parts share it).
     pub(crate) fn channel() -> Changed {
         Arc::new(Linked {
             tx: watch::channel(0).0,
             lost: AtomicBool::new(false),
         })
+    }
+
+    /// Records that the lock is lost (this part, so the whole lock): no part of it is
+    /// extended from now on.
+    fn mark_lock_lost(&self) {
+        self.changed.lost.store(true, Ordering::SeqCst);
     }
 
     /// Whether this entry, or another part of the same lock, was reported lost.
@@ -131,10 +138,11 @@ impl Entry {
 
     /// Reports a loss that just happened: a warning, and a wake-up for the signals.
     fn report(&self, lost: Lost) {
+        // First: the other parts must stop even if what follows panics.
+        self.mark_lock_lost();
         crate::metrics::lost(reason(lost));
         let e = Error::lost(reason(lost), None);
         tracing::warn!(ttl_ms = log_ms(self.ttl), error = %e, "quorumlock: watchdog: lock lost");
-        self.changed.lost.store(true, Ordering::SeqCst);
         self.notify();
     }
 
@@ -148,6 +156,7 @@ impl Entry {
     /// lost (never trusted on a state that may be half-updated).
     pub(crate) fn check(&self, now: Instant) -> Option<Error> {
         let Ok(mut st) = self.state.lock() else {
+            self.mark_lock_lost();
             return Some(Error::lost(LostReason::WatchdogFailed, None));
         };
         if let Some(l) = st.fire(now) {
@@ -216,7 +225,9 @@ impl Entry {
                 return e;
             }
             let Some((at, stopped)) = self.fire_at() else {
-                return std::future::pending().await;
+                // A part's state was poisoned (by a panic): failed closed, as `check` does.
+                self.mark_lock_lost();
+                return Error::lost(LostReason::WatchdogFailed, None);
             };
             if stopped {
                 return Error::lost(LostReason::Released, None);
@@ -404,6 +415,12 @@ impl Task {
     /// lock is decided as soon as its own votes are certain; the round ends when every lock
     /// is, and the slower nodes' answers finish in the background.
     async fn round(&self, due: Vec<Arc<Entry>>) {
+        // A part of a lock lost since it was found due (by another group's watchdog) is
+        // not extended any more.
+        let due: Vec<Arc<Entry>> = due.into_iter().filter(|e| !e.lock_lost()).collect();
+        if due.is_empty() {
+            return;
+        }
         let longest = due.iter().map(|e| (self.node_timeout)(e.ttl)).max();
         let timeout = keep::round_timeout(longest.unwrap_or(Duration::from_millis(50)), due.len());
         let voters: Vec<Option<NodeSet>> = due.iter().map(|e| e.voters()).collect();
@@ -504,6 +521,7 @@ fn collect(entries: &Mutex<Vec<Arc<Entry>>>, now: Instant) -> (Vec<Arc<Entry>>, 
             return false;
         }
         let Ok(mut st) = e.state.lock() else {
+            e.mark_lock_lost();
             return false;
         };
         match st.sweep(now, e.ready()) {
@@ -549,6 +567,74 @@ fn apply(e: &Entry, decision: Decision, tally: &Tally, start: Instant, decided: 
                 // A quorum no longer holds it: the validity left is gone (the deadline moved).
                 e.notify();
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kept lock's part valid until `deadline`, sharing `changed`, reporting for `linked`.
+    fn part(deadline: Instant, changed: Changed, linked: Vec<Arc<Entry>>) -> Arc<Entry> {
+        let ttl = Duration::from_secs(10);
+        let policy = Policy {
+            ttl,
+            refresh: Duration::from_secs(5),
+            margin: Duration::from_secs(1),
+            max_extensions: None,
+            drift_factor: 0.01,
+        };
+        let res = crate::resource::Resources::new(&["k"]).unwrap();
+        let token = crate::token::Token::generate().unwrap();
+        let extend = Request::extend(res.lock_keys().to_vec(), &token, ttl);
+        Entry::linked(
+            policy,
+            (extend, 1, None),
+            (deadline, Instant::now(), None),
+            changed,
+            linked,
+        )
+    }
+
+    fn kept(registry: &Mutex<Vec<Arc<Entry>>>) -> usize {
+        registry.lock().map_or(0, |v| v.len())
+    }
+
+    /// Two parts of one lock in two registries, and another lock beside the first: once
+    /// one part is lost (its time ran out, or its state was poisoned by a panic), the
+    /// other part's registry drops it too, and never the other lock.
+    #[test]
+    fn a_part_lost_stops_every_part_of_its_lock() {
+        for poisoned in [false, true] {
+            let later = Instant::now() + Duration::from_secs(60);
+            let changed = Entry::channel();
+            let deadline = if poisoned { later } else { Instant::now() };
+            let b = part(deadline, changed.clone(), Vec::new());
+            let a = part(later, changed, vec![b.clone()]);
+            let other = part(later, Entry::channel(), Vec::new());
+            let group_a = Mutex::new(vec![a.clone(), other.clone()]);
+            let group_b = Mutex::new(vec![b.clone()]);
+            let _ = collect(&group_a, Instant::now());
+            assert_eq!(kept(&group_a), 2, "nothing lost yet");
+            if poisoned {
+                b.poison();
+            }
+            let _ = collect(&group_b, Instant::now() + Duration::from_millis(1));
+            assert_eq!(
+                kept(&group_b),
+                0,
+                "the lost part is dropped (poisoned: {poisoned})"
+            );
+            assert!(a.check(Instant::now()).is_some(), "the lock reads as lost");
+            let _ = collect(&group_a, Instant::now());
+            let left = group_a.lock().map(|v| v.clone()).unwrap_or_default();
+            assert_eq!(
+                left.len(),
+                1,
+                "the surviving part is dropped (poisoned: {poisoned})"
+            );
+            assert!(Arc::ptr_eq(&left[0], &other), "the other lock is kept");
         }
     }
 }
