@@ -239,6 +239,34 @@ impl Entry {
         }
     }
 
+    /// A kept lock (or part) of one resource with a TTL of 10 s, valid until `deadline`,
+    /// sharing `changed`, reporting for `linked`.
+    #[cfg(test)]
+    pub(crate) fn for_test(
+        deadline: Instant,
+        changed: Changed,
+        linked: Vec<Arc<Entry>>,
+    ) -> Arc<Entry> {
+        let ttl = Duration::from_secs(10);
+        let policy = Policy {
+            ttl,
+            refresh: Duration::from_secs(5),
+            margin: Duration::from_secs(1),
+            max_extensions: None,
+            drift_factor: 0.01,
+        };
+        let res = crate::resource::Resources::new(&["k"]).unwrap();
+        let token = crate::token::Token::generate().unwrap();
+        let extend = Request::extend(res.lock_keys().to_vec(), &token, ttl);
+        Entry::linked(
+            policy,
+            (extend, 1, None),
+            (deadline, Instant::now(), None),
+            changed,
+            linked,
+        )
+    }
+
     /// Poisons the state's mutex, as a panic while holding it would.
     #[cfg(test)]
     pub(crate) fn poison(self: &Arc<Entry>) {
@@ -396,6 +424,9 @@ impl Task {
             };
             let (due, next) = collect(&entries, Instant::now());
             drop(entries);
+            // A part of a lock lost since it was found due (by another group's watchdog)
+            // is not extended any more (the next sweep drops it).
+            let due: Vec<Arc<Entry>> = due.into_iter().filter(|e| !e.lock_lost()).collect();
             if !due.is_empty() {
                 self.round(due).await;
                 continue;
@@ -415,12 +446,6 @@ impl Task {
     /// lock is decided as soon as its own votes are certain; the round ends when every lock
     /// is, and the slower nodes' answers finish in the background.
     async fn round(&self, due: Vec<Arc<Entry>>) {
-        // A part of a lock lost since it was found due (by another group's watchdog) is
-        // not extended any more.
-        let due: Vec<Arc<Entry>> = due.into_iter().filter(|e| !e.lock_lost()).collect();
-        if due.is_empty() {
-            return;
-        }
         let longest = due.iter().map(|e| (self.node_timeout)(e.ttl)).max();
         let timeout = keep::round_timeout(longest.unwrap_or(Duration::from_millis(50)), due.len());
         let voters: Vec<Option<NodeSet>> = due.iter().map(|e| e.voters()).collect();
@@ -575,28 +600,6 @@ fn apply(e: &Entry, decision: Decision, tally: &Tally, start: Instant, decided: 
 mod tests {
     use super::*;
 
-    /// A kept lock's part valid until `deadline`, sharing `changed`, reporting for `linked`.
-    fn part(deadline: Instant, changed: Changed, linked: Vec<Arc<Entry>>) -> Arc<Entry> {
-        let ttl = Duration::from_secs(10);
-        let policy = Policy {
-            ttl,
-            refresh: Duration::from_secs(5),
-            margin: Duration::from_secs(1),
-            max_extensions: None,
-            drift_factor: 0.01,
-        };
-        let res = crate::resource::Resources::new(&["k"]).unwrap();
-        let token = crate::token::Token::generate().unwrap();
-        let extend = Request::extend(res.lock_keys().to_vec(), &token, ttl);
-        Entry::linked(
-            policy,
-            (extend, 1, None),
-            (deadline, Instant::now(), None),
-            changed,
-            linked,
-        )
-    }
-
     fn kept(registry: &Mutex<Vec<Arc<Entry>>>) -> usize {
         registry.lock().map_or(0, |v| v.len())
     }
@@ -610,9 +613,9 @@ mod tests {
             let later = Instant::now() + Duration::from_secs(60);
             let changed = Entry::channel();
             let deadline = if poisoned { later } else { Instant::now() };
-            let b = part(deadline, changed.clone(), Vec::new());
-            let a = part(later, changed, vec![b.clone()]);
-            let other = part(later, Entry::channel(), Vec::new());
+            let b = Entry::for_test(deadline, changed.clone(), Vec::new());
+            let a = Entry::for_test(later, changed, vec![b.clone()]);
+            let other = Entry::for_test(later, Entry::channel(), Vec::new());
             let group_a = Mutex::new(vec![a.clone(), other.clone()]);
             let group_b = Mutex::new(vec![b.clone()]);
             let _ = collect(&group_a, Instant::now());

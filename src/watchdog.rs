@@ -848,24 +848,7 @@ mod tests {
     use crate::LostReason;
 
     fn entry(deadline: Instant) -> Arc<Entry> {
-        let ttl = Duration::from_secs(10);
-        let policy = keep::Policy {
-            ttl,
-            refresh: Duration::from_secs(5),
-            margin: Duration::from_secs(1),
-            max_extensions: None,
-            drift_factor: 0.01,
-        };
-        let res = crate::resource::Resources::new(&["k"]).unwrap();
-        let token = crate::token::Token::generate().unwrap();
-        let extend = crate::node::Request::extend(res.lock_keys().to_vec(), &token, ttl);
-        Entry::linked(
-            policy,
-            (extend, 1, None),
-            (deadline, Instant::now(), None),
-            Entry::channel(),
-            Vec::new(),
-        )
+        Entry::for_test(deadline, Entry::channel(), Vec::new())
     }
 
     /// A panic while the state's mutex is held poisons it. The lock must then read as

@@ -289,6 +289,7 @@ mod review {
     use redis::AsyncCommands;
 
     use super::support::{self, count_key, lock_key, raw};
+    use super::{name_in, pttl};
 
     async fn client(a: &LocalCluster, b: &LocalCluster, retry: Option<Retry>) -> Redlock {
         let mut builder = Redlock::builder(a.urls())
@@ -299,18 +300,6 @@ mod review {
             builder = builder.retry(r);
         }
         builder.build().await.expect("build a client of two groups")
-    }
-
-    /// The first name `prefix-<i>` the client routes to group `g`.
-    fn name_in(locks: &Redlock, g: usize, prefix: &str) -> String {
-        (0..10_000)
-            .map(|i| format!("{prefix}-{i}"))
-            .find(|name| locks.group_of(name) == g)
-            .expect("a name in each group")
-    }
-
-    async fn pttl(cluster: &LocalCluster, i: usize, key: &str) -> i64 {
-        raw(cluster, i).await.pttl(key).await.expect("PTTL")
     }
 
     /// Control: a kept lock within ONE group that is lost stops being extended: its keys
