@@ -39,17 +39,16 @@
 //! the client's groups; it sends no request of its own.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::future::join_all;
 
 use crate::acquire::{Ask, acquire_as};
 use crate::config::Retry;
-use crate::error::{Error, Timeout, Votes};
+use crate::error::{Error, Timeout};
 use crate::lock::Lock;
 use crate::resource::{Kind, Resources};
 use crate::shared::Inner;
-use crate::time::{jitter, later};
 use crate::token::Token;
 
 /// One part of a spanning lock before it is taken: its group and its resources.
@@ -124,41 +123,17 @@ async fn give_up(held: Vec<Lock>, err: Error) -> Error {
     err
 }
 
-/// Takes every part, polling per `retry`: an attempt, then a random delay from the
-/// policy's range, until granted, a failure that is not retryable, or the policy's
-/// attempts or maximum wait running out ([`Error::Timeout`] with the last attempt's votes).
+/// Takes every part, polling per `retry` ([`wait::poll`](crate::wait::poll)): an attempt
+/// at every part, then a random delay from the policy's range, until granted, a failure
+/// that is not retryable, or the policy's attempts or maximum wait running out.
 pub(crate) async fn acquire_waiting(
     parts: &[Part],
     names: &Arc<[String]>,
     ttl: Duration,
     retry: &Retry,
 ) -> Result<Lock, Error> {
-    let start = Instant::now();
-    let give_up_at = retry.max_wait.map(|d| later(start, d));
-    let mut attempts: u32 = 0;
-    let mut last: Option<Votes>;
-    loop {
-        attempts = attempts.saturating_add(1);
-        match acquire_once(parts, names, ttl, attempts).await {
-            Ok(lock) => return crate::metrics::waited(start, Ok(lock)),
-            Err(e) if !e.is_retryable() => return crate::metrics::waited(start, Err(e)),
-            Err(e) => last = e.votes().cloned(),
-        }
-        if retry.attempts.is_some_and(|n| attempts >= n) {
-            break;
-        }
-        let mut delay = jitter(retry.delay_min, retry.delay_max);
-        if let Some(at) = give_up_at {
-            let left = at.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            delay = delay.min(left);
-        }
-        tokio::time::sleep(delay).await;
-        if give_up_at.is_some_and(|at| Instant::now() >= at) {
-            break;
-        }
-    }
-    crate::metrics::waited(start, Err(Timeout::gave_up(start, attempts, last)))
+    crate::wait::poll(retry, false, |attempt| {
+        acquire_once(parts, names, ttl, attempt)
+    })
+    .await
 }

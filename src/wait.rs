@@ -68,13 +68,30 @@ pub(crate) async fn acquire_polling(
     ttl: Duration,
     retry: &Retry,
 ) -> Result<Lock, Error> {
+    let intent = !ask.intent.is_empty();
+    poll(retry, intent, |attempt| {
+        acquire_as(inner, res, ask, ttl, attempt)
+    })
+    .await
+}
+
+/// The polling loop: `attempt(n)` for n = 1, 2, …, then a random delay from the policy's
+/// range (capped for a waiting writer's `intent`, see [`contention::polling_delay`]),
+/// until granted, a failure that is not retryable, or the policy's attempts or maximum
+/// wait running out ([`Error::Timeout`] with the last attempt's votes). Any kind of
+/// attempt: one lock's, or every part of a lock across lock groups (`spanning`).
+pub(crate) async fn poll<F, Fut>(retry: &Retry, intent: bool, mut attempt: F) -> Result<Lock, Error>
+where
+    F: FnMut(u32) -> Fut,
+    Fut: std::future::Future<Output = Result<Lock, Error>>,
+{
     let start = Instant::now();
     let give_up_at = retry.max_wait.map(|d| later(start, d));
     let mut attempts: u32 = 0;
     let mut last: Option<Votes>;
     loop {
         attempts = attempts.saturating_add(1);
-        match acquire_as(inner, res, ask, ttl, attempts).await {
+        match attempt(attempts).await {
             Ok(lock) => return crate::metrics::waited(start, Ok(lock)),
             Err(e) if !e.is_retryable() => return crate::metrics::waited(start, Err(e)),
             Err(e) => last = e.votes().cloned(),
@@ -83,7 +100,7 @@ pub(crate) async fn acquire_polling(
             break;
         }
         let drawn = jitter(retry.delay_min, retry.delay_max);
-        let mut delay = contention::polling_delay(drawn, !ask.intent.is_empty());
+        let mut delay = contention::polling_delay(drawn, intent);
         if let Some(at) = give_up_at {
             let left = at.saturating_duration_since(Instant::now());
             if left.is_zero() {
