@@ -73,6 +73,39 @@ impl NodeAddr {
 
     /// The node's place without its user: `scheme://host:port[/db]`. Two URLs of one node
     /// with different users have the same place.
+    /// A Redis Cluster voter's address: `redis+cluster://` and its seeds, sorted (so the
+    /// order they were given in does not change the group map's fingerprint); host and
+    /// port are the first seed's.
+    pub(crate) fn cluster(seeds: &[ConnectionInfo]) -> NodeAddr {
+        let each: Vec<NodeAddr> = seeds.iter().map(NodeAddr::from_info).collect();
+        let tls = each.iter().any(|a| a.place.starts_with("rediss://"));
+        let scheme = if tls {
+            "rediss+cluster://"
+        } else {
+            "redis+cluster://"
+        };
+        let strip = |s: &str| s.split_once("://").map_or(s, |(_, r)| r).to_owned();
+        let mut places: Vec<String> = each.iter().map(|a| strip(&a.place)).collect();
+        places.sort();
+        let user = each
+            .first()
+            .map(|a| strip(&a.shown))
+            .and_then(|s| s.rsplit_once('@').map(|(u, _)| format!("{u}@")))
+            .unwrap_or_default();
+        let hosts: Vec<String> = each
+            .iter()
+            .map(|a| strip(&a.shown))
+            .map(|s| s.rsplit_once('@').map_or(s.clone(), |(_, h)| h.to_owned()))
+            .collect();
+        let first = each.first();
+        NodeAddr {
+            shown: format!("{scheme}{user}{}", hosts.join(",")).into(),
+            place: format!("{scheme}{}", places.join(",")).into(),
+            host: first.map_or_else(|| "?".into(), |a| a.host.clone()),
+            port: first.and_then(|a| a.port),
+        }
+    }
+
     pub(crate) fn place(&self) -> &str {
         &self.place
     }

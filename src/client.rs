@@ -212,7 +212,7 @@ impl Redlock {
         let res = Resources::new(names)?;
         let inner = self.groups.route(&res)?;
         inner.config.check_ttl(ttl)?;
-        Ok((res, inner))
+        Ok((inner.resources(&res)?, inner))
     }
 
     /// Validates a multi-resource mutex and splits it by lock group.
@@ -220,8 +220,9 @@ impl Redlock {
         Error::ensure_runtime()?;
         let res = Resources::new(names)?;
         let mut parts = self.groups.split(&res)?;
-        for (inner, _) in &parts {
+        for (inner, part) in &mut parts {
             inner.config.check_ttl(ttl)?;
+            *part = inner.resources(part)?;
         }
         if parts.len() == 1
             && let Some((inner, res)) = parts.pop()

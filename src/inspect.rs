@@ -748,7 +748,10 @@ impl Redlock {
             if ks.is_empty() {
                 continue;
             }
-            let mine: Vec<Resources> = ks.iter().map(|k| resources[*k].clone()).collect();
+            let mine: Vec<Resources> = ks
+                .iter()
+                .map(|k| inner.resources(&resources[*k]))
+                .collect::<Result<_, _>>()?;
             for (k, seen) in ks.into_iter().zip(inspect_group(inner, &mine).await) {
                 out[k] = Some(seen);
             }

@@ -197,6 +197,7 @@ mod addr;
 pub mod error;
 mod metrics;
 mod resource;
+mod slot;
 mod time;
 mod token;
 // I/O: connections, rounds, background tasks, subscriptions:

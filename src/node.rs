@@ -33,7 +33,7 @@ use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError, Value};
 
 pub(crate) use crate::addr::NodeAddr;
@@ -139,7 +139,14 @@ pub(crate) fn group_map_request(key: &str, map: &str, lease: Duration) -> Cmd {
 #[derive(Clone)]
 pub(crate) struct NodeSpec {
     pub(crate) addr: NodeAddr,
+    /// The node's connection, or a Redis Cluster voter's first seed.
     pub(crate) info: ConnectionInfo,
+    /// A Redis Cluster voter's seed nodes (`redis+cluster://`), `None` for one master.
+    pub(crate) seeds: Option<Arc<[ConnectionInfo]>>,
+    /// The certificate authorities a `rediss+cluster://` voter's nodes are checked against
+    /// ([`NodeSpec::trusting`]; a single master keeps them in `info`).
+    #[cfg(feature = "tls-rustls")]
+    root_ca: Option<Vec<u8>>,
 }
 
 impl NodeSpec {
@@ -152,6 +159,50 @@ impl NodeSpec {
                 format!("node #{} has an empty URL", index + 1),
             ));
         }
+        if let Some(seeds) = cluster_seeds(index, url)? {
+            return NodeSpec::cluster(index, &seeds);
+        }
+        let info = NodeSpec::parse_one(index, url)?;
+        Ok(NodeSpec {
+            addr: NodeAddr::from_info(&info),
+            info,
+            seeds: None,
+            #[cfg(feature = "tls-rustls")]
+            root_ca: None,
+        })
+    }
+
+    /// A Redis Cluster voter from its seed URLs (each a `redis://` or `rediss://` URL).
+    fn cluster(index: usize, seeds: &[String]) -> Result<NodeSpec, Error> {
+        let infos = seeds
+            .iter()
+            .map(|u| NodeSpec::parse_one(index, u))
+            .collect::<Result<Vec<_>, Error>>()?;
+        let Some(first) = infos.first().cloned() else {
+            return Err(Error::config(
+                "nodes",
+                format!(
+                    "node #{} is a redis+cluster:// URL without a host",
+                    index + 1
+                ),
+            ));
+        };
+        Ok(NodeSpec {
+            addr: NodeAddr::cluster(&infos),
+            info: first,
+            seeds: Some(infos.into()),
+            #[cfg(feature = "tls-rustls")]
+            root_ca: None,
+        })
+    }
+
+    /// Whether this voter is a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.seeds.is_some()
+    }
+
+    /// Parses one node's `redis://`, `rediss://` or `redis+unix://` URL.
+    fn parse_one(index: usize, url: &str) -> Result<ConnectionInfo, Error> {
         let scheme_ok = ["redis://", "rediss://", "redis+unix://", "unix://"]
             .iter()
             .any(|s| url.starts_with(s));
@@ -197,10 +248,7 @@ impl NodeSpec {
                 ));
             }
         }
-        Ok(NodeSpec {
-            addr: NodeAddr::from_info(&info),
-            info,
-        })
+        Ok(info)
     }
 
     /// Whether the node is reached over TLS (`rediss://`).
@@ -214,6 +262,11 @@ impl NodeSpec {
     #[cfg(feature = "tls-rustls")]
     pub(crate) fn trusting(mut self, ca: &tls::RootCa) -> Result<NodeSpec, Error> {
         if !self.is_tls() {
+            return Ok(self);
+        }
+        if self.is_cluster() {
+            ca.validate()?;
+            self.root_ca = Some(ca.pem().to_vec());
             return Ok(self);
         }
         let certs = redis::TlsCertificates {
@@ -232,9 +285,55 @@ impl NodeSpec {
 
     /// Whether two specs name the same node (same address and database).
     pub(crate) fn same_node(&self, other: &NodeSpec) -> bool {
-        self.info.addr() == other.info.addr()
-            && self.info.redis_settings().db() == other.info.redis_settings().db()
+        let one = |s: &NodeSpec| {
+            s.seeds
+                .clone()
+                .unwrap_or_else(|| Arc::new([s.info.clone()]))
+        };
+        let (a, b) = (one(self), one(other));
+        a.iter().any(|x| {
+            b.iter()
+                .any(|y| x.addr() == y.addr() && x.redis_settings().db() == y.redis_settings().db())
+        })
     }
+}
+
+/// The seed URLs of a `redis+cluster://` or `rediss+cluster://` voter URL, `None` for
+/// any other URL. The form is `redis+cluster://[user[:password]@]host:port[,host:port…]`:
+/// the credentials apply to every node, and a cluster has no database to choose.
+fn cluster_seeds(index: usize, url: &str) -> Result<Option<Vec<String>>, Error> {
+    let (scheme, rest) = if let Some(r) = url.strip_prefix("redis+cluster://") {
+        ("redis", r)
+    } else if let Some(r) = url.strip_prefix("rediss+cluster://") {
+        ("rediss", r)
+    } else {
+        return Ok(None);
+    };
+    let bad = |why: &str| {
+        Error::config(
+            "nodes",
+            format!(
+                "node #{} is not a valid redis+cluster:// URL ({why})",
+                index + 1
+            ),
+        )
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    let (user, hosts) = match rest.rsplit_once('@') {
+        Some((u, h)) => (format!("{u}@"), h),
+        None => (String::new(), rest),
+    };
+    if hosts.contains('/') || hosts.contains('?') {
+        return Err(bad("a path, database or parameter after the hosts"));
+    }
+    let seeds: Vec<String> = hosts
+        .split(',')
+        .map(|h| format!("{scheme}://{user}{}", h.trim()))
+        .collect();
+    if hosts.split(',').any(|h| h.trim().is_empty()) {
+        return Err(bad("an empty host in the list"));
+    }
+    Ok(Some(seeds))
 }
 
 /// TLS set-up: the trusted certificate authorities and the crypto provider.
@@ -402,7 +501,7 @@ impl Reply {
 #[derive(Clone)]
 pub(crate) struct Node {
     pub(crate) addr: NodeAddr,
-    conn: ConnectionManager,
+    conn: Conn,
     /// This node's metric keys (empty without the `metrics` feature).
     metrics: NodeKeys,
 }
@@ -417,6 +516,13 @@ impl Node {
     /// Creates the node's connection manager without connecting (the first command
     /// connects; a failed connection is retried on the next command).
     pub(crate) fn new(spec: &NodeSpec, connect_timeout: Duration) -> Result<Node, Error> {
+        if let Some(seeds) = &spec.seeds {
+            return Ok(Node {
+                addr: spec.addr.clone(),
+                conn: Conn::Cluster(cluster_connection(spec, seeds, connect_timeout)?),
+                metrics: NodeKeys::new(&spec.addr),
+            });
+        }
         let client = redis::Client::open(spec.info.clone())
             .map_err(|e| Error::config("nodes", format!("{}: {}", spec.addr, e.kind_str())))?;
         let config = ConnectionManagerConfig::new()
@@ -433,9 +539,14 @@ impl Node {
             .map_err(|e| Error::config("nodes", format!("{}: {}", spec.addr, e.kind_str())))?;
         Ok(Node {
             addr: spec.addr.clone(),
-            conn,
+            conn: Conn::Plain(conn),
             metrics: NodeKeys::new(&spec.addr),
         })
+    }
+
+    /// Whether this voter is a Redis Cluster (its commands routed by slot).
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster(_))
     }
 
     /// Sends one command, bounded by `timeout`.
@@ -443,7 +554,7 @@ impl Node {
         let mut conn = self.conn.clone();
         // Boxed: the connection manager's future is large, and every future that awaits
         // this one would otherwise copy it as it is built.
-        let send = Box::pin(conn.send_packed_command(cmd));
+        let send = Box::pin(conn.req_packed_command(cmd));
         match tokio::time::timeout(timeout, send).await {
             Ok(r) => Reply::from_result(r),
             Err(_) => Reply::TimedOut,
@@ -458,7 +569,7 @@ impl Node {
         timeout: Duration,
     ) -> Result<Vec<Value>, Reply> {
         let mut conn = self.conn.clone();
-        match tokio::time::timeout(timeout, conn.send_packed_commands(pipe, 0, count)).await {
+        match tokio::time::timeout(timeout, conn.req_packed_commands(pipe, 0, count)).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(Reply::Error(e)),
             Err(_) => Err(Reply::TimedOut),
@@ -480,15 +591,16 @@ impl Node {
         let call2 = call.clone();
         let run = Box::pin(async move {
             let mut tries = if call2.idempotent { 2 } else { 1 };
+            let mut migrating = Migrating::new(call2.idempotent);
             loop {
                 tries -= 1;
-                let reply = match Reply::from_result(conn.send_packed_command(&call2.evalsha).await)
+                let reply = match Reply::from_result(conn.req_packed_command(&call2.evalsha).await)
                 {
                     Reply::Error(e)
                         if e.kind()
                             == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
                     {
-                        Reply::from_result(conn.send_packed_command(&call2.eval()).await)
+                        Reply::from_result(conn.req_packed_command(&call2.eval()).await)
                     }
                     other => other,
                 };
@@ -498,11 +610,117 @@ impl Node {
                     {
                         continue;
                     }
+                    Reply::Error(e) if migrating.again(&e).await => tries += 1,
                     other => return other,
                 }
             }
         });
         wait_or_finish_late(run, timeout, call.idempotent).await
+    }
+}
+
+/// A voter's connection: one master's, or a Redis Cluster's (redis-rs's cluster client,
+/// which follows `MOVED` and `ASK` redirects and refreshes its slot map by itself).
+#[derive(Clone)]
+enum Conn {
+    Plain(ConnectionManager),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> redis::RedisFuture<'a, Value> {
+        match self {
+            Conn::Plain(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Plain(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+/// How many times the cluster client may send one command again: enough for a `MOVED`
+/// and an `ASK` in a row (a slot migrating while the slot map is refreshed), and few, so
+/// that a dead shard fails fast (every command is bounded by the node timeout anyway).
+const CLUSTER_RETRIES: u32 = 3;
+
+/// A Redis Cluster voter's connection, made lazily (the first command connects).
+fn cluster_connection(
+    spec: &NodeSpec,
+    seeds: &[ConnectionInfo],
+    connect_timeout: Duration,
+) -> Result<redis::cluster_async::ClusterConnection, Error> {
+    let builder = redis::cluster::ClusterClientBuilder::new(seeds.to_vec())
+        .retries(CLUSTER_RETRIES)
+        .min_retry_wait(1)
+        .max_retry_wait(100)
+        .connection_timeout(connect_timeout);
+    #[cfg(feature = "tls-rustls")]
+    let builder = match &spec.root_ca {
+        Some(ca) => builder.certs(redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(ca.clone()),
+        }),
+        None => builder,
+    };
+    let client = builder
+        .build()
+        .map_err(|e| Error::config("nodes", format!("{}: {}", spec.addr, e.kind_str())))?;
+    // We bound every command ourselves, so the client's own response timeout is off.
+    let config = redis::cluster::ClusterConfig::new().set_connection_timeout(connect_timeout);
+    Ok(client.get_pending_async_connection_with_config(config))
+}
+
+/// An idempotent script on a Redis Cluster voter whose slot is half-way through a
+/// migration: Redis answers `TRYAGAIN` (a script names several keys, some of them moved
+/// already) or refuses a key the script reaches that is not on this side, until the
+/// migration ends, usually within a second. The script is sent again, after a pause that
+/// grows from 5 to 100 ms, at most [`MIGRATING_TRIES`] times; the caller stops waiting at
+/// its timeout as for any request, and an idempotent script goes on in the background
+/// (within [`LATE_LIMIT`]). A non-idempotent script (an acquisition) is never sent again:
+/// the voter counts as failed for it, and the clean-up release is the one that waits.
+struct Migrating {
+    left: u32,
+    pause: Duration,
+}
+
+/// How many times an idempotent script is sent again while its slot migrates (with the
+/// pauses of [`Migrating`], about 30 s in all, as [`LATE_LIMIT`]).
+const MIGRATING_TRIES: u32 = 300;
+
+impl Migrating {
+    fn new(idempotent: bool) -> Migrating {
+        Migrating {
+            left: if idempotent { MIGRATING_TRIES } else { 0 },
+            pause: Duration::from_millis(5),
+        }
+    }
+
+    /// Whether `e` says the slot is migrating and another try is left (after the pause).
+    async fn again(&mut self, e: &RedisError) -> bool {
+        let migrating = e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
+            || e.detail().is_some_and(|d| d.contains("non local key"))
+            || e.to_string().contains("non local key");
+        if !migrating || self.left == 0 {
+            return false;
+        }
+        self.left -= 1;
+        tokio::time::sleep(self.pause).await;
+        self.pause = (self.pause * 2).min(Duration::from_millis(100));
+        true
     }
 }
 
@@ -567,6 +785,7 @@ pub(crate) enum Answer {
 }
 
 /// What goes on the wire.
+#[derive(Clone)]
 enum Wire {
     Cmd(Cmd),
     Script(Arc<ScriptCall>),
@@ -576,6 +795,7 @@ enum Wire {
 ///
 /// Built once per round by the constructors below, which are the only place a TTL becomes
 /// a `PX` or script argument.
+#[derive(Clone)]
 pub(crate) struct Request {
     wire: Wire,
     answer: Answer,
@@ -660,16 +880,22 @@ impl Request {
         let mut args = Vec::with_capacity(2 + res.len() * 2);
         args.push(token.as_bytes().to_vec());
         args.push(waiter.to_vec());
+        let layout = res.layout();
         for name in res.names() {
-            let [queue, leases, attrs] = crate::resource::queue_keys(name);
-            keys.push(crate::resource::lock_key(name));
-            keys.extend([queue, leases, attrs, crate::resource::fence_key(name)]);
+            let [queue, leases, attrs] = crate::resource::queue_keys(layout, name);
+            keys.push(crate::resource::lock_key(layout, name));
+            keys.extend([
+                queue,
+                leases,
+                attrs,
+                crate::resource::fence_key(layout, name),
+            ]);
             args.push(crate::resource::channel(name));
             args.push(if loud { b"1".to_vec() } else { b"0".to_vec() });
         }
         if res.len() > 1 {
             // A multi-resource waiter's set key, gone with its entries.
-            keys.push(crate::resource::set_key(token.as_bytes()));
+            keys.push(res.set_key(token.as_bytes()));
         }
         Request::script(&RELEASE_ONE, keys, args, Answer::Release)
     }
@@ -879,9 +1105,15 @@ impl QueueJoin {
     /// used.
     pub(crate) fn many(res: &Resources, set: &[u8], a: &JoinArgs<'_>) -> QueueJoin {
         let mut ks = Vec::with_capacity(res.len() * 4 + 1);
+        let layout = res.layout();
         for name in res.names() {
-            let [queue, leases, attrs] = crate::resource::queue_keys(name);
-            ks.extend([queue, leases, attrs, crate::resource::lock_key(name)]);
+            let [queue, leases, attrs] = crate::resource::queue_keys(layout, name);
+            ks.extend([
+                queue,
+                leases,
+                attrs,
+                crate::resource::lock_key(layout, name),
+            ]);
         }
         ks.push(set.to_vec());
         let first = if a.first { b"1" } else { b"0" };
@@ -1109,6 +1341,17 @@ impl Node {
     }
 
     async fn extend_replies(&self, batch: &ExtendBatch, timeout: Duration) -> Vec<Typed> {
+        if self.is_cluster() {
+            // The locks' keys are in many slots, so each extension goes to its own shard.
+            let sends = batch.requests.iter().map(|r| self.send_raw(r, timeout));
+            let replies = futures::future::join_all(sends).await;
+            return batch
+                .requests
+                .iter()
+                .zip(replies)
+                .map(|(r, raw)| r.decode(raw))
+                .collect();
+        }
         let count = batch.answers.len();
         match self
             .pipeline(&batch.pipe, batch.loads + count, timeout)
@@ -1133,6 +1376,8 @@ impl Node {
 /// (so the `EVALSHA`s that follow find it even on a node that restarted), then one
 /// `EVALSHA` per lock, each lock's own prepared extension ([`Request::extend_held`]).
 pub(crate) struct ExtendBatch {
+    /// The extensions one by one, for a Redis Cluster voter (one pipeline cannot span slots).
+    requests: Vec<Request>,
     pipe: redis::Pipeline,
     /// The `SCRIPT LOAD`s ahead of the extensions.
     loads: usize,
@@ -1164,6 +1409,7 @@ impl ExtendBatch {
             pipe,
             loads: loaded.len(),
             answers: requests.iter().map(|r| r.answer).collect(),
+            requests: requests.iter().map(|r| (*r).clone()).collect(),
         }
     }
 }
@@ -1211,7 +1457,8 @@ impl ScriptCall {
 
 /// Checks a node against the deployment contract and warns through `tracing` about
 /// every breach it can see. Never fails: a node that cannot be checked (down, `CONFIG`
-/// disabled by ACL) is only noted at debug level.
+/// disabled by ACL) is only noted at debug level. A Redis Cluster voter is checked shard
+/// by shard: every master's settings, each warning naming the master.
 pub(crate) async fn check_deployment(node: &Node, timeout: Duration, fencing: bool) {
     let addr = &node.addr;
     match node.query(&redis::cmd("PING"), timeout).await {
@@ -1225,58 +1472,132 @@ pub(crate) async fn check_deployment(node: &Node, timeout: Duration, fencing: bo
             return;
         }
     }
-    match config_get(node, "maxmemory-policy", timeout).await {
-        Some(p) if p == "noeviction" => {}
-        Some(p) => tracing::warn!(node = %addr, maxmemory_policy = %p,
-            "quorumlock: node evicts keys under memory pressure (maxmemory-policy is not noeviction): a held lock can silently disappear"),
-        None => {
-            tracing::debug!(node = %addr, "quorumlock: could not read maxmemory-policy (CONFIG disabled?)")
+    for (shard, settings) in settings(node, timeout).await {
+        settings.warn(addr, &shard, fencing);
+    }
+}
+
+/// The settings of a node that the deployment contract is about, as read by `CONFIG GET`
+/// and `INFO` (`None`: could not be read).
+#[derive(Debug, Default)]
+struct Settings {
+    maxmemory_policy: Option<String>,
+    appendonly: Option<String>,
+    appendfsync: Option<String>,
+    save: Option<String>,
+    /// `INFO replication` and `INFO cluster`, to tell a replica or a cluster node.
+    info: String,
+}
+
+/// Reads the settings of a master, or of every master of a Redis Cluster voter, with the
+/// address of each (empty for a master given directly).
+async fn settings(node: &Node, timeout: Duration) -> Vec<(String, Settings)> {
+    let mut shards: Vec<(String, Settings)> = Vec::new();
+    for (field, name) in [
+        (0, "maxmemory-policy"),
+        (1, "appendonly"),
+        (2, "appendfsync"),
+        (3, "save"),
+    ] {
+        let mut c = redis::cmd("CONFIG");
+        c.arg("GET").arg(name);
+        for (shard, value) in node.on_masters(&c, timeout).await {
+            let pairs: Option<Vec<String>> = redis::from_redis_value(value).ok();
+            let got = pairs.and_then(|p| p.get(1).cloned());
+            let at = match shards.iter().position(|(s, _)| *s == shard) {
+                Some(i) => i,
+                None => {
+                    shards.push((shard, Settings::default()));
+                    shards.len() - 1
+                }
+            };
+            if let Some((_, st)) = shards.get_mut(at) {
+                *[
+                    &mut st.maxmemory_policy,
+                    &mut st.appendonly,
+                    &mut st.appendfsync,
+                    &mut st.save,
+                ][field] = got;
+            }
         }
     }
-    check_persistence(node, timeout, fencing).await;
-    if let Reply::Value(v) = node
-        .query(redis::cmd("INFO").arg("replication"), timeout)
+    for (shard, value) in node
+        .on_masters(
+            redis::cmd("INFO").arg("replication").arg("cluster"),
+            timeout,
+        )
         .await
     {
-        let text: String = redis::from_redis_value(v).unwrap_or_default();
-        if text.lines().any(|l| l.trim() == "role:slave") {
-            tracing::warn!(node = %addr,
-                "quorumlock: node is a replica; Redlock needs independent masters (writes will fail with READONLY)");
+        if let Some((_, st)) = shards.iter_mut().find(|(s, _)| *s == shard) {
+            st.info = redis::from_redis_value(value).unwrap_or_default();
         }
     }
+    shards
 }
 
-/// One `CONFIG GET` value, or `None` when it cannot be read.
-async fn config_get(node: &Node, name: &str, timeout: Duration) -> Option<String> {
-    let mut c = redis::cmd("CONFIG");
-    c.arg("GET").arg(name);
-    match node.query(&c, timeout).await {
-        Reply::Value(v) => {
-            let pairs: Vec<String> = redis::from_redis_value(v).ok()?;
-            pairs.get(1).cloned()
+impl Settings {
+    /// Warns about every breach of the deployment contract these settings show.
+    fn warn(&self, node: &NodeAddr, shard: &str, fencing: bool) {
+        match self.maxmemory_policy.as_deref() {
+            Some("noeviction") => {}
+            Some(p) => tracing::warn!(node = %node, shard, maxmemory_policy = %p,
+                "quorumlock: node evicts keys under memory pressure (maxmemory-policy is not noeviction): a held lock can silently disappear"),
+            None => {
+                tracing::debug!(node = %node, shard, "quorumlock: could not read maxmemory-policy (CONFIG disabled?)")
+            }
         }
-        _ => None,
-    }
-}
-
-/// Warns when the node does not persist every write (and, with fencing, when RDB
-/// snapshots would bring back stale fence counters).
-async fn check_persistence(node: &Node, timeout: Duration, fencing: bool) {
-    let addr = &node.addr;
-    let aof = config_get(node, "appendonly", timeout).await;
-    let fsync = config_get(node, "appendfsync", timeout).await;
-    match (aof.as_deref(), fsync.as_deref()) {
-        (Some("yes"), Some("always")) => {}
-        (Some(_), Some(_)) => tracing::warn!(node = %addr, appendonly = ?aof, appendfsync = ?fsync,
-            "quorumlock: node does not persist every write (appendfsync always): after a crash, restart it only once the longest TTL has passed"),
-        _ => tracing::debug!(node = %addr, "quorumlock: could not read persistence settings"),
-    }
-    if fencing && aof.as_deref() != Some("yes") {
-        let save = config_get(node, "save", timeout).await;
-        if save.as_deref().is_some_and(|s| !s.trim().is_empty()) {
-            tracing::warn!(node = %addr, save = ?save,
+        let (aof, fsync) = (&self.appendonly, &self.appendfsync);
+        match (aof.as_deref(), fsync.as_deref()) {
+            (Some("yes"), Some("always")) => {}
+            (Some(_), Some(_)) => {
+                tracing::warn!(node = %node, shard, appendonly = ?aof, appendfsync = ?fsync,
+                "quorumlock: node does not persist every write (appendfsync always): after a crash, restart it only once the longest TTL has passed")
+            }
+            _ => {
+                tracing::debug!(node = %node, shard, "quorumlock: could not read persistence settings")
+            }
+        }
+        if fencing
+            && aof.as_deref() != Some("yes")
+            && self.save.as_deref().is_some_and(|s| !s.trim().is_empty())
+        {
+            tracing::warn!(node = %node, shard, save = ?self.save,
                 "quorumlock: fencing with RDB snapshots: a restart brings back stale fence counters; tokens stay ordered only if a crashed node is restarted after the longest TTL with its clock in sync (as for a node without persistence); use AOF with appendfsync always to restart at once");
         }
+        let lines = || self.info.lines().map(str::trim);
+        if shard.is_empty() && lines().any(|l| l == "role:slave") {
+            tracing::warn!(node = %node,
+                "quorumlock: node is a replica; Redlock needs independent masters (writes will fail with READONLY)");
+        }
+        if shard.is_empty() && lines().any(|l| l == "cluster_enabled:1") {
+            tracing::warn!(node = %node,
+                "quorumlock: node is a Redis Cluster node given as one master; give the cluster as one voter, redis+cluster://host:port[,host:port…] (its keys are spread over its shards)");
+        }
+    }
+}
+
+impl Node {
+    /// Sends a keyless command to this master, or to every master of a Redis Cluster
+    /// voter: each answer with the master's address (empty for a master given directly).
+    /// Failures are left out.
+    async fn on_masters(&self, cmd: &Cmd, timeout: Duration) -> Vec<(String, Value)> {
+        let Conn::Cluster(conn) = &self.conn else {
+            return match self.query(cmd, timeout).await {
+                Reply::Value(v) => vec![(String::new(), v)],
+                _ => Vec::new(),
+            };
+        };
+        use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+        let route = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+        let mut conn = conn.clone();
+        let asked = conn.route_command(cmd.clone(), route);
+        let Ok(Ok(Value::Map(answers))) = tokio::time::timeout(timeout, asked).await else {
+            return Vec::new();
+        };
+        answers
+            .into_iter()
+            .filter_map(|(k, v)| Some((redis::from_redis_value::<String>(k).ok()?, v)))
+            .collect()
     }
 }
 
@@ -1291,6 +1612,59 @@ mod tests {
         assert_eq!(millis_ceil(Duration::from_nanos(1)), 1);
         assert_eq!(millis_ceil(Duration::ZERO), 0);
         assert_eq!(millis_ceil(Duration::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn cluster_voter_urls() {
+        let spec =
+            NodeSpec::parse(0, "redis+cluster://u:secret@127.0.0.1:7002,127.0.0.1:7001/").unwrap();
+        assert!(spec.is_cluster());
+        let seeds = spec.seeds.as_deref().unwrap();
+        assert_eq!(seeds.len(), 2);
+        assert_eq!(seeds[1].redis_settings().password(), Some("secret"));
+        assert_eq!(seeds[1].redis_settings().username(), Some("u"));
+        // Shown without the password; placed with the seeds sorted (the group map's
+        // fingerprint does not depend on their order).
+        assert_eq!(
+            spec.addr.to_string(),
+            "redis+cluster://u:<redacted>@127.0.0.1:7002,127.0.0.1:7001"
+        );
+        assert_eq!(
+            spec.addr.place(),
+            "redis+cluster://127.0.0.1:7001,127.0.0.1:7002"
+        );
+        let other = NodeSpec::parse(1, "redis+cluster://127.0.0.1:7001,127.0.0.1:7002").unwrap();
+        assert_eq!(other.addr.place(), spec.addr.place());
+        // Sharing a seed is sharing the voter.
+        let one = NodeSpec::parse(2, "redis://127.0.0.1:7002").unwrap();
+        assert!(spec.same_node(&one) && one.same_node(&spec));
+        assert!(
+            !NodeSpec::parse(3, "redis://127.0.0.1:7003")
+                .unwrap()
+                .same_node(&spec)
+        );
+        assert!(
+            !NodeSpec::parse(4, "redis://127.0.0.1:7001")
+                .unwrap()
+                .is_cluster()
+        );
+        for bad in [
+            "redis+cluster://",
+            "redis+cluster://127.0.0.1:7001,,127.0.0.1:7002",
+            "redis+cluster://127.0.0.1:7001/2",
+            "redis+cluster://127.0.0.1:7001?protocol=resp3",
+            "redis+cluster://127.0.0.1:notaport",
+        ] {
+            let Err(e) = NodeSpec::parse(0, bad) else {
+                panic!("{bad} was accepted");
+            };
+            assert!(!e.to_string().contains("secret"), "{e}");
+        }
+        #[cfg(not(feature = "tls-rustls"))]
+        assert!(matches!(
+            NodeSpec::parse(0, "rediss+cluster://127.0.0.1:7001"),
+            Err(_)
+        ));
     }
 
     /// Each raw answer shape decodes to the reply the protocol counts.

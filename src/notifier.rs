@@ -132,11 +132,21 @@ impl Notifier {
             inbox: inbox_channel(),
         });
         for (index, (spec, rx)) in specs.iter().zip(receivers).enumerate() {
-            let client = redis::Client::open(spec.info.clone()).ok();
+            // A Redis Cluster voter: any of its nodes hears every announcement (a `PUBLISH`
+            // travels the whole cluster), so the link goes to one seed, the next one when
+            // that one is down.
+            let infos = spec
+                .seeds
+                .as_deref()
+                .unwrap_or(std::slice::from_ref(&spec.info));
+            let clients: Vec<redis::Client> = infos
+                .iter()
+                .filter_map(|i| redis::Client::open(i.clone()).ok())
+                .collect();
             let weak = Arc::downgrade(&shared);
             let addr = spec.addr.clone();
-            if let Some(client) = client {
-                crate::background::spawn_daemon(subscriber(client, addr, index, weak, rx));
+            if !clients.is_empty() {
+                crate::background::spawn_daemon(subscriber(clients, addr, index, weak, rx));
             }
         }
         Notifier { shared }
@@ -420,7 +430,7 @@ impl Shared {
 /// One node's subscription connection: (re)connects, subscribes to every channel with
 /// interest, turns messages into wake-ups, and unsubscribes channels idle for a while.
 async fn subscriber(
-    client: redis::Client,
+    clients: Vec<redis::Client>,
     addr: NodeAddr,
     index: usize,
     shared: Weak<Shared>,
@@ -431,7 +441,9 @@ async fn subscriber(
     let mut broken = BROKEN_LINK_BACKOFF_MIN;
     let mut broke_at_once: u32 = 0;
     let mut epoch: u64 = 0;
+    let mut next = clients.iter().cycle();
     loop {
+        let Some(client) = next.next() else { return };
         let conn = tokio::time::timeout(Duration::from_secs(1), client.get_async_pubsub()).await;
         let Ok(Ok(pubsub)) = conn else {
             tracing::debug!(node = %addr, "quorumlock: release subscription unavailable; waiters fall back to their retry delay");

@@ -59,8 +59,31 @@ fn commands(pipe: &mut redis::Pipeline, res: &Resources, herald: bool) {
     }
 }
 
-/// Reads every resource on one node, in one read-only transaction.
+/// Reads every resource on one node: in one read-only transaction, or on a Redis Cluster
+/// voter in one per resource.
 pub(crate) async fn read_node(
+    node: &Node,
+    i: usize,
+    n: usize,
+    resources: &[Resources],
+    timeout: Duration,
+) -> NodeAnswer {
+    if node.is_cluster() && resources.len() > 1 {
+        // A transaction touches one slot: on a Redis Cluster voter, one per resource.
+        let reads = resources
+            .iter()
+            .map(|r| read_transaction(node, i, n, std::slice::from_ref(r), timeout));
+        let mut all = Vec::with_capacity(resources.len());
+        for answer in futures::future::join_all(reads).await {
+            all.extend(answer?);
+        }
+        return Ok(all);
+    }
+    read_transaction(node, i, n, resources, timeout).await
+}
+
+/// Reads `resources` on one node in one read-only transaction.
+async fn read_transaction(
     node: &Node,
     i: usize,
     n: usize,

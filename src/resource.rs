@@ -58,11 +58,36 @@ pub const MAX_RESOURCES: usize = 1024;
 pub(crate) struct Resources {
     names: Arc<[String]>,
     lock_keys: Arc<[Vec<u8>]>,
+    layout: Layout,
+}
+
+/// How a lock group spells its keys: the same on every voter of the group, so that every
+/// client of the group finds every other client's keys.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub(crate) enum Layout {
+    /// Plain masters: `quorumlock:lock:<name>`, as in every release before cluster voters
+    /// (clients of different versions share a group of plain masters).
+    #[default]
+    Plain,
+    /// Redis Cluster voters: every key of a name carries, right after its prefix, the hash
+    /// tag of the name's own slot ([`crate::slot`]), `quorumlock:lock:{1f3}<name>`, so one
+    /// script can touch all of them and they live in the slot `CLUSTER KEYSLOT <name>` names.
+    Slotted,
 }
 
 impl Resources {
-    /// Validates one or more names.
+    /// Validates one or more names, with the [plain](Layout::Plain) key layout.
     pub(crate) fn new<S: AsRef<str>>(names: &[S]) -> Result<Resources, Error> {
+        Resources::in_layout(names, Layout::Plain)
+    }
+
+    /// Validates one or more names for a group with this key layout. With
+    /// [`Layout::Slotted`], every name of a multi-resource lock must be in one hash slot
+    /// (a script touches the keys of one slot only).
+    pub(crate) fn in_layout<S: AsRef<str>>(
+        names: &[S],
+        layout: Layout,
+    ) -> Result<Resources, Error> {
         check_count(names.len(), "lock")?;
         let mut sorted: Vec<String> = Vec::with_capacity(names.len());
         for n in names {
@@ -85,10 +110,14 @@ impl Resources {
                 format!("{:?} appears more than once", shorten(&w[0])),
             ));
         }
-        let lock_keys = sorted.iter().map(|n| key(LOCK_PREFIX, n)).collect();
+        if layout == Layout::Slotted {
+            check_one_slot(&sorted)?;
+        }
+        let lock_keys = sorted.iter().map(|n| key(layout, LOCK_PREFIX, n)).collect();
         Ok(Resources {
             names: sorted.into(),
             lock_keys,
+            layout,
         })
     }
 
@@ -99,7 +128,27 @@ impl Resources {
         &self.lock_keys
     }
     pub(crate) fn fence_keys(&self) -> Vec<Vec<u8>> {
-        self.names.iter().map(|n| key(FENCE_PREFIX, n)).collect()
+        self.names
+            .iter()
+            .map(|n| key(self.layout, FENCE_PREFIX, n))
+            .collect()
+    }
+    /// The key layout of the group these resources were validated for.
+    pub(crate) fn layout(&self) -> Layout {
+        self.layout
+    }
+    /// A multi-resource waiter's set key (`enqueue_many.lua`), for its token: in the
+    /// resources' slot with [`Layout::Slotted`].
+    pub(crate) fn set_key(&self, token: &[u8]) -> Vec<u8> {
+        let tag = match (self.layout, self.names.first()) {
+            (Layout::Slotted, Some(n)) => crate::slot::tag_for(crate::slot::key_slot(n.as_bytes())),
+            _ => String::new(),
+        };
+        let mut k = Vec::with_capacity(QUEUE_SET_PREFIX.len() + tag.len() + token.len());
+        k.extend_from_slice(QUEUE_SET_PREFIX);
+        k.extend_from_slice(tag.as_bytes());
+        k.extend_from_slice(token);
+        k
     }
     /// Whether node `i` of `n` is one of the two *heralds* of the first resource ([`is_herald`]).
     pub(crate) fn is_herald(&self, i: usize, n: usize) -> bool {
@@ -117,7 +166,7 @@ impl Resources {
 
     /// The wait queue and its leases (single-resource locks use the first name).
     pub(crate) fn queue_keys(&self) -> [Vec<u8>; 3] {
-        queue_keys(self.names.first().map_or("", String::as_str))
+        queue_keys(self.layout, self.names.first().map_or("", String::as_str))
     }
     pub(crate) fn channels(&self) -> Vec<Vec<u8>> {
         self.names.iter().map(|n| channel(n)).collect()
@@ -150,12 +199,12 @@ pub(crate) struct RwKeys {
 
 impl RwKeys {
     /// The keys of the read-write lock `name` (validated by [`Resources::new`]).
-    pub(crate) fn new(name: &str) -> RwKeys {
+    pub(crate) fn new(name: &str, layout: Layout) -> RwKeys {
         RwKeys {
-            writer: key(RW_PREFIX, name),
-            readers: key(READERS_PREFIX, name),
-            intent: key(INTENT_PREFIX, name),
-            fence: key(RW_FENCE_PREFIX, name),
+            writer: key(layout, RW_PREFIX, name),
+            readers: key(layout, READERS_PREFIX, name),
+            intent: key(layout, INTENT_PREFIX, name),
+            fence: key(layout, RW_FENCE_PREFIX, name),
         }
     }
 }
@@ -171,10 +220,10 @@ pub(crate) struct SemKeys {
 
 impl SemKeys {
     /// The keys of the semaphore `name` (validated by [`Resources::new`]).
-    pub(crate) fn new(name: &str) -> SemKeys {
+    pub(crate) fn new(name: &str, layout: Layout) -> SemKeys {
         SemKeys {
-            holders: key(SEM_PREFIX, name),
-            config: key(SEM_CONFIG_PREFIX, name),
+            holders: key(layout, SEM_PREFIX, name),
+            config: key(layout, SEM_CONFIG_PREFIX, name),
         }
     }
 }
@@ -205,28 +254,44 @@ impl Kind {
 }
 
 /// The lock key of one resource name.
-pub(crate) fn lock_key(name: &str) -> Vec<u8> {
-    key(LOCK_PREFIX, name)
+pub(crate) fn lock_key(layout: Layout, name: &str) -> Vec<u8> {
+    key(layout, LOCK_PREFIX, name)
 }
 /// The fence counter key of one resource name.
-pub(crate) fn fence_key(name: &str) -> Vec<u8> {
-    key(FENCE_PREFIX, name)
+pub(crate) fn fence_key(layout: Layout, name: &str) -> Vec<u8> {
+    key(layout, FENCE_PREFIX, name)
 }
 /// The wait queue, its leases and its entries' attributes of one resource name.
-pub(crate) fn queue_keys(name: &str) -> [Vec<u8>; 3] {
+pub(crate) fn queue_keys(layout: Layout, name: &str) -> [Vec<u8>; 3] {
     [
-        key(QUEUE_PREFIX, name),
-        key(QUEUE_LEASE_PREFIX, name),
-        key(QUEUE_ATTRS_PREFIX, name),
+        key(layout, QUEUE_PREFIX, name),
+        key(layout, QUEUE_LEASE_PREFIX, name),
+        key(layout, QUEUE_ATTRS_PREFIX, name),
     ]
 }
 
-/// A multi-resource waiter's set key (`enqueue_many.lua`), for its token.
-pub(crate) fn set_key(token: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(QUEUE_SET_PREFIX.len() + token.len());
-    k.extend_from_slice(QUEUE_SET_PREFIX);
-    k.extend_from_slice(token);
-    k
+/// Refuses names that are not all in one hash slot, for a group of Redis Cluster voters.
+fn check_one_slot(sorted: &[String]) -> Result<(), Error> {
+    let mut slots = sorted
+        .iter()
+        .map(|n| (n, crate::slot::key_slot(n.as_bytes())));
+    let Some((first, slot)) = slots.next() else {
+        return Ok(());
+    };
+    match slots.find(|(_, s)| *s != slot) {
+        None => Ok(()),
+        Some((other, s)) => Err(Error::invalid(
+            "resources",
+            format!(
+                "{:?} (hash slot {slot}) and {:?} (hash slot {s}) are in different hash slots, \
+                 and the group's voters are Redis Clusters: a lock on several resources \
+                 needs them in one slot; give the names a common hash tag, such as \
+                 \"{{order:7}}:stock\" and \"{{order:7}}:payment\"",
+                shorten(first),
+                shorten(other)
+            ),
+        )),
+    }
 }
 
 /// Whether node `i` of `n` is one of the resource's two *heralds*: the nodes that
@@ -245,7 +310,7 @@ pub(crate) fn is_herald(name: &str, i: usize, n: usize) -> bool {
 }
 /// The release channel of one resource name.
 pub(crate) fn channel(name: &str) -> Vec<u8> {
-    key(CHANNEL_PREFIX, name)
+    key(Layout::Plain, CHANNEL_PREFIX, name)
 }
 
 /// The marker that starts a client's inbox name after [`CHANNEL_PREFIX`]: byte `0xFF`,
@@ -264,9 +329,14 @@ pub(crate) fn inbox_channel(id: u64) -> Vec<u8> {
     ch
 }
 
-fn key(prefix: &[u8], name: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(prefix.len() + name.len());
+fn key(layout: Layout, prefix: &[u8], name: &str) -> Vec<u8> {
+    let tag = match layout {
+        Layout::Plain => String::new(),
+        Layout::Slotted => crate::slot::tag_for(crate::slot::key_slot(name.as_bytes())),
+    };
+    let mut k = Vec::with_capacity(prefix.len() + tag.len() + name.len());
     k.extend_from_slice(prefix);
+    k.extend_from_slice(tag.as_bytes());
     k.extend_from_slice(name.as_bytes());
     k
 }
@@ -320,6 +390,47 @@ mod tests {
     }
 
     #[test]
+    fn slotted_keys_of_a_name_share_its_slot() {
+        use crate::slot::key_slot;
+        for name in ["a", "{order:7}:stock", "}x{", "{}"] {
+            let res = Resources::in_layout(&[name], Layout::Slotted).unwrap();
+            let slot = key_slot(name.as_bytes());
+            let mut keys = vec![res.lock_keys()[0].clone(), res.set_key(b"tok")];
+            keys.extend(res.fence_keys());
+            keys.extend(res.queue_keys());
+            let rw = RwKeys::new(name, Layout::Slotted);
+            keys.extend([rw.writer, rw.readers, rw.intent, rw.fence]);
+            let sem = SemKeys::new(name, Layout::Slotted);
+            keys.extend([sem.holders, sem.config]);
+            for k in &keys {
+                assert_eq!(key_slot(k), slot, "{name}: {}", String::from_utf8_lossy(k));
+            }
+            // The plain layout is unchanged: the name right after the prefix.
+            let plain = Resources::new(&[name]).unwrap();
+            assert_eq!(
+                plain.lock_keys()[0],
+                [LOCK_PREFIX, name.as_bytes()].concat()
+            );
+            assert_ne!(plain.lock_keys(), res.lock_keys());
+        }
+    }
+
+    #[test]
+    fn slotted_sets_must_share_a_slot() {
+        let together = ["{order:7}:stock", "{order:7}:payment"];
+        assert!(Resources::in_layout(&together, Layout::Slotted).is_ok());
+        let apart = ["stock", "payment"];
+        assert_ne!(
+            crate::slot::key_slot(b"stock"),
+            crate::slot::key_slot(b"payment")
+        );
+        let e = Resources::in_layout(&apart, Layout::Slotted).unwrap_err();
+        assert!(e.to_string().contains("hash tag"), "{e}");
+        // Plain masters take any set.
+        assert!(Resources::in_layout(&apart, Layout::Plain).is_ok());
+    }
+
+    #[test]
     fn concatenation_does_not_collide() {
         // The classic defect: ["ab", "c"] and ["a", "bc"] joined without a separator.
         let x = Resources::new(&["ab", "c"]).unwrap();
@@ -329,14 +440,17 @@ mod tests {
 
     #[test]
     fn namespaces_are_disjoint() {
-        assert_ne!(lock_key("fence:x"), fence_key("x"));
-        assert_ne!(lock_key("x"), channel("x"));
-        assert!(lock_key("x").starts_with(b"quorumlock:lock:"));
-        let rw = RwKeys::new("x");
-        let sem = SemKeys::new("x");
+        assert_ne!(
+            lock_key(Layout::Plain, "fence:x"),
+            fence_key(Layout::Plain, "x")
+        );
+        assert_ne!(lock_key(Layout::Plain, "x"), channel("x"));
+        assert!(lock_key(Layout::Plain, "x").starts_with(b"quorumlock:lock:"));
+        let rw = RwKeys::new("x", Layout::Plain);
+        let sem = SemKeys::new("x", Layout::Plain);
         let all = [
-            lock_key("x"),
-            fence_key("x"),
+            lock_key(Layout::Plain, "x"),
+            fence_key(Layout::Plain, "x"),
             channel("x"),
             rw.writer.clone(),
             rw.readers.clone(),
@@ -369,9 +483,9 @@ mod tests {
             prop_assert_eq!(a == b, ka == kb);
             for n in &a {
                 for m in &b {
-                    prop_assert_ne!(lock_key(n), fence_key(m));
-                    prop_assert_ne!(lock_key(n), channel(m));
-                    prop_assert_ne!(fence_key(n), channel(m));
+                    prop_assert_ne!(lock_key(Layout::Plain, n), fence_key(Layout::Plain, m));
+                    prop_assert_ne!(lock_key(Layout::Plain, n), channel(m));
+                    prop_assert_ne!(fence_key(Layout::Plain, n), channel(m));
                 }
             }
         }

@@ -140,9 +140,10 @@ impl Semaphore {
             ));
         }
         let inner = locks.groups.route(&res)?.clone();
+        let res = inner.resources(&res)?;
         let quorum = inner.quorum;
         let mut s = Semaphore {
-            keys: Arc::new(SemKeys::new(name)),
+            keys: Arc::new(SemKeys::new(name, inner.layout)),
             inner,
             res,
             permits,

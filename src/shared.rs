@@ -22,6 +22,7 @@ use crate::metrics::ClientMetrics;
 use crate::node::{Node, NodeAddr, NodeSpec};
 use crate::notifier::Notifier;
 use crate::protocol::tally;
+use crate::resource::{Layout, Resources};
 
 /// How long each start-up check query may take at the least (they run in the background).
 const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -40,9 +41,39 @@ pub(crate) struct Inner {
     /// The client's group map and its record, shared by all its lock groups: every
     /// acquisition checks it for a mismatch and has it cover the lock's TTL.
     pub(crate) map: Arc<GroupMap>,
+    /// How the group's keys are spelled: hash-tagged when its voters are Redis Clusters.
+    pub(crate) layout: Layout,
+}
+
+/// The key layout of a group: plain for masters, hash-tagged for Redis Cluster voters.
+/// A group mixing both is refused: every voter of a group holds the same keys.
+pub(crate) fn layout_of(specs: &[NodeSpec]) -> Result<Layout, Error> {
+    let clusters = specs.iter().filter(|s| s.is_cluster()).count();
+    match clusters {
+        0 => Ok(Layout::Plain),
+        c if c == specs.len() => Ok(Layout::Slotted),
+        c => Err(Error::config(
+            "nodes",
+            format!(
+                "{c} of the group's {} voters are Redis Clusters (redis+cluster://) and the \
+                 others single masters; a group's voters must all be of one kind, since they \
+                 hold the same keys",
+                specs.len()
+            ),
+        )),
+    }
 }
 
 impl Inner {
+    /// `res` with this group's key layout (checked again: a Redis Cluster group needs a
+    /// multi-resource lock's names in one hash slot).
+    pub(crate) fn resources(&self, res: &Resources) -> Result<Resources, Error> {
+        if res.layout() == self.layout {
+            return Ok(res.clone());
+        }
+        Resources::in_layout(res.names(), self.layout)
+    }
+
     /// Creates every node's connection, opens them concurrently (waiting at most the
     /// connect timeout), and checks each reachable node against the deployment contract in
     /// the background. Fails only on an unusable node spec; unreachable nodes are retried on
@@ -52,6 +83,7 @@ impl Inner {
         config: Config,
         map: Arc<GroupMap>,
     ) -> Result<Inner, Error> {
+        let layout = layout_of(specs)?;
         let nodes = specs
             .iter()
             .map(|s| Node::new(s, config.connect_timeout))
@@ -89,6 +121,7 @@ impl Inner {
             watchdog: OnceLock::new(),
             metrics: ClientMetrics::new(),
             map,
+            layout,
         })
     }
 
@@ -97,5 +130,32 @@ impl Inner {
     /// waiting for that write at most the lock's per-node timeout (see `groupmap`).
     pub(crate) async fn cover(&self, ttl: Duration) -> Result<(), Error> {
         self.map.cover(ttl, self.config.node_timeout_for(ttl)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_is_all_masters_or_all_clusters() {
+        let spec = |i, u: &str| NodeSpec::parse(i, u).unwrap();
+        let masters = [
+            spec(0, "redis://127.0.0.1:7001"),
+            spec(1, "redis://127.0.0.1:7002"),
+        ];
+        assert_eq!(layout_of(&masters).unwrap(), Layout::Plain);
+        let clusters = [
+            spec(0, "redis+cluster://127.0.0.1:7001"),
+            spec(1, "redis+cluster://127.0.0.1:7101"),
+        ];
+        assert_eq!(layout_of(&clusters).unwrap(), Layout::Slotted);
+        let mixed = [
+            spec(0, "redis://127.0.0.1:7001"),
+            spec(1, "redis+cluster://127.0.0.1:7101"),
+        ];
+        let e = layout_of(&mixed).unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Config);
+        assert!(e.to_string().contains("1 of the group's 2 voters"), "{e}");
     }
 }

@@ -165,7 +165,7 @@ impl Waiter {
             let lock = self.res.lock_keys().first().cloned().unwrap_or_default();
             QueueJoin::new(&self.keys, &lock, args)
         } else {
-            QueueJoin::many(&self.res, &crate::resource::set_key(args.token), args)
+            QueueJoin::many(&self.res, &self.res.set_key(args.token), args)
         }
     }
 

@@ -6,7 +6,7 @@
 //!   client    client, config, shared, lock, acquire, fencing, groups, wait, transfer, inspect,
 //!             rwlock, semaphore, spanning
 //!   io        node, fanout, background, notifier, extender   (sockets, tasks, timers)
-//!   base      addr, error, metrics, resource, token, time    (plain data and arithmetic; metrics)
+//!   base      addr, error, metrics, resource, slot, token, time (plain data and arithmetic; metrics)
 //!   protocol  protocol::*                                    (the pure core)
 //! ```
 //!
@@ -42,7 +42,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("protocol", &["protocol"]),
     (
         "base",
-        &["addr", "error", "metrics", "resource", "token", "time"],
+        &[
+            "addr", "error", "metrics", "resource", "slot", "token", "time",
+        ],
     ),
     (
         "io",

@@ -28,7 +28,7 @@ use super::resp::{self, Reply};
 use std::io;
 
 /// The number of hash slots of a Redis Cluster.
-pub const SLOTS: u16 = 16384;
+pub const SLOTS: u16 = crate::slot::SLOTS;
 
 /// How long one cluster command may take.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
@@ -49,29 +49,23 @@ const POLL: Duration = Duration::from_millis(50);
 /// assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"{user1000}.followers"));
 /// ```
 pub fn key_slot(key: &[u8]) -> u16 {
-    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
-        let rest = key.get(open + 1..)?;
-        let close = rest.iter().position(|&b| b == b'}')?;
-        (close > 0).then(|| rest.get(..close)).flatten()
-    });
-    crc16(tagged.unwrap_or(key)) % SLOTS
+    crate::slot::key_slot(key)
 }
 
-/// CRC16-CCITT (XMODEM: polynomial 0x1021, initial value 0), the checksum of Redis
-/// Cluster's key slots.
-fn crc16(data: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &byte in data {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
+/// The lock key of resource `name` on a voter that is a Redis Cluster, where every key of a
+/// name carries a hash tag that puts it in the name's own slot: for faults aimed at one
+/// resource's key ([`RedisCluster::crash_failover_losing`]).
+///
+/// # Example
+///
+/// ```
+/// use quorumlock::testkit::redis_cluster::{cluster_lock_key, key_slot};
+/// let key = cluster_lock_key("orders:42");
+/// assert!(key.starts_with(b"quorumlock:lock:{"));
+/// assert_eq!(key_slot(&key), key_slot(b"orders:42"));
+/// ```
+pub fn cluster_lock_key(name: &str) -> Vec<u8> {
+    crate::resource::lock_key(crate::resource::Layout::Slotted, name)
 }
 
 /// A local Redis Cluster: `masters` masters, each with `replicas` replicas, every slot
@@ -174,6 +168,49 @@ impl RedisCluster {
     /// Every process's URL (`redis://127.0.0.1:PORT`): seeds for a cluster client.
     pub fn seed_urls(&self) -> Vec<String> {
         self.processes.urls()
+    }
+
+    /// The cluster as one quorumlock voter: `redis+cluster://127.0.0.1:P0,127.0.0.1:P1,…`,
+    /// every process a seed.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use quorumlock::testkit::redis_cluster::RedisCluster;
+    /// let (a, b, c) = (
+    ///     RedisCluster::launch(3, 0).await?,
+    ///     RedisCluster::launch(3, 0).await?,
+    ///     RedisCluster::launch(3, 0).await?,
+    /// );
+    /// let locks = quorumlock::Redlock::builder([a.voter_url(), b.voter_url(), c.voter_url()])
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn voter_url(&self) -> String {
+        let hosts: Vec<String> = self
+            .topology
+            .ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        format!("redis+cluster://{}", hosts.join(","))
+    }
+
+    /// [`crash_failover`](Self::crash_failover) of process `master`, losing `key`: once
+    /// the replica is promoted, the key is deleted on it, as if the write had not reached
+    /// the replica before the crash (replication is asynchronous, so a real crash may lose
+    /// it so). Returns the process that is master now.
+    ///
+    /// # Errors
+    ///
+    /// As [`crash_failover`](Self::crash_failover); the new master's errors.
+    pub async fn crash_failover_losing(&self, master: usize, key: &[u8]) -> io::Result<usize> {
+        let promoted = self.crash_failover(master).await?;
+        let key = String::from_utf8_lossy(key).into_owned();
+        command(self.topology.addr(promoted)?, &["DEL", &key]).await?;
+        Ok(promoted)
     }
 
     /// The process that serves `slot` now, as the first live node that answers says.
@@ -305,10 +342,27 @@ impl Topology {
             let id = self.id(m).await?;
             for r in 0..self.replicas {
                 let replica = self.masters + m * self.replicas + r;
-                ok(command(self.addr(replica)?, &["CLUSTER", "REPLICATE", &id]).await?)?;
+                self.replicate(replica, &id).await?;
             }
         }
         self.settled().await
+    }
+
+    /// Makes `replica` a replica of the node `id`. A node counts a peer still in its
+    /// handshake among the known nodes, under a temporary id, so the replica may not know
+    /// the master's id yet: `Unknown node` is asked again every 50 ms, for up to
+    /// [`CONVERGE_TIMEOUT`].
+    async fn replicate(&self, replica: usize, id: &str) -> io::Result<()> {
+        let addr = self.addr(replica)?;
+        let end = Instant::now() + CONVERGE_TIMEOUT;
+        loop {
+            match command(addr, &["CLUSTER", "REPLICATE", id]).await? {
+                Reply::Error(e) if e.contains("Unknown node") && Instant::now() < end => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                other => return ok(other),
+            }
+        }
     }
 
     /// Waits until every live node reports `cluster_state:ok` and the same slot map, and
@@ -671,6 +725,7 @@ fn ok(reply: Reply) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::slot::crc16;
 
     #[test]
     fn slots_match_redis() {

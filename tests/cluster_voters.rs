@@ -1,0 +1,323 @@
+//! Voters that are Redis Clusters (`redis+cluster://`), against real local clusters: locks
+//! taken, excluded, extended, released and waited for through the same API as on plain
+//! masters; the keys of a resource in the slot Redis gives its name; a multi-resource lock
+//! within one slot taken and one across slots refused; `MOVED` and `ASK` redirects met by
+//! acquire, extend and release while slots migrate mid-lease; a cluster voter's master
+//! failed over mid-lease, losing the key (one voter lost: the lock holds); and, the
+//! negative control, two of three voters failed over that way at once, which the history
+//! checker must flag.
+#![cfg(feature = "testkit")]
+
+use std::time::{Duration, Instant};
+
+use quorumlock::testkit::redis_cluster::{RedisCluster, cluster_lock_key, key_slot};
+use quorumlock::testkit::{History, ViolationKind};
+use quorumlock::{ErrorKind, Redlock};
+
+const TTL: Duration = Duration::from_secs(10);
+
+/// Three Redis Clusters of `masters` masters with `replicas` replicas each.
+async fn voters(masters: usize, replicas: usize) -> Vec<RedisCluster> {
+    let (a, b, c) = tokio::join!(
+        RedisCluster::launch(masters, replicas),
+        RedisCluster::launch(masters, replicas),
+        RedisCluster::launch(masters, replicas),
+    );
+    let hint =
+        "start a local Redis Cluster (is redis-server installed? run scripts/install-deps.sh)";
+    vec![a.expect(hint), b.expect(hint), c.expect(hint)]
+}
+
+async fn client(voters: &[RedisCluster], fencing: bool) -> Redlock {
+    Redlock::builder(voters.iter().map(RedisCluster::voter_url))
+        .fencing(fencing)
+        .node_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .expect("build a client of cluster voters")
+}
+
+/// The value of `key` on the process that serves its slot in `cluster` (`None`: absent).
+async fn value_at_owner(cluster: &RedisCluster, key: &[u8]) -> Option<Vec<u8>> {
+    let owner = cluster
+        .owner(key_slot(key))
+        .await
+        .expect("the slot's owner");
+    let url = cluster.processes().url(owner).expect("the owner's URL");
+    let mut conn = redis::Client::open(url)
+        .expect("URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to the owner");
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .expect("GET at the owner")
+}
+
+/// The value of `key` on process `process` of `cluster`, asked with `ASKING` (a master
+/// importing the key's slot serves it then).
+async fn value_asking(cluster: &RedisCluster, process: usize, key: &[u8]) -> Option<Vec<u8>> {
+    let url = cluster.processes().url(process).expect("URL");
+    let mut conn = redis::Client::open(url)
+        .expect("URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let mut pipe = redis::pipe();
+    pipe.cmd("ASKING").ignore().cmd("GET").arg(key);
+    let (value,): (Option<Vec<u8>>,) = pipe.query_async(&mut conn).await.expect("ASKING GET");
+    value
+}
+
+/// How many voters hold `resource`, as an inspection reads them.
+async fn holders(locks: &Redlock, resource: &str) -> usize {
+    let seen = locks.inspect(resource).await.expect("inspect");
+    seen.nodes()
+        .iter()
+        .filter(|n| n.reading().is_some_and(|r| r.holder().is_some()))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_voters_lock_exclude_extend_release_and_wait() {
+    let v = voters(3, 0).await;
+    let (a, b) = (client(&v, true).await, client(&v, true).await);
+    let mut lock = a.try_lock("orders:42", TTL).await.expect("first lock");
+    let first_token = lock.fencing_token().expect("fencing token");
+    // The lock key is in the slot of the name itself, on every voter.
+    let key = cluster_lock_key("orders:42");
+    assert_eq!(key_slot(&key), key_slot(b"orders:42"));
+    for c in &v {
+        let held = value_at_owner(c, &key)
+            .await
+            .expect("the key at the slot's owner");
+        assert_eq!(held, lock.token().as_bytes(), "the voter holds our token");
+    }
+    let e = b.try_lock("orders:42", TTL).await.expect_err("held");
+    assert_eq!(e.kind(), ErrorKind::Held, "{e}");
+    lock.extend(TTL * 2)
+        .await
+        .expect("extend on cluster voters");
+    assert!(lock.ttl() == TTL * 2);
+    // A waiter is handed the lock once it is released (pub/sub travels the cluster).
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock("orders:42", TTL).await }
+    });
+    assert_eq!(holders(&a, "orders:42").await, 3);
+    lock.release().await.expect("release");
+    let next = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter got the lock in time")
+        .expect("task")
+        .expect("the waiter's lock");
+    let second_token = next.fencing_token().expect("fencing token");
+    assert!(second_token > first_token, "{second_token} > {first_token}");
+    next.release().await.expect("release");
+    assert_eq!(holders(&a, "orders:42").await, 0);
+    for c in &v {
+        assert_eq!(value_at_owner(c, &key).await, None, "released everywhere");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_within_one_slot_is_taken_and_one_across_slots_refused() {
+    let v = voters(3, 0).await;
+    let (a, b) = (client(&v, false).await, client(&v, false).await);
+    let set = ["{order:7}:stock", "{order:7}:payment"];
+    let lock = a.try_lock_many(set, TTL).await.expect("a set in one slot");
+    let e = b
+        .try_lock("{order:7}:payment", TTL)
+        .await
+        .expect_err("held");
+    assert_eq!(e.kind(), ErrorKind::Held, "{e}");
+    lock.release().await.expect("release");
+    b.try_lock("{order:7}:payment", TTL)
+        .await
+        .expect("free again")
+        .release()
+        .await
+        .expect("release");
+    assert_ne!(key_slot(b"stock"), key_slot(b"payment"));
+    let e = a
+        .try_lock_many(["stock", "payment"], TTL)
+        .await
+        .expect_err("a set across slots");
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    assert!(e.to_string().contains("hash tag"), "{e}");
+    // Nothing was taken.
+    assert_eq!(holders(&a, "stock").await, 0);
+}
+
+/// Moves `slot` on every voter to its other master (the slot's owner changes under the
+/// client's cached slot map, so its next command meets `MOVED`).
+async fn move_slot_everywhere(v: &[RedisCluster], slot: u16) -> Vec<usize> {
+    let mut sources = Vec::new();
+    for c in v {
+        let from = c.owner(slot).await.expect("owner");
+        sources.push(from);
+        c.migrate_slot(slot, (from + 1) % c.masters())
+            .await
+            .expect("migrate the slot");
+    }
+    sources
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moved_and_ask_redirects_during_acquire_extend_and_release() {
+    let v = voters(2, 0).await;
+    let (a, b) = (client(&v, false).await, client(&v, false).await);
+    let (first, second) = ("{mig}first", "{mig}second");
+    let slot = key_slot(first.as_bytes());
+    let mut lock = a.try_lock(first, TTL).await.expect("lock");
+
+    // The slot moves, keys and all, mid-lease: the extension meets MOVED on every voter.
+    let sources = move_slot_everywhere(&v, slot).await;
+    lock.extend(TTL * 2).await.expect("extend after MOVED");
+    assert_eq!(
+        holders(&b, first).await,
+        3,
+        "every voter still holds the lock"
+    );
+    let e = b.try_lock(first, TTL).await.expect_err("still held");
+    assert_eq!(e.kind(), ErrorKind::Held, "{e}");
+
+    // Voter 0 starts moving the slot back and stops half-way. The key of `second` is on
+    // neither side, so the old owner answers ASK and the acquisition lands on the
+    // importing master: every voter grants it.
+    v[0].begin_migration(slot, sources[0])
+        .await
+        .expect("begin migration");
+    let other = b.try_lock(second, TTL).await.expect("acquire through ASK");
+    let key = cluster_lock_key(second);
+    let at_target = value_asking(&v[0], sources[0], &key).await;
+    assert_eq!(
+        at_target.as_deref(),
+        Some(other.token().as_bytes()),
+        "voter 0 granted through ASK"
+    );
+    for c in &v[1..] {
+        assert_eq!(
+            value_at_owner(c, &key).await.as_deref(),
+            Some(other.token().as_bytes())
+        );
+    }
+    // A release script names several keys of the migrating slot, which Redis answers
+    // TRYAGAIN until the migration ends: voter 0 counts as failed for now, the two others
+    // make the quorum, and the release goes on in the background on voter 0.
+    other
+        .release()
+        .await
+        .expect("release with voter 0 migrating");
+    for c in &v[1..] {
+        assert_eq!(value_at_owner(c, &key).await, None, "released");
+    }
+    v[0].finish_migration(slot, sources[0])
+        .await
+        .expect("finish migration");
+    let cleared = eventually(Duration::from_secs(10), || async {
+        value_at_owner(&v[0], &key).await.is_none()
+    })
+    .await;
+    assert!(
+        cleared,
+        "the release landed on voter 0 once its migration ended"
+    );
+
+    // `first` moved back with its slot on voter 0; the client's slot map is stale there
+    // again, so the release meets MOVED.
+    lock.release().await.expect("release after MOVED");
+    assert_eq!(holders(&a, first).await, 0);
+    let taken = b.try_lock(first, TTL).await.expect("first is free");
+    taken.release().await.expect("release");
+}
+
+/// Waits until `check` holds, asking every 50 ms for at most `within`.
+async fn eventually<F, Fut>(within: Duration, check: F) -> bool
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let end = Instant::now() + within;
+    loop {
+        if check().await {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Fails over, on voter `c`, the master that holds `resource`, losing its key (as if
+/// replication lagged behind the crash).
+async fn crash_losing(c: &RedisCluster, resource: &str) {
+    let key = cluster_lock_key(resource);
+    let master = c.owner(key_slot(&key)).await.expect("owner");
+    assert!(
+        value_at_owner(c, &key).await.is_some(),
+        "the voter held the key"
+    );
+    let promoted = c
+        .crash_failover_losing(master, &key)
+        .await
+        .expect("crash failover");
+    assert_eq!(c.owner(key_slot(&key)).await.expect("owner"), promoted);
+    assert_eq!(value_at_owner(c, &key).await, None, "the key is lost");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_losing_one_voters_key_keeps_the_lock_safe() {
+    let v = voters(1, 1).await;
+    let (a, b) = (client(&v, false).await, client(&v, false).await);
+    let mut lock = a.try_lock("stock:9", TTL).await.expect("lock");
+    crash_losing(&v[0], "stock:9").await;
+    assert_eq!(holders(&b, "stock:9").await, 2);
+    let e = b
+        .try_lock("stock:9", TTL)
+        .await
+        .expect_err("two voters still hold it");
+    assert_eq!(e.kind(), ErrorKind::Held, "{e}");
+    lock.extend(TTL)
+        .await
+        .expect("extend on the two voters left");
+    assert_eq!(holders(&b, "stock:9").await, 2);
+    lock.release().await.expect("release");
+    let _free = b
+        .try_lock("stock:9", TTL)
+        .await
+        .expect("free after the release");
+}
+
+/// The negative control: two of three voters lose the key in a failover at once. Outside
+/// what the quorum tolerates, a second client gets the lock while the first still believes
+/// it holds it, and the checker must say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_of_three_voters_failed_over_at_once_is_flagged() {
+    let v = voters(1, 1).await;
+    let (a, b) = (client(&v, false).await, client(&v, false).await);
+    let h = History::new();
+    let (ha, hb) = (h.client(1), h.client(2));
+    let resource = "coupon:last";
+    ha.acquire_invoked(resource);
+    let lock = a.try_lock(resource, TTL).await.expect("lock");
+    ha.acquired(resource, lock.deadline(), None);
+    crash_losing(&v[0], resource).await;
+    crash_losing(&v[1], resource).await;
+    hb.acquire_invoked(resource);
+    let second = b
+        .try_lock(resource, TTL)
+        .await
+        .expect("the lost keys let b in");
+    hb.acquired(resource, second.deadline(), None);
+    assert!(
+        Instant::now() < lock.deadline(),
+        "a still believes it holds the lock"
+    );
+    let report = h.check();
+    assert!(report.has(ViolationKind::Overlap), "{report}\n{h}");
+    drop((lock, second));
+}
