@@ -655,7 +655,7 @@ impl redis::aio::ConnectionLike for Conn {
 /// How many times the cluster client may send one command again: enough for a `MOVED`
 /// and an `ASK` in a row (a slot migrating while the slot map is refreshed), and few, so
 /// that a dead shard fails fast (every command is bounded by the node timeout anyway).
-const CLUSTER_RETRIES: u32 = 3;
+pub(crate) const CLUSTER_RETRIES: u32 = 3;
 
 /// A Redis Cluster voter's connection, made lazily (the first command connects).
 fn cluster_connection(
@@ -890,7 +890,7 @@ impl Request {
                 attrs,
                 crate::resource::fence_key(layout, name),
             ]);
-            args.push(crate::resource::channel(name));
+            args.push(crate::resource::channel_in(layout, name));
             args.push(if loud { b"1".to_vec() } else { b"0".to_vec() });
         }
         if res.len() > 1 {

@@ -38,6 +38,8 @@ use crate::protocol::handoff;
 use crate::resource::Resources;
 use crate::time::later;
 
+mod sharded;
+
 /// How long a channel stays subscribed after its last waiter left (saves a SUBSCRIBE
 /// round trip for the next waiter, and closes the missed-release window).
 const LINGER: Duration = Duration::from_secs(5);
@@ -132,21 +134,14 @@ impl Notifier {
             inbox: inbox_channel(),
         });
         for (index, (spec, rx)) in specs.iter().zip(receivers).enumerate() {
-            // A Redis Cluster voter: any of its nodes hears every announcement (a `PUBLISH`
-            // travels the whole cluster), so the link goes to one seed, the next one when
-            // that one is down.
-            let infos = spec
-                .seeds
-                .as_deref()
-                .unwrap_or(std::slice::from_ref(&spec.info));
-            let clients: Vec<redis::Client> = infos
-                .iter()
-                .filter_map(|i| redis::Client::open(i.clone()).ok())
-                .collect();
             let weak = Arc::downgrade(&shared);
             let addr = spec.addr.clone();
-            if !clients.is_empty() {
-                crate::background::spawn_daemon(subscriber(clients, addr, index, weak, rx));
+            if let Some(seeds) = &spec.seeds {
+                // A Redis Cluster voter: shard channels, on the slots' masters.
+                let seeds = seeds.to_vec();
+                crate::background::spawn_daemon(sharded::subscriber(seeds, addr, index, weak, rx));
+            } else if let Ok(client) = redis::Client::open(spec.info.clone()) {
+                crate::background::spawn_daemon(subscriber(client, addr, index, weak, rx));
             }
         }
         Notifier { shared }
@@ -218,14 +213,22 @@ impl Notifier {
         }
     }
 
-    /// Registers interest in a lock's resources (subscribing on every node if new).
+    /// Registers interest in a lock's resources (subscribing on every node if new). On
+    /// Redis Cluster voters the client's sharded inbox of the resources' slot is
+    /// subscribed too, for as long as the interest lasts (it wakes no one: transfers are
+    /// routed by token).
     pub(crate) fn interest(&self, res: &Resources) -> Interest {
         let mut rxs = Vec::new();
         let mut seen = Vec::new();
         let mut gate = None;
-        let channels = res.channels();
+        let mut channels = res.channels();
+        let wake = channels.len();
+        let inbox = res.inbox(&self.shared.inbox);
+        if inbox != self.shared.inbox {
+            channels.push(inbox);
+        }
         if let Ok(mut map) = self.shared.channels.lock() {
-            for ch in &channels {
+            for (k, ch) in channels.iter().enumerate() {
                 let entry = map.entry(ch.clone()).or_insert_with(|| {
                     for node in &self.shared.nodes {
                         let _ = node.send(SubCmd::Subscribe(ch.clone()));
@@ -234,6 +237,9 @@ impl Notifier {
                 });
                 entry.interest += 1;
                 entry.idle_since = None;
+                if k >= wake {
+                    continue;
+                }
                 let rx = entry.tx.subscribe();
                 seen.push(rx.borrow().0);
                 rxs.push(rx);
@@ -430,7 +436,7 @@ impl Shared {
 /// One node's subscription connection: (re)connects, subscribes to every channel with
 /// interest, turns messages into wake-ups, and unsubscribes channels idle for a while.
 async fn subscriber(
-    clients: Vec<redis::Client>,
+    client: redis::Client,
     addr: NodeAddr,
     index: usize,
     shared: Weak<Shared>,
@@ -441,9 +447,7 @@ async fn subscriber(
     let mut broken = BROKEN_LINK_BACKOFF_MIN;
     let mut broke_at_once: u32 = 0;
     let mut epoch: u64 = 0;
-    let mut next = clients.iter().cycle();
     loop {
-        let Some(client) = next.next() else { return };
         let conn = tokio::time::timeout(Duration::from_secs(1), client.get_async_pubsub()).await;
         let Ok(Ok(pubsub)) = conn else {
             tracing::debug!(node = %addr, "quorumlock: release subscription unavailable; waiters fall back to their retry delay");

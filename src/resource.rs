@@ -169,7 +169,23 @@ impl Resources {
         queue_keys(self.layout, self.names.first().map_or("", String::as_str))
     }
     pub(crate) fn channels(&self) -> Vec<Vec<u8>> {
-        self.names.iter().map(|n| channel(n)).collect()
+        self.names
+            .iter()
+            .map(|n| channel_in(self.layout, n))
+            .collect()
+    }
+    /// The channel a transfer to a waiter of this client is announced on, from the
+    /// client's `inbox` ([`inbox_channel`]): the inbox itself on plain masters; on Redis
+    /// Cluster voters a *sharded* inbox in the resources' slot (a script may publish to a
+    /// shard channel of its own slot only).
+    pub(crate) fn inbox(&self, inbox: &[u8]) -> Vec<u8> {
+        match (self.layout, self.names.first()) {
+            (Layout::Slotted, Some(n)) => {
+                let own = inbox.get(CHANNEL_PREFIX.len()..).unwrap_or_default();
+                sharded(n, own)
+            }
+            _ => inbox.to_vec(),
+        }
     }
     pub(crate) fn len(&self) -> usize {
         self.names.len()
@@ -311,6 +327,38 @@ pub(crate) fn is_herald(name: &str, i: usize, n: usize) -> bool {
 /// The release channel of one resource name.
 pub(crate) fn channel(name: &str) -> Vec<u8> {
     key(Layout::Plain, CHANNEL_PREFIX, name)
+}
+
+/// The release channel of one resource name in a group with this key layout: with
+/// [`Layout::Slotted`] a *shard channel* (`SPUBLISH`/`SSUBSCRIBE`): byte [`SHARD_MARK`]
+/// after the prefix, then the hash tag of the name's slot and the name.
+pub(crate) fn channel_in(layout: Layout, name: &str) -> Vec<u8> {
+    match layout {
+        Layout::Plain => channel(name),
+        Layout::Slotted => sharded(name, name.as_bytes()),
+    }
+}
+
+/// Marks a shard channel: the byte right after `quorumlock:released:` (byte 21 of the
+/// channel, which the release scripts test to choose `SPUBLISH` over `PUBLISH`). `0xFE`
+/// never occurs in UTF-8, so no resource name starts a plain channel with it.
+pub(crate) const SHARD_MARK: u8 = 0xFE;
+
+/// `quorumlock:released:`, [`SHARD_MARK`], the hash tag of `name`'s slot, then `rest`.
+fn sharded(name: &str, rest: &[u8]) -> Vec<u8> {
+    let tag = crate::slot::tag_for(crate::slot::key_slot(name.as_bytes()));
+    let mut ch = Vec::with_capacity(CHANNEL_PREFIX.len() + 1 + tag.len() + rest.len());
+    ch.extend_from_slice(CHANNEL_PREFIX);
+    ch.push(SHARD_MARK);
+    ch.extend_from_slice(tag.as_bytes());
+    ch.extend_from_slice(rest);
+    ch
+}
+
+/// Whether `channel` is a shard channel ([`channel_in`] with [`Layout::Slotted`], or a
+/// sharded inbox).
+pub(crate) fn is_sharded(channel: &[u8]) -> bool {
+    channel.starts_with(CHANNEL_PREFIX) && channel.get(CHANNEL_PREFIX.len()) == Some(&SHARD_MARK)
 }
 
 /// The marker that starts a client's inbox name after [`CHANNEL_PREFIX`]: byte `0xFF`,

@@ -246,7 +246,7 @@ impl Waiter {
         let ticket = self.ticket.clone().unwrap_or_default();
         let inbox = self
             .notifier()
-            .map(|n| n.inbox().to_vec())
+            .map(|n| self.res.inbox(n.inbox()))
             .unwrap_or_default();
         let all: FuturesUnordered<_> = on
             .iter()
@@ -401,6 +401,7 @@ impl Waiter {
         let Some(n) = self.notifier() else {
             return;
         };
+        let inbox = self.res.inbox(n.inbox());
         let args = JoinArgs {
             token: self.epoch.token.as_bytes(),
             ticket: b"",
@@ -408,7 +409,7 @@ impl Waiter {
             ttl: self.ttl,
             kind: self.kind,
             first: false,
-            inbox: n.inbox(),
+            inbox: &inbox,
         };
         let join = Arc::new(self.queue_join(&args));
         let nodes: Vec<_> = granted

@@ -10,7 +10,9 @@
 
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::redis_cluster::{RedisCluster, cluster_lock_key, key_slot};
+use quorumlock::testkit::redis_cluster::{
+    RedisCluster, cluster_lock_key, cluster_release_channel, key_slot,
+};
 use quorumlock::testkit::{History, ViolationKind};
 use quorumlock::{ErrorKind, Redlock};
 
@@ -71,6 +73,47 @@ async fn value_asking(cluster: &RedisCluster, process: usize, key: &[u8]) -> Opt
     value
 }
 
+/// A connection to the process that serves `key`'s slot in `cluster`.
+async fn owner_conn(cluster: &RedisCluster, key: &[u8]) -> redis::aio::MultiplexedConnection {
+    let owner = cluster
+        .owner(key_slot(key))
+        .await
+        .expect("the slot's owner");
+    let url = cluster.processes().url(owner).expect("the owner's URL");
+    redis::Client::open(url)
+        .expect("URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to the owner")
+}
+
+/// How many `command` calls the process serving `key`'s slot ran (INFO commandstats).
+async fn calls_at_owner(cluster: &RedisCluster, key: &[u8], command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut owner_conn(cluster, key).await)
+        .await
+        .expect("INFO commandstats");
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// How many connections are subscribed to the shard channel `channel` on its slot's
+/// master in `cluster` (`PUBSUB SHARDNUMSUB`).
+async fn shard_subscribers(cluster: &RedisCluster, channel: &[u8]) -> u64 {
+    let (_, n): (Vec<u8>, u64) = redis::cmd("PUBSUB")
+        .arg("SHARDNUMSUB")
+        .arg(channel)
+        .query_async(&mut owner_conn(cluster, channel).await)
+        .await
+        .expect("PUBSUB SHARDNUMSUB");
+    n
+}
+
 /// How many voters hold `resource`, as an inspection reads them.
 async fn holders(locks: &Redlock, resource: &str) -> usize {
     let seen = locks.inspect(resource).await.expect("inspect");
@@ -101,12 +144,26 @@ async fn cluster_voters_lock_exclude_extend_release_and_wait() {
         .await
         .expect("extend on cluster voters");
     assert!(lock.ttl() == TTL * 2);
-    // A waiter is handed the lock once it is released (pub/sub travels the cluster).
+    // A waiter listens on the resource's shard channel, on the master of its slot, and is
+    // handed the lock once it is released: the announcement is an SPUBLISH on that shard.
     let waiter = tokio::spawn({
         let b = b.clone();
         async move { b.lock("orders:42", TTL).await }
     });
+    let channel = cluster_release_channel("orders:42");
+    for c in &v {
+        let listening = eventually(Duration::from_secs(10), || async {
+            shard_subscribers(c, &channel).await >= 1
+        })
+        .await;
+        assert!(
+            listening,
+            "the waiter subscribed to the shard channel on every voter"
+        );
+    }
     assert_eq!(holders(&a, "orders:42").await, 3);
+    let before: Vec<u64> =
+        futures::future::join_all(v.iter().map(|c| calls_at_owner(c, &key, "spublish"))).await;
     lock.release().await.expect("release");
     let next = tokio::time::timeout(Duration::from_secs(10), waiter)
         .await
@@ -115,6 +172,18 @@ async fn cluster_voters_lock_exclude_extend_release_and_wait() {
         .expect("the waiter's lock");
     let second_token = next.fencing_token().expect("fencing token");
     assert!(second_token > first_token, "{second_token} > {first_token}");
+    for (c, before) in v.iter().zip(before) {
+        let after = calls_at_owner(c, &key, "spublish").await;
+        assert!(
+            after > before,
+            "the release was announced on the shard ({before} -> {after})"
+        );
+        assert_eq!(
+            calls_at_owner(c, &key, "publish").await,
+            0,
+            "and never cluster-wide"
+        );
+    }
     next.release().await.expect("release");
     assert_eq!(holders(&a, "orders:42").await, 0);
     for c in &v {

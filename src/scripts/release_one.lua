@@ -41,11 +41,20 @@
 -- A wrong number of keys or arguments is an error (nothing written).
 local token, waiter = ARGV[1], ARGV[2]
 local prefix = string.sub(token, 1, 8)
+
+-- A channel whose byte 21 (right after "quorumlock:released:") is 0xFE is a shard channel,
+-- in this script's slot (Redis Cluster voters): SPUBLISH keeps the message on this shard.
+local function publish(channel, message)
+  if string.byte(channel, 21) == 254 then
+    return redis.call('SPUBLISH', channel, message)
+  end
+  return redis.call('PUBLISH', channel, message)
+end
 -- The most subscribers one plain announcement reached.
 local heard = 0
 
 local function announce(channel)
-  local got = redis.call('PUBLISH', channel, prefix)
+  local got = publish(channel, prefix)
   if got > heard then
     heard = got
   end
@@ -135,7 +144,7 @@ local function hand_set(tok, ttl, set, now, at)
     redis.call('SET', lock, tok, 'PX', ttl)
   end
   redis.call('DEL', set)
-  redis.call('PUBLISH', e[1], prefix .. ':>:' .. tok)
+  publish(e[1], prefix .. ':>:' .. tok)
   return 'moved'
 end
 
@@ -183,7 +192,7 @@ local function give(key, queue, leases, attrs, fence, channel, t, tok, kind, ttl
   local left = redis.call('ZCARD', queue)
   if kind == 'n' then
     redis.call('DEL', key)
-    redis.call('PUBLISH', channel, prefix .. ':' .. tok)
+    publish(channel, prefix .. ':' .. tok)
     return {1, left + 1}
   end
   redis.call('SET', key, tok, 'PX', ttl)
@@ -191,7 +200,7 @@ local function give(key, queue, leases, attrs, fence, channel, t, tok, kind, ttl
   if fenced > 0 then
     payload = payload .. ':' .. string.format('%.0f', fenced)
   end
-  redis.call('PUBLISH', inbox, payload)
+  publish(inbox, payload)
   return {2, left, fenced}
 end
 

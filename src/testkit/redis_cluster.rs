@@ -68,6 +68,22 @@ pub fn cluster_lock_key(name: &str) -> Vec<u8> {
     crate::resource::lock_key(crate::resource::Layout::Slotted, name)
 }
 
+/// The release channel of resource `name` on a voter that is a Redis Cluster: a shard
+/// channel (`SPUBLISH`/`SSUBSCRIBE`) in the name's own slot, which a waiter of the resource
+/// subscribes to on the slot's master.
+///
+/// # Example
+///
+/// ```
+/// use quorumlock::testkit::redis_cluster::{cluster_release_channel, key_slot};
+/// let channel = cluster_release_channel("orders:42");
+/// assert!(channel.starts_with(b"quorumlock:released:"));
+/// assert_eq!(key_slot(&channel), key_slot(b"orders:42"));
+/// ```
+pub fn cluster_release_channel(name: &str) -> Vec<u8> {
+    crate::resource::channel_in(crate::resource::Layout::Slotted, name)
+}
+
 /// A local Redis Cluster: `masters` masters, each with `replicas` replicas, every slot
 /// assigned. Dropping it kills every process and removes their directories.
 ///
