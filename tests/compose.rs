@@ -453,6 +453,75 @@ async fn compose_shared_faults() {
 /// the other masters go on, and it serves them again when started. The link faults refuse
 /// a cluster node (it is on the host's network). Nothing of the project is left after
 /// `down`.
+/// The profile's three clusters as the three voters of one lock: a lock excludes, a
+/// waiter is handed it through sharded pub/sub, and with the master serving the lock's
+/// slot killed on one voter the lock holds on the two others: refused to a second client,
+/// extended, released.
+async fn clusters_as_voters(cluster: &ComposeCluster) {
+    use quorumlock::testkit::redis_cluster::{cluster_lock_key, key_slot};
+    let voters: Vec<String> = (0..3)
+        .map(|k| {
+            let seeds = cluster.cluster_seeds(k).expect("a cluster");
+            let hosts: Vec<&str> = seeds
+                .iter()
+                .map(|s| s.trim_start_matches("redis://"))
+                .collect();
+            format!("redis+cluster://{}", hosts.join(","))
+        })
+        .collect();
+    let client = || async {
+        quorumlock::Redlock::builder(voters.clone())
+            .node_timeout(Duration::from_millis(500))
+            .build()
+            .await
+            .expect("a client of three cluster voters")
+    };
+    let (a, b) = (client().await, client().await);
+    let res = "orders:7";
+    let ttl = Duration::from_secs(10);
+    let lock = a.try_lock(res, ttl).await.expect("lock on cluster voters");
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock(res, ttl).await }
+    });
+    lock.release().await.expect("release");
+    let handed = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter is handed the lock in time")
+        .expect("task")
+        .expect("the waiter's lock");
+    handed.release().await.expect("release");
+
+    let mut lock = a.try_lock(res, ttl).await.expect("lock again");
+    let slot = key_slot(&cluster_lock_key(res));
+    let owner = cluster.cluster_owner(0, slot).await.expect("owner");
+    let node = ComposeService::ClusterNode {
+        cluster: 0,
+        node: owner,
+    };
+    cluster
+        .kill_service(node)
+        .await
+        .expect("kill the slot's master on voter 0");
+    let e = b
+        .try_lock(res, ttl)
+        .await
+        .expect_err("two voters still hold it");
+    assert!(e.is_held(), "{e}");
+    lock.extend(ttl)
+        .await
+        .expect("extend on two of three voters");
+    lock.release()
+        .await
+        .expect("release on two of three voters");
+    let next = b
+        .try_lock(res, ttl)
+        .await
+        .expect("free on two of three voters");
+    next.release().await.expect("release");
+    cluster.start_service(node).await.expect("start");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compose_clusters_profile() {
     use quorumlock::testkit::redis_cluster::key_slot;
@@ -552,6 +621,7 @@ async fn compose_clusters_profile() {
         matches!(&cut, Err(e) if e.kind() == std::io::ErrorKind::Unsupported),
         "{cut:?}"
     );
+    clusters_as_voters(&cluster).await;
 
     cluster.down().await.expect("compose down");
     let label = format!("label=com.docker.compose.project={project}");

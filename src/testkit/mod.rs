@@ -86,7 +86,7 @@ pub use cluster::{LocalCluster, LocalClusterBuilder, Persistence, REDIS_SERVER_E
 pub use history::{ClientId, ClientRecorder, Event, EventKind, History, HoldMode};
 pub use nemesis::{Fault, RandomNemesis, Schedule};
 pub use proxy::{FaultProxy, ProxyMode};
-pub use redis_cluster::RedisCluster;
+pub use redis_cluster::{ClusterVoters, RedisCluster};
 
 /// The test kit's **unsafe** semaphore, a negative control: per-node limit `c = P` with
 /// the majority quorum, so up to `⌊P·N / Q⌋` holders (more than `P`) can coexist. Use it to

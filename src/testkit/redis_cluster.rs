@@ -304,6 +304,139 @@ impl RedisCluster {
     }
 }
 
+/// Several local Redis Clusters, each one quorumlock voter: the [`Faults`] backend for
+/// scenarios over cluster voters. Voter `i` is [`voter(i)`](Self::voter); a fault on it acts
+/// on every process of that cluster (the whole voter down, or paused), the way a fault on
+/// a plain master acts on its one process. A client's link to a voter cannot be cut or
+/// slowed (a cluster announces its nodes' own addresses, so no proxy stands in between):
+/// [`disconnect`](Faults::disconnect) and [`slow`](Faults::slow) are `Unsupported`.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use quorumlock::testkit::Faults;
+/// use quorumlock::testkit::redis_cluster::ClusterVoters;
+/// let voters = ClusterVoters::launch(5, 1, 0).await?;
+/// let locks = quorumlock::Redlock::builder(voters.urls()).build().await?;
+/// let lock = locks.try_lock("job", std::time::Duration::from_secs(5)).await?;
+/// voters.kill(0).await?; // one voter down: the lock holds on the other four
+/// # Ok(()) }
+/// ```
+pub struct ClusterVoters {
+    voters: Vec<RedisCluster>,
+}
+
+impl fmt::Debug for ClusterVoters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(&self.voters).finish()
+    }
+}
+
+impl ClusterVoters {
+    /// Launches `voters` clusters of `masters` masters with `replicas` replicas each
+    /// ([`RedisCluster::launch`]), concurrently.
+    ///
+    /// # Errors
+    ///
+    /// The first cluster's start-up failure.
+    pub async fn launch(
+        voters: usize,
+        masters: usize,
+        replicas: usize,
+    ) -> io::Result<ClusterVoters> {
+        let starts = (0..voters).map(|_| RedisCluster::launch(masters, replicas));
+        let voters = futures::future::join_all(starts)
+            .await
+            .into_iter()
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(ClusterVoters { voters })
+    }
+
+    /// Voter `i`'s cluster, for the faults of a cluster (failover, slot migration).
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for an index out of range.
+    pub fn voter(&self, i: usize) -> io::Result<&RedisCluster> {
+        self.voters.get(i).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("voter {i} of {}", self.voters.len()),
+            )
+        })
+    }
+
+    /// Runs `op` on every process of voter `i`.
+    async fn each<'a, F, Fut>(&'a self, i: usize, op: F) -> io::Result<()>
+    where
+        F: Fn(&'a LocalCluster, usize) -> Fut,
+        Fut: std::future::Future<Output = io::Result<()>>,
+    {
+        let processes = self.voter(i)?.processes();
+        for p in 0..processes.len() {
+            op(processes, p).await?;
+        }
+        Ok(())
+    }
+}
+
+impl super::Faults for ClusterVoters {
+    fn urls(&self) -> Vec<String> {
+        self.voters.iter().map(RedisCluster::voter_url).collect()
+    }
+
+    fn len(&self) -> usize {
+        self.voters.len()
+    }
+
+    fn kill(&self, node: usize) -> impl std::future::Future<Output = io::Result<()>> + Send {
+        self.each(node, |c, p| c.kill(p))
+    }
+
+    fn start(&self, node: usize) -> impl std::future::Future<Output = io::Result<()>> + Send {
+        async move {
+            self.each(node, |c, p| c.start(p)).await?;
+            self.voter(node)?.topology.settled().await
+        }
+    }
+
+    fn restart(
+        &self,
+        node: usize,
+        delay: Duration,
+    ) -> impl std::future::Future<Output = io::Result<()>> + Send {
+        async move {
+            super::Faults::kill(self, node).await?;
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            super::Faults::start(self, node).await
+        }
+    }
+
+    fn pause(&self, node: usize) -> impl std::future::Future<Output = io::Result<()>> + Send {
+        self.each(node, |c, p| c.pause(p))
+    }
+
+    fn resume(&self, node: usize) -> impl std::future::Future<Output = io::Result<()>> + Send {
+        self.each(node, |c, p| c.resume(p))
+    }
+
+    fn disconnect(&self, node: usize) -> impl std::future::Future<Output = io::Result<()>> + Send {
+        async move {
+            Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("voter {node}: a Redis Cluster voter's links cannot be cut (no proxy)"),
+            ))
+        }
+    }
+
+    fn reconnect(&self, node: usize) -> impl std::future::Future<Output = io::Result<()>> + Send {
+        async move { self.voter(node).map(|_| ()) }
+    }
+}
+
 impl Topology {
     /// The nodes on `ports` (masters first, then each master's replicas, `replicas` each),
     /// gossiping on `buses` (`None`: each port + 10000, Redis's default).
