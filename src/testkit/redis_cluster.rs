@@ -394,25 +394,17 @@ impl super::Faults for ClusterVoters {
         self.each(node, |c, p| c.kill(p))
     }
 
-    fn start(&self, node: usize) -> impl std::future::Future<Output = io::Result<()>> + Send {
-        async move {
-            self.each(node, |c, p| c.start(p)).await?;
-            self.voter(node)?.topology.settled().await
-        }
+    async fn start(&self, node: usize) -> io::Result<()> {
+        self.each(node, |c, p| c.start(p)).await?;
+        self.voter(node)?.topology.settled().await
     }
 
-    fn restart(
-        &self,
-        node: usize,
-        delay: Duration,
-    ) -> impl std::future::Future<Output = io::Result<()>> + Send {
-        async move {
-            super::Faults::kill(self, node).await?;
-            if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
-            }
-            super::Faults::start(self, node).await
+    async fn restart(&self, node: usize, delay: Duration) -> io::Result<()> {
+        super::Faults::kill(self, node).await?;
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
         }
+        super::Faults::start(self, node).await
     }
 
     fn pause(&self, node: usize) -> impl std::future::Future<Output = io::Result<()>> + Send {
@@ -423,17 +415,15 @@ impl super::Faults for ClusterVoters {
         self.each(node, |c, p| c.resume(p))
     }
 
-    fn disconnect(&self, node: usize) -> impl std::future::Future<Output = io::Result<()>> + Send {
-        async move {
-            Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                format!("voter {node}: a Redis Cluster voter's links cannot be cut (no proxy)"),
-            ))
-        }
+    async fn disconnect(&self, node: usize) -> io::Result<()> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("voter {node}: a Redis Cluster voter's links cannot be cut (no proxy)"),
+        ))
     }
 
-    fn reconnect(&self, node: usize) -> impl std::future::Future<Output = io::Result<()>> + Send {
-        async move { self.voter(node).map(|_| ()) }
+    async fn reconnect(&self, node: usize) -> io::Result<()> {
+        self.voter(node).map(|_| ())
     }
 }
 
