@@ -655,7 +655,7 @@ impl redis::aio::ConnectionLike for Conn {
 /// How many times the cluster client may send one command again: enough for a `MOVED`
 /// and an `ASK` in a row (a slot migrating while the slot map is refreshed), and few, so
 /// that a dead shard fails fast (every command is bounded by the node timeout anyway).
-pub(crate) const CLUSTER_RETRIES: u32 = 3;
+const CLUSTER_RETRIES: u32 = 3;
 
 /// A Redis Cluster voter's connection, made lazily (the first command connects).
 fn cluster_connection(
@@ -663,25 +663,37 @@ fn cluster_connection(
     seeds: &[ConnectionInfo],
     connect_timeout: Duration,
 ) -> Result<redis::cluster_async::ClusterConnection, Error> {
+    let client = cluster_builder(spec, seeds, connect_timeout)
+        .build()
+        .map_err(|e| Error::config("nodes", format!("{}: {}", spec.addr, e.kind_str())))?;
+    // We bound every command ourselves, so the client's own response timeout is off.
+    let config = redis::cluster::ClusterConfig::new().set_connection_timeout(connect_timeout);
+    Ok(client.get_pending_async_connection_with_config(config))
+}
+
+/// The cluster client settings of a Redis Cluster voter, shared by its command connection
+/// and its release subscriptions: the seeds, [`CLUSTER_RETRIES`], short retry pauses, the
+/// connect timeout, and the certificate authorities of a `rediss+cluster://` voter.
+pub(crate) fn cluster_builder(
+    spec: &NodeSpec,
+    seeds: &[ConnectionInfo],
+    connect_timeout: Duration,
+) -> redis::cluster::ClusterClientBuilder {
     let builder = redis::cluster::ClusterClientBuilder::new(seeds.to_vec())
         .retries(CLUSTER_RETRIES)
         .min_retry_wait(1)
         .max_retry_wait(100)
         .connection_timeout(connect_timeout);
     #[cfg(feature = "tls-rustls")]
-    let builder = match &spec.root_ca {
-        Some(ca) => builder.certs(redis::TlsCertificates {
+    if let Some(ca) = &spec.root_ca {
+        return builder.certs(redis::TlsCertificates {
             client_tls: None,
             root_cert: Some(ca.clone()),
-        }),
-        None => builder,
-    };
-    let client = builder
-        .build()
-        .map_err(|e| Error::config("nodes", format!("{}: {}", spec.addr, e.kind_str())))?;
-    // We bound every command ourselves, so the client's own response timeout is off.
-    let config = redis::cluster::ClusterConfig::new().set_connection_timeout(connect_timeout);
-    Ok(client.get_pending_async_connection_with_config(config))
+        });
+    }
+    #[cfg(not(feature = "tls-rustls"))]
+    let _ = spec;
+    builder
 }
 
 /// An idempotent script on a Redis Cluster voter whose slot is half-way through a
@@ -791,6 +803,9 @@ enum Wire {
     Script(Arc<ScriptCall>),
 }
 
+/// What an acquisition that met a copy of itself on a node counts as (a failure).
+const SENT_TWICE: &str = "the node already holds this attempt's token: the request was sent twice";
+
 /// One prepared request, shared by every node of a round, and how its answer is read.
 ///
 /// Built once per round by the constructors below, which are the only place a TTL becomes
@@ -799,6 +814,9 @@ enum Wire {
 pub(crate) struct Request {
     wire: Wire,
     answer: Answer,
+    /// An acquisition's own token: a node answering that it already holds it was sent the
+    /// same request twice (see [`Request::decode`]).
+    own: Option<Holder>,
 }
 
 impl Request {
@@ -826,6 +844,7 @@ impl Request {
         Request {
             wire,
             answer: Answer::Acquire,
+            own: Some(Holder::new(token.as_bytes().to_vec())),
         }
     }
 
@@ -845,6 +864,7 @@ impl Request {
         Request {
             wire: Wire::Script(Arc::new(ScriptCall::new(script, keys, args))),
             answer: a,
+            own: None,
         }
     }
 
@@ -1014,8 +1034,21 @@ impl Request {
     }
 
     /// Decodes a raw answer to this request.
+    ///
+    /// An acquisition answered with its own token (`SET … GET`), or `-1` (`acquire.lua`:
+    /// every key already holds it), met a copy of itself: redis-rs's cluster client sends a
+    /// command again after a connection dropped before the reply, and the first copy may
+    /// have run. That is no refusal (a refused node is never cleaned up, as its key is
+    /// someone else's): the answer becomes a failure, so the attempt's clean-up releases
+    /// the node, and the node is never counted as granted either (its key's TTL started at
+    /// the first copy).
     fn decode(&self, raw: Reply) -> Typed {
-        decode(self.answer, raw)
+        match decode(self.answer, raw) {
+            Typed::HeldBy(Some(h)) if self.own.as_ref() == Some(&h) => {
+                Typed::Failed(SENT_TWICE.to_owned())
+            }
+            other => other,
+        }
     }
 
     /// What this request does, for the metrics' `op` label (from its script: no field).
@@ -1190,6 +1223,7 @@ pub(crate) fn decode(answer: Answer, raw: Reply) -> Typed {
         },
         (Answer::Compare, Value::Int(1)) => Some(Typed::Granted),
         (Answer::Acquire | Answer::Compare, Value::Int(0)) => Some(Typed::HeldBy(None)),
+        (Answer::Acquire, Value::Int(-1)) => Some(Typed::Failed(SENT_TWICE.to_owned())),
         (Answer::Acquire, Value::BulkString(owner)) => {
             Some(Typed::HeldBy(Some(Holder::new(owner.clone()))))
         }
@@ -1273,14 +1307,6 @@ fn short_value(v: &Value) -> String {
 }
 
 impl Node {
-    /// Sends `PING`, bounded by `timeout` (opens the connection); whether it answered.
-    pub(crate) async fn ping(&self, timeout: Duration) -> bool {
-        matches!(
-            self.query(&redis::cmd("PING"), timeout).await,
-            Reply::Value(_)
-        )
-    }
-
     /// Joins (or renews) a wait-queue place, bounded by `timeout` (finished in the
     /// background if the caller stops waiting: the script is idempotent).
     pub(crate) async fn join_queue(
@@ -1485,6 +1511,8 @@ struct Settings {
     appendonly: Option<String>,
     appendfsync: Option<String>,
     save: Option<String>,
+    /// `cluster-replica-no-failover` (a Redis Cluster's shards only).
+    no_failover: Option<String>,
     /// `INFO replication` and `INFO cluster`, to tell a replica or a cluster node.
     info: String,
 }
@@ -1493,12 +1521,14 @@ struct Settings {
 /// address of each (empty for a master given directly).
 async fn settings(node: &Node, timeout: Duration) -> Vec<(String, Settings)> {
     let mut shards: Vec<(String, Settings)> = Vec::new();
-    for (field, name) in [
-        (0, "maxmemory-policy"),
-        (1, "appendonly"),
-        (2, "appendfsync"),
-        (3, "save"),
-    ] {
+    let names = [
+        "maxmemory-policy",
+        "appendonly",
+        "appendfsync",
+        "save",
+        "cluster-replica-no-failover",
+    ];
+    for (field, name) in names.into_iter().enumerate() {
         let mut c = redis::cmd("CONFIG");
         c.arg("GET").arg(name);
         for (shard, value) in node.on_masters(&c, timeout).await {
@@ -1511,13 +1541,18 @@ async fn settings(node: &Node, timeout: Duration) -> Vec<(String, Settings)> {
                     shards.len() - 1
                 }
             };
-            if let Some((_, st)) = shards.get_mut(at) {
-                *[
+            if let Some((_, st)) = shards.get_mut(at)
+                && let Some(slot) = [
                     &mut st.maxmemory_policy,
                     &mut st.appendonly,
                     &mut st.appendfsync,
                     &mut st.save,
-                ][field] = got;
+                    &mut st.no_failover,
+                ]
+                .into_iter()
+                .nth(field)
+            {
+                *slot = got;
             }
         }
     }
@@ -1569,14 +1604,52 @@ impl Settings {
             tracing::warn!(node = %node,
                 "quorumlock: node is a replica; Redlock needs independent masters (writes will fail with READONLY)");
         }
-        if shard.is_empty() && lines().any(|l| l == "cluster_enabled:1") {
-            tracing::warn!(node = %node,
-                "quorumlock: node is a Redis Cluster node given as one master; give the cluster as one voter, redis+cluster://host:port[,host:port…] (its keys are spread over its shards)");
+        let replicas = lines()
+            .find_map(|l| l.strip_prefix("connected_slaves:"))
+            .and_then(|n| n.parse::<u32>().ok())
+            .unwrap_or(0);
+        if !shard.is_empty() && replicas > 0 && self.no_failover.as_deref() != Some("yes") {
+            tracing::warn!(node = %node, shard, replicas,
+                "quorumlock: a shard of this Redis Cluster voter fails over to a replica by itself; replication is asynchronous, so a failover can lose a lock key, and the voter then forgets the lock as a master restarted at once without persistence would (safe only within the margin docs/safety.md gives); set cluster-replica-no-failover yes to make a failover an operator's step, taken after the longest TTL");
         }
     }
 }
 
+/// In a master's [`Node::identity`]: the master is a Redis Cluster node.
+pub(crate) const CLUSTER_NODE: &str = "cluster_enabled:1";
+
 impl Node {
+    /// What identifies the server(s) behind this voter, to tell two voters that are one
+    /// store under two addresses: a master's `run_id`, every node id a Redis Cluster
+    /// voter's `CLUSTER NODES` lists (masters, replicas, failed nodes alike). A master
+    /// given directly that is a Redis Cluster node adds [`CLUSTER_NODE`]. Empty when the
+    /// voter does not answer within `timeout`.
+    pub(crate) async fn identity(&self, timeout: Duration) -> Vec<String> {
+        let (cmd, field) = if self.is_cluster() {
+            (redis::cmd("CLUSTER").arg("NODES").clone(), None)
+        } else {
+            let info = redis::cmd("INFO").arg("server").arg("cluster").clone();
+            (info, Some("run_id:"))
+        };
+        let Reply::Value(v) = self.query(&cmd, timeout).await else {
+            return Vec::new();
+        };
+        let text: String = redis::from_redis_value(v).unwrap_or_default();
+        let lines = text.lines().map(str::trim);
+        match field {
+            Some(f) => lines
+                .filter_map(|l| match l.strip_prefix(f) {
+                    Some(id) => Some(id.to_owned()),
+                    None => (l == "cluster_enabled:1").then(|| CLUSTER_NODE.to_owned()),
+                })
+                .collect(),
+            None => lines
+                .filter_map(|l| l.split_whitespace().next())
+                .map(|id| format!("cluster-node:{id}"))
+                .collect(),
+        }
+    }
+
     /// Sends a keyless command to this master, or to every master of a Redis Cluster
     /// voter: each answer with the master's address (empty for a master given directly).
     /// Failures are left out.
@@ -1665,6 +1738,32 @@ mod tests {
             NodeSpec::parse(0, "rediss+cluster://127.0.0.1:7001"),
             Err(_)
         ));
+    }
+
+    /// An acquisition that meets its own token (a copy of itself, resent by the cluster
+    /// client after a lost reply) is a failure, which the clean-up releases; another
+    /// owner's token stays a refusal.
+    #[test]
+    fn an_acquisition_sent_twice_is_a_failure_not_a_refusal() {
+        let token = Token::generate().unwrap();
+        let v = |v: Value| Reply::Value(v);
+        let ours = Value::BulkString(token.as_bytes().to_vec());
+        let theirs = Value::BulkString(b"someone-else".to_vec());
+        let one = Request::acquire(&[b"k".to_vec()], &token, Duration::from_secs(1));
+        assert!(matches!(one.decode(v(ours)), Typed::Failed(e) if e == SENT_TWICE));
+        assert!(matches!(one.decode(v(theirs)), Typed::HeldBy(Some(_))));
+        assert_eq!(one.decode(v(Value::Nil)), Typed::Granted);
+        let many = Request::acquire(
+            &[b"a".to_vec(), b"b".to_vec()],
+            &token,
+            Duration::from_secs(1),
+        );
+        assert!(matches!(many.decode(v(Value::Int(-1))), Typed::Failed(e) if e == SENT_TWICE));
+        assert_eq!(many.decode(v(Value::Int(0))), Typed::HeldBy(None));
+        assert_eq!(many.decode(v(Value::Int(1))), Typed::Granted);
+        // A compare script's refusal is not an acquisition's: it stays a refusal.
+        let ext = Request::extend(vec![b"k".to_vec()], &token, Duration::from_secs(1));
+        assert_eq!(ext.decode(v(Value::Int(0))), Typed::HeldBy(None));
     }
 
     /// Each raw answer shape decodes to the reply the protocol counts.

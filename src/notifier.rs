@@ -138,8 +138,8 @@ impl Notifier {
             let addr = spec.addr.clone();
             if let Some(seeds) = &spec.seeds {
                 // A Redis Cluster voter: shard channels, on the slots' masters.
-                let seeds = seeds.to_vec();
-                crate::background::spawn_daemon(sharded::subscriber(seeds, addr, index, weak, rx));
+                let b = crate::node::cluster_builder(spec, seeds, Duration::from_secs(1));
+                crate::background::spawn_daemon(sharded::subscriber(b, addr, index, weak, rx));
             } else if let Ok(client) = redis::Client::open(spec.info.clone()) {
                 crate::background::spawn_daemon(subscriber(client, addr, index, weak, rx));
             }

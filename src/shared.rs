@@ -11,15 +11,12 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
-
 use crate::config::Config;
 use crate::error::Error;
 use crate::extender::Registry;
 use crate::groupmap::GroupMap;
 use crate::metrics::ClientMetrics;
-use crate::node::{Node, NodeAddr, NodeSpec};
+use crate::node::{CLUSTER_NODE, Node, NodeAddr, NodeSpec};
 use crate::notifier::Notifier;
 use crate::protocol::tally;
 use crate::resource::{Layout, Resources};
@@ -64,6 +61,19 @@ pub(crate) fn layout_of(specs: &[NodeSpec]) -> Result<Layout, Error> {
     }
 }
 
+/// The first two voters whose identities ([`Node::identity`]) share an id: one store
+/// given twice.
+fn same_store(ids: &[Vec<String>]) -> Option<(usize, usize)> {
+    for (i, a) in ids.iter().enumerate() {
+        for (j, b) in ids.iter().enumerate().skip(i + 1) {
+            if a.iter().any(|x| b.contains(x)) {
+                return Some((i, j));
+            }
+        }
+    }
+    None
+}
+
 impl Inner {
     /// `res` with this group's key layout (checked again: a Redis Cluster group needs a
     /// multi-resource lock's names in one hash slot).
@@ -95,11 +105,42 @@ impl Inner {
                 "quorumlock: an even number of nodes tolerates no more failures than one node fewer; use 3, 5 or 7"
             );
         }
-        let warmup: FuturesUnordered<_> = nodes
-            .iter()
-            .map(|node| node.ping(config.connect_timeout))
-            .collect();
-        let _ = tokio::time::timeout(config.connect_timeout, warmup.collect::<Vec<_>>()).await;
+        // Opening every connection (at most the connect timeout in all) also reads what
+        // identifies each voter: one store given twice would count its one failure twice.
+        let warmup = futures::future::join_all(
+            nodes
+                .iter()
+                .map(|node| node.identity(config.connect_timeout)),
+        );
+        let ids = tokio::time::timeout(config.connect_timeout, warmup)
+            .await
+            .unwrap_or_default();
+        if let Some(i) = ids.iter().position(|v| v.iter().any(|x| x == CLUSTER_NODE)) {
+            return Err(Error::config(
+                "nodes",
+                format!(
+                    "voter #{} ({}) is a node of a Redis Cluster, given as one master; give \
+                     the cluster as one voter, redis+cluster://host:port[,host:port…] (its \
+                     keys are spread over its shards)",
+                    i + 1,
+                    nodes[i].addr
+                ),
+            ));
+        }
+        if let Some((i, j)) = same_store(&ids) {
+            return Err(Error::config(
+                "nodes",
+                format!(
+                    "voters #{} ({}) and #{} ({}) are one Redis server or one Redis Cluster \
+                     under two addresses; every voter must be an independent store, or one \
+                     failure counts twice",
+                    i + 1,
+                    nodes[i].addr,
+                    j + 1,
+                    nodes[j].addr
+                ),
+            ));
+        }
         // The checks run in the background and only warn: give each query more patience
         // than a lock request gets, so that a busy machine does not hide a warning.
         let check_timeout = config.connect_timeout.max(CHECK_TIMEOUT);
@@ -136,6 +177,25 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_store_given_twice_is_found() {
+        let ids = |v: &[&[&str]]| -> Vec<Vec<String>> {
+            v.iter()
+                .map(|s| s.iter().map(|x| x.to_string()).collect())
+                .collect()
+        };
+        assert_eq!(same_store(&ids(&[&["a"], &["b"], &["c"]])), None);
+        assert_eq!(
+            same_store(&ids(&[&["a"], &[], &[]])),
+            None,
+            "unanswered voters"
+        );
+        assert_eq!(
+            same_store(&ids(&[&["a", "x"], &["b"], &["y", "x"]])),
+            Some((0, 2))
+        );
+    }
 
     #[test]
     fn a_group_is_all_masters_or_all_clusters() {

@@ -261,12 +261,13 @@ async fn moved_and_ask_redirects_during_acquire_extend_and_release() {
         .expect("begin migration");
     let other = b.try_lock(second, TTL).await.expect("acquire through ASK");
     let key = cluster_lock_key(second);
-    let at_target = value_asking(&v[0], sources[0], &key).await;
-    assert_eq!(
-        at_target.as_deref(),
-        Some(other.token().as_bytes()),
-        "voter 0 granted through ASK"
-    );
+    // The attempt returns at its quorum; voter 0's grant (MOVED, then ASK) may land a
+    // moment later.
+    let granted = eventually(Duration::from_secs(5), || async {
+        value_asking(&v[0], sources[0], &key).await.as_deref() == Some(other.token().as_bytes())
+    })
+    .await;
+    assert!(granted, "voter 0 granted through ASK");
     for c in &v[1..] {
         assert_eq!(
             value_at_owner(c, &key).await.as_deref(),
@@ -389,4 +390,116 @@ async fn two_of_three_voters_failed_over_at_once_is_flagged() {
     let report = h.check();
     assert!(report.has(ViolationKind::Overlap), "{report}\n{h}");
     drop((lock, second));
+}
+
+/// A store given twice, under two addresses, would count its one failure twice: the
+/// client refuses to build. Two seeds of one Redis Cluster, and one master by two names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_store_under_two_addresses_is_refused() {
+    let (x, z) = tokio::join!(RedisCluster::launch(1, 1), RedisCluster::launch(1, 0));
+    let (x, z) = (x.expect("cluster"), z.expect("cluster"));
+    let seed = |i: usize| {
+        let port = x.processes().port(i).expect("port");
+        format!("redis+cluster://127.0.0.1:{port}")
+    };
+    let e = Redlock::builder([seed(0), seed(1), z.voter_url()])
+        .build()
+        .await
+        .expect_err("one cluster under two seeds");
+    assert_eq!(e.kind(), ErrorKind::Config, "{e}");
+    assert!(e.to_string().contains("voters #1"), "{e}");
+    assert!(e.to_string().contains("and #2"), "{e}");
+
+    let plain = quorumlock::testkit::LocalCluster::launch(2)
+        .await
+        .expect("masters");
+    let port = plain.port(0).expect("port");
+    let e = Redlock::builder([
+        format!("redis://127.0.0.1:{port}"),
+        plain.url(1).expect("url"),
+        format!("redis://localhost:{port}"),
+    ])
+    .build()
+    .await
+    .expect_err("one master under two names");
+    assert_eq!(e.kind(), ErrorKind::Config, "{e}");
+    assert!(e.to_string().contains("voters #1"), "{e}");
+    // Three distinct stores are fine.
+    Redlock::builder([seed(0), z.voter_url(), plain.url(1).expect("url")])
+        .build()
+        .await
+        .expect_err("a group mixing clusters and masters is refused");
+}
+
+/// The start-up checks look at every shard of a Redis Cluster voter, and warn about a
+/// cluster node given as one master.
+#[tokio::test]
+async fn start_up_checks_look_at_every_shard() {
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("buffer").extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let writer = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .finish();
+    // A current-thread test runtime: the checks' spawned tasks run on this thread.
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let v = voters(2, 1).await;
+    // The second master of voter 0 evicts keys.
+    let url = v[0].processes().url(1).expect("url");
+    let mut conn = redis::Client::open(url.clone())
+        .expect("URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("allkeys-lru")
+        .query_async(&mut conn)
+        .await
+        .expect("CONFIG SET");
+    let _a = client(&v, false).await;
+    let e = Redlock::builder([url.clone()])
+        .build()
+        .await
+        .expect_err("a cluster node given as one master");
+    assert_eq!(e.kind(), ErrorKind::Config, "{e}");
+    assert!(e.to_string().contains("redis+cluster://"), "{e}");
+    let port = v[0].processes().port(1).expect("port");
+    let text = || String::from_utf8_lossy(&buf.0.lock().expect("buffer")).to_string();
+    let expected = [
+        format!("shard=\"127.0.0.1:{port}\""),
+        "maxmemory-policy is not noeviction".to_owned(),
+        "fails over to a replica by itself".to_owned(),
+    ];
+    let seen = eventually(Duration::from_secs(20), || async {
+        expected.iter().all(|e| text().contains(e.as_str()))
+    })
+    .await;
+    assert!(seen, "missing warnings in:\n{}", text());
+    let evicting = text()
+        .lines()
+        .filter(|l| l.contains("not noeviction"))
+        .map(str::to_owned)
+        .collect::<Vec<_>>();
+    assert_eq!(evicting.len(), 1, "only the one shard evicts: {evicting:?}");
+    assert!(
+        evicting[0].contains(&format!("127.0.0.1:{port}")),
+        "{evicting:?}"
+    );
 }

@@ -26,7 +26,7 @@ use std::collections::HashSet;
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
-use redis::{ConnectionInfo, PushInfo, PushKind, Value};
+use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 
 use super::{ASK_REFUSED_AGAIN, SUBSCRIBE_TIMEOUT, Shared, SubCmd, announce_subscribed};
@@ -34,20 +34,16 @@ use crate::node::NodeAddr;
 
 /// Serves voter `index`'s shard-channel subscriptions until the notifier is gone.
 pub(super) async fn subscriber(
-    seeds: Vec<ConnectionInfo>,
+    builder: redis::cluster::ClusterClientBuilder,
     addr: NodeAddr,
     index: usize,
     shared: Weak<Shared>,
     mut cmds: mpsc::UnboundedReceiver<SubCmd>,
 ) {
     let (tx, mut pushes) = mpsc::unbounded_channel::<PushInfo>();
-    let client = redis::cluster::ClusterClientBuilder::new(seeds)
+    let client = builder
         .use_protocol(redis::ProtocolVersion::RESP3)
         .push_sender(tx)
-        .retries(crate::node::CLUSTER_RETRIES)
-        .min_retry_wait(1)
-        .max_retry_wait(100)
-        .connection_timeout(Duration::from_secs(1))
         .build();
     let client = match client {
         Ok(c) => c,

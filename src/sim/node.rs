@@ -156,7 +156,8 @@ pub enum Request {
         /// The TTL in ms (0 is refused, as by Redis).
         ttl_ms: u64,
     },
-    /// `acquire.lua`: 1 when every key was set, 0 when any existed.
+    /// `acquire.lua`: 1 when every key was set, 0 when any existed, -1 when every key held
+    /// this very token already.
     Acquire {
         /// The lock keys.
         keys: Vec<Vec<u8>>,
@@ -882,7 +883,18 @@ impl SimNode {
                 token,
                 ttl_ms,
             } => {
-                if keys.iter().any(|k| self.exists(k, now)) {
+                let mut ours = 0;
+                for k in keys {
+                    match self.get(k, now)? {
+                        Some(held) if held == token.as_slice() => ours += 1,
+                        Some(_) => return Ok(Reply::Int(0)),
+                        None => {}
+                    }
+                }
+                if ours == keys.len() {
+                    return Ok(Reply::Int(-1));
+                }
+                if ours > 0 {
                     return Ok(Reply::Int(0));
                 }
                 for k in keys {
