@@ -41,6 +41,11 @@
 //!   over two lock groups of 3 nodes: the pair in one group (a common hash tag: one round)
 //!   against the pair across both groups (one round per group, one after the other):
 //!   cycle latency percentiles.
+//! * `cluster_voters`: one task, uncontended `try_lock` + release on 3 voters that are Redis
+//!   Clusters of 3 masters each (9 `redis-server` processes) against 3 plain masters, in
+//!   alternating rounds, beside each one's raw floor (`SET NX PX` + `DEL` on the 3 voters
+//!   at once: multiplexed connections, or redis-rs's cluster client): cycle latency
+//!   percentiles and the cluster / plain ratios.
 //! * `contended_pairs`: 8 tasks, each with its own client, taking (`lock_many`) one of four
 //!   overlapping pairs of a ring of four resources, two tasks per pair: notify waiting
 //!   (woken by release announcements, staggered) against plain polling (notify off), in
@@ -62,8 +67,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
 use futures::StreamExt;
-use quorumlock::testkit::LocalCluster;
 use quorumlock::testkit::fairness::{self, Distribution, Grant, Wait};
+use quorumlock::testkit::{ClusterVoters, Faults, LocalCluster};
 use quorumlock::{Redlock, Semaphore, Watchdog};
 use tokio::runtime::Runtime;
 
@@ -127,6 +132,9 @@ fn main() {
     }
     if wants("spanning") {
         bench_spanning(&rt, &summary);
+    }
+    if wants("cluster_voters") {
+        bench_cluster_voters(&rt, &summary);
     }
     if wants("held_10k") {
         bench_held(&rt, &summary, &urls, &cluster);
@@ -416,6 +424,152 @@ async fn throughput_spread(imp: &Impl, cycles: usize, tag: &str) -> f64 {
 }
 
 /// Cycle latency of a pair within one lock group and of a pair across two groups.
+/// The raw floor of one cycle on three voters: `SET NX PX` then `DEL` on all three at
+/// once, through a multiplexed connection per master or redis-rs's cluster client per
+/// cluster voter.
+enum Floor {
+    Plain(Vec<redis::aio::MultiplexedConnection>),
+    Cluster(Vec<redis::cluster_async::ClusterConnection>),
+}
+
+impl Floor {
+    async fn connect(urls: &[String], cluster: bool) -> Floor {
+        if !cluster {
+            let mut conns = Vec::new();
+            for u in urls {
+                let c = redis::Client::open(u.as_str()).expect("URL");
+                conns.push(c.get_multiplexed_async_connection().await.expect("connect"));
+            }
+            return Floor::Plain(conns);
+        }
+        let mut conns = Vec::new();
+        for u in urls {
+            let seeds: Vec<String> = u
+                .trim_start_matches("redis+cluster://")
+                .split(',')
+                .map(|h| format!("redis://{h}"))
+                .collect();
+            let c = redis::cluster::ClusterClient::new(seeds).expect("cluster client");
+            conns.push(c.get_async_connection().await.expect("connect"));
+        }
+        Floor::Cluster(conns)
+    }
+
+    async fn cycle(&mut self, key: &str) {
+        let mut set = redis::cmd("SET");
+        set.arg(key)
+            .arg("floor-token")
+            .arg("NX")
+            .arg("PX")
+            .arg(10_000);
+        let mut del = redis::cmd("DEL");
+        del.arg(key);
+        match self {
+            Floor::Plain(cs) => {
+                futures::future::join_all(cs.iter_mut().map(|c| set.query_async::<()>(c))).await;
+                futures::future::join_all(cs.iter_mut().map(|c| del.query_async::<()>(c))).await;
+            }
+            Floor::Cluster(cs) => {
+                futures::future::join_all(cs.iter_mut().map(|c| set.query_async::<()>(c))).await;
+                futures::future::join_all(cs.iter_mut().map(|c| del.query_async::<()>(c))).await;
+            }
+        }
+    }
+}
+
+fn bench_cluster_voters(rt: &Runtime, summary: &Summary) {
+    let plain = rt
+        .block_on(LocalCluster::launch(3))
+        .expect("launch 3 redis-server nodes");
+    let clusters = rt
+        .block_on(ClusterVoters::launch(3, 3, 0))
+        .expect("launch 3 Redis Clusters of 3 masters");
+    let kinds = [
+        ("plain", plain.urls(), false),
+        ("cluster", clusters.urls(), true),
+    ];
+    let (locks, mut floors): (Vec<Redlock>, Vec<Floor>) = rt.block_on(async {
+        let mut locks = Vec::new();
+        let mut floors = Vec::new();
+        for (_, urls, cluster) in &kinds {
+            locks.push(Redlock::builder(urls.clone()).build().await.expect("build"));
+            floors.push(Floor::connect(urls, *cluster).await);
+        }
+        (locks, floors)
+    });
+    let names = [
+        "quorumlock/plain",
+        "quorumlock/cluster",
+        "floor/plain",
+        "floor/cluster",
+    ];
+    let mut rounds: Vec<Vec<Vec<Duration>>> = vec![Vec::new(); names.len()];
+    for round in 0..ROUNDS {
+        for (k, rs) in rounds.iter_mut().enumerate() {
+            let lat = rt.block_on(async {
+                let mut lat = Vec::with_capacity(CYCLES);
+                for i in 0..CYCLES {
+                    // A new resource every cycle: spread over every slot (and shard).
+                    let key = format!("cv-{round}-{i}");
+                    let t = Instant::now();
+                    if k < 2 {
+                        let lock = locks[k].try_lock(&key, TTL).await.expect("lock");
+                        lock.release().await.expect("release");
+                    } else {
+                        floors[k - 2].cycle(&key).await;
+                    }
+                    lat.push(t.elapsed());
+                }
+                lat
+            });
+            rs.push(lat);
+        }
+    }
+    let mut p50 = vec![0.0; names.len()];
+    for (k, name) in names.iter().enumerate() {
+        p50[k] = median_of(&rounds[k], |v| us(percentile(v, 0.50)));
+        let p99 = median_of(&rounds[k], |v| us(percentile(v, 0.99)));
+        println!(
+            "[cluster_voters] {name:<20} p50 {:>8.1} µs  p99 {p99:>8.1} µs",
+            p50[k]
+        );
+        summary.line(&format!(
+            r#"{{"section":"cluster_voters","impl":"{name}","p50_us":{:.1},"p99_us":{p99:.1}}}"#,
+            p50[k]
+        ));
+    }
+    // The load split over the shards: requests each cluster master ran in the timed rounds
+    // (the floor's SETs included: every cycle of every implementation uses a new key).
+    let mut shards = Vec::new();
+    for i in 0..clusters.len() {
+        let voter = clusters.voter(i).expect("voter");
+        let load = rt.block_on(server_load(voter.processes()));
+        shards.extend(load.iter().map(|(requests, _)| *requests));
+    }
+    let mean = shards.iter().sum::<u64>() as f64 / shards.len().max(1) as f64;
+    let worst = shards
+        .iter()
+        .map(|r| (*r as f64 - mean).abs() / mean)
+        .fold(0.0, f64::max);
+    println!(
+        "[cluster_voters] requests per shard master: {shards:?} (largest deviation from the mean {:.1} %)",
+        worst * 100.0
+    );
+    summary.line(&format!(
+        r#"{{"section":"cluster_voters","shard_requests":{shards:?},"largest_deviation":{worst:.4}}}"#
+    ));
+    println!(
+        "[cluster_voters] cluster / plain (p50): quorumlock {:.2}x, floor {:.2}x; quorumlock / floor: plain {:.2}x, cluster {:.2}x",
+        p50[1] / p50[0],
+        p50[3] / p50[2],
+        p50[0] / p50[2],
+        p50[1] / p50[3]
+    );
+    drop(locks);
+    drop(clusters);
+    drop(plain);
+}
+
 fn bench_spanning(rt: &Runtime, summary: &Summary) {
     let cluster = rt
         .block_on(LocalCluster::launch(2 * GROUP_NODES))

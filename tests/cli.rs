@@ -1299,3 +1299,62 @@ async fn demo_oversells_without_and_not_with_the_lock() {
     let third = text.split("3. lock-free").nth(1).expect("a third act");
     assert!(third.contains("sold 5 of 5: exactly right"), "{text}");
 }
+
+/// Voters that are Redis Clusters go in `QUORUMLOCK_NODES` like masters: each
+/// `redis+cluster://` URL keeps its comma-separated seeds, and the command runs under the
+/// lock on the three clusters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_runs_on_cluster_voters() {
+    use quorumlock::testkit::{ClusterVoters, Faults};
+    let voters = ClusterVoters::launch(3, 2, 0)
+        .await
+        .expect("three local Redis Clusters");
+    let urls = voters.urls();
+    assert!(
+        urls.iter().all(|u| u.contains(',')),
+        "several seeds each: {urls:?}"
+    );
+    let mut c = bare();
+    c.env("QUORUMLOCK_NODES", urls.join(",")).args([
+        "run",
+        "--resource",
+        "cli:cluster",
+        "--",
+        "sh",
+        "-c",
+        "echo ran",
+    ]);
+    let out = output(&mut c, Duration::from_secs(30)).await;
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ran");
+    // Held by the library on the same voters, the resource is busy for the CLI.
+    let locks = Redlock::builder(urls.clone()).build().await.expect("build");
+    let held = locks
+        .try_lock("cli:cluster", Duration::from_secs(30))
+        .await
+        .expect("free after the run");
+    let mut c = bare();
+    c.env("QUORUMLOCK_NODES", urls.join(",")).args([
+        "run",
+        "--resource",
+        "cli:cluster",
+        "--no-wait",
+        "--",
+        "sh",
+        "-c",
+        "echo ran",
+    ]);
+    let out = output(&mut c, Duration::from_secs(30)).await;
+    assert_eq!(
+        out.status.code(),
+        Some(BUSY),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    held.release().await.expect("release");
+}

@@ -112,17 +112,25 @@ impl Nodes {
 
 /// Splits node URLs (already split at commas by clap) into groups at `;`:
 /// `["a", "b;c", "d"]` is `[["a", "b"], ["c", "d"]]`. Blank entries are dropped; an empty
-/// group stays (and is refused by the builder with a message naming it).
+/// group stays (and is refused by the builder with a message naming it). A Redis Cluster
+/// voter's URL lists its seeds with commas too: an entry without a scheme
+/// (`host:port`) right after a `redis+cluster://` or `rediss+cluster://` one is one more
+/// seed of it, so `redis+cluster://a:1,b:2,redis://c:3` is two voters.
 pub fn split_groups(urls: &[String]) -> Vec<Vec<String>> {
     urls.join(",")
         .split(';')
         .map(|group| {
-            group
-                .split(',')
-                .map(str::trim)
-                .filter(|u| !u.is_empty())
-                .map(str::to_owned)
-                .collect()
+            let mut voters: Vec<String> = Vec::new();
+            for u in group.split(',').map(str::trim).filter(|u| !u.is_empty()) {
+                match voters.last_mut() {
+                    Some(last) if !u.contains("://") && last.contains("+cluster://") => {
+                        last.push(',');
+                        last.push_str(u);
+                    }
+                    _ => voters.push(u.to_owned()),
+                }
+            }
+            voters
         })
         .collect()
 }
@@ -169,4 +177,53 @@ fn main() -> ExitCode {
     // Do not wait for background clean-up tasks of the library beyond this point.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     ExitCode::from(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_groups;
+
+    fn v(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn groups_and_cluster_voters_split_apart() {
+        assert_eq!(
+            split_groups(&v(&[
+                "redis://a:1",
+                "redis://b:2;redis://c:3",
+                "redis://d:4"
+            ])),
+            vec![
+                v(&["redis://a:1", "redis://b:2"]),
+                v(&["redis://c:3", "redis://d:4"])
+            ]
+        );
+        // A cluster voter's seeds stay one voter; the next scheme starts the next voter.
+        assert_eq!(
+            split_groups(&v(&[
+                "redis+cluster://a:1",
+                "b:2",
+                "redis+cluster://c:3",
+                " d:4 ",
+                "rediss+cluster://u:p@e:5",
+                "f:6;redis+cluster://g:7",
+                "h:8"
+            ])),
+            vec![
+                v(&[
+                    "redis+cluster://a:1,b:2",
+                    "redis+cluster://c:3,d:4",
+                    "rediss+cluster://u:p@e:5,f:6"
+                ]),
+                v(&["redis+cluster://g:7,h:8"])
+            ]
+        );
+        // A bare host after a plain URL is left alone (the builder refuses it).
+        assert_eq!(
+            split_groups(&v(&["redis://a:1", "b:2"])),
+            vec![v(&["redis://a:1", "b:2"])]
+        );
+    }
 }
