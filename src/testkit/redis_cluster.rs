@@ -304,12 +304,12 @@ impl RedisCluster {
     }
 }
 
-/// Several local Redis Clusters, each one quorumlock voter: the [`Faults`] backend for
+/// Several local Redis Clusters, each one quorumlock voter: the [`Faults`](super::Faults) backend for
 /// scenarios over cluster voters. Voter `i` is [`voter(i)`](Self::voter); a fault on it acts
 /// on every process of that cluster (the whole voter down, or paused), the way a fault on
 /// a plain master acts on its one process. A client's link to a voter cannot be cut or
 /// slowed (a cluster announces its nodes' own addresses, so no proxy stands in between):
-/// [`disconnect`](Faults::disconnect) and [`slow`](Faults::slow) are `Unsupported`.
+/// [`disconnect`](super::Faults::disconnect) and [`slow`](super::Faults::slow) are `Unsupported`.
 ///
 /// # Example
 ///
