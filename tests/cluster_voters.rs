@@ -344,6 +344,17 @@ async fn a_failover_losing_one_voters_key_keeps_the_lock_safe() {
     let v = voters(1, 1).await;
     let (a, b) = (client(&v, false).await, client(&v, false).await);
     let mut lock = a.try_lock("stock:9", TTL).await.expect("lock");
+    // A graceful failover on voter 1 (the replica catches up first) loses nothing: every
+    // voter still holds the lock, on voter 1 at its new master.
+    let key = cluster_lock_key("stock:9");
+    let old = v[1].owner(key_slot(&key)).await.expect("owner");
+    let promoted = v[1].failover(old).await.expect("graceful failover");
+    assert_ne!(promoted, old);
+    assert_eq!(holders(&b, "stock:9").await, 3);
+    lock.extend(TTL)
+        .await
+        .expect("extend after a graceful failover");
+    // A crash that loses the key on voter 0: two voters still hold it.
     crash_losing(&v[0], "stock:9").await;
     assert_eq!(holders(&b, "stock:9").await, 2);
     let e = b
