@@ -114,6 +114,20 @@ async fn shard_subscribers(cluster: &RedisCluster, channel: &[u8]) -> u64 {
     n
 }
 
+/// How many voters hold `resource` for the owner of `token`, as an inspection reads them
+/// (a refused attempt's clean-up may still be on its way on another voter).
+async fn held_by(locks: &Redlock, resource: &str, token: &str) -> usize {
+    let seen = locks.inspect(resource).await.expect("inspect");
+    seen.nodes()
+        .iter()
+        .filter(|n| {
+            n.reading()
+                .and_then(|r| r.holder())
+                .is_some_and(|h| h.is_prefix_of(token))
+        })
+        .count()
+}
+
 /// How many voters hold `resource`, as an inspection reads them.
 async fn holders(locks: &Redlock, resource: &str) -> usize {
     let seen = locks.inspect(resource).await.expect("inspect");
@@ -344,19 +358,20 @@ async fn a_failover_losing_one_voters_key_keeps_the_lock_safe() {
     let v = voters(1, 1).await;
     let (a, b) = (client(&v, false).await, client(&v, false).await);
     let mut lock = a.try_lock("stock:9", TTL).await.expect("lock");
+    let token = lock.token().to_owned();
     // A graceful failover on voter 1 (the replica catches up first) loses nothing: every
     // voter still holds the lock, on voter 1 at its new master.
     let key = cluster_lock_key("stock:9");
     let old = v[1].owner(key_slot(&key)).await.expect("owner");
     let promoted = v[1].failover(old).await.expect("graceful failover");
     assert_ne!(promoted, old);
-    assert_eq!(holders(&b, "stock:9").await, 3);
+    assert_eq!(held_by(&b, "stock:9", &token).await, 3);
     lock.extend(TTL)
         .await
         .expect("extend after a graceful failover");
     // A crash that loses the key on voter 0: two voters still hold it.
     crash_losing(&v[0], "stock:9").await;
-    assert_eq!(holders(&b, "stock:9").await, 2);
+    assert_eq!(held_by(&b, "stock:9", &token).await, 2);
     let e = b
         .try_lock("stock:9", TTL)
         .await
@@ -365,7 +380,7 @@ async fn a_failover_losing_one_voters_key_keeps_the_lock_safe() {
     lock.extend(TTL)
         .await
         .expect("extend on the two voters left");
-    assert_eq!(holders(&b, "stock:9").await, 2);
+    assert_eq!(held_by(&b, "stock:9", &token).await, 2);
     lock.release().await.expect("release");
     let _free = b
         .try_lock("stock:9", TTL)
@@ -435,11 +450,17 @@ async fn one_store_under_two_addresses_is_refused() {
     .expect_err("one master under two names");
     assert_eq!(e.kind(), ErrorKind::Config, "{e}");
     assert!(e.to_string().contains("voters #1"), "{e}");
-    // Three distinct stores are fine.
-    Redlock::builder([seed(0), z.voter_url(), plain.url(1).expect("url")])
+    // A group mixing clusters and masters is refused; three distinct clusters are fine.
+    let e = Redlock::builder([seed(0), z.voter_url(), plain.url(1).expect("url")])
         .build()
         .await
-        .expect_err("a group mixing clusters and masters is refused");
+        .expect_err("a group mixing clusters and masters");
+    assert_eq!(e.kind(), ErrorKind::Config, "{e}");
+    let w = RedisCluster::launch(1, 0).await.expect("cluster");
+    Redlock::builder([seed(1), z.voter_url(), w.voter_url()])
+        .build()
+        .await
+        .expect("three independent clusters");
 }
 
 /// The start-up checks look at every shard of a Redis Cluster voter, and warn about a
@@ -513,4 +534,45 @@ async fn start_up_checks_look_at_every_shard() {
         evicting[0].contains(&format!("127.0.0.1:{port}")),
         "{evicting:?}"
     );
+}
+
+/// The master serving the group-map record's slot crashes on one voter. Until the cluster
+/// fails it over, the record's requests there meet `MOVED` to the dead master: that says
+/// where the record is, not what it holds, so the client goes on locking on the two other
+/// voters (it was refused every lock for its lifetime before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_master_holding_the_group_map_record_is_no_mismatch() {
+    let (x, y, z) = tokio::join!(
+        RedisCluster::launch(3, 1),
+        RedisCluster::launch(1, 0),
+        RedisCluster::launch(1, 0)
+    );
+    let v = vec![
+        x.expect("cluster"),
+        y.expect("cluster"),
+        z.expect("cluster"),
+    ];
+    let a = client(&v, false).await;
+    a.try_lock("warm", Duration::from_secs(1))
+        .await
+        .expect("lock")
+        .release()
+        .await
+        .expect("release");
+    let record = key_slot(b"quorumlock:groupmap");
+    let master = v[0].owner(record).await.expect("owner");
+    v[0].processes().kill(master).await.expect("kill");
+    let mut held = Vec::new();
+    for i in 0..10u32 {
+        // A longer TTL every time: the record is rewritten to cover it.
+        let ttl = Duration::from_secs(60 + 30 * u64::from(i));
+        match a.try_lock(&format!("after-crash:{i}"), ttl).await {
+            Ok(lock) => held.push(lock),
+            Err(e) => assert_ne!(e.kind(), ErrorKind::GroupMapMismatch, "try {i}: {e}"),
+        }
+    }
+    assert!(!held.is_empty(), "the two other voters make a quorum");
+    for lock in held {
+        lock.release().await.expect("release");
+    }
 }
