@@ -114,6 +114,31 @@ async fn shard_subscribers(cluster: &RedisCluster, channel: &[u8]) -> u64 {
     n
 }
 
+/// How many connections listen to the shard channel `channel` anywhere in `cluster`: on
+/// its slot's master, or on a replica of it (a shard's messages reach its replicas too).
+async fn shard_listeners(cluster: &RedisCluster, channel: &[u8]) -> u64 {
+    let mut total = 0;
+    for p in 0..cluster.processes().len() {
+        let Ok(url) = cluster.processes().url(p) else {
+            continue;
+        };
+        let Ok(client) = redis::Client::open(url) else {
+            continue;
+        };
+        let connect = client.get_multiplexed_async_connection();
+        let Ok(Ok(mut conn)) = tokio::time::timeout(Duration::from_secs(1), connect).await else {
+            continue;
+        };
+        let n: redis::RedisResult<(Vec<u8>, u64)> = redis::cmd("PUBSUB")
+            .arg("SHARDNUMSUB")
+            .arg(channel)
+            .query_async(&mut conn)
+            .await;
+        total += n.map_or(0, |(_, n)| n);
+    }
+    total
+}
+
 /// How many voters hold `resource` for the owner of `token`, as an inspection reads them
 /// (a refused attempt's clean-up may still be on its way on another voter).
 async fn held_by(locks: &Redlock, resource: &str, token: &str) -> usize {
@@ -574,5 +599,117 @@ async fn a_crashed_master_holding_the_group_map_record_is_no_mismatch() {
     assert!(!held.is_empty(), "the two other voters make a quorum");
     for lock in held {
         lock.release().await.expect("release");
+    }
+}
+
+/// The first name `prefix-<i>` whose slot master 0 of a two-master cluster serves (`low`:
+/// slots 0–8191) or master 1 does.
+fn name_on(low: bool, prefix: &str) -> String {
+    (0..10_000)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|n| (key_slot(n.as_bytes()) < 8192) == low)
+        .expect("a name on each half")
+}
+
+/// A waiter's shard subscriptions follow its slot: after a migration (voter 0), a graceful
+/// failover (voter 1) and a crash failover (voter 2), it listens on the slot's new master
+/// of every voter, and the release reaches it there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiters_subscriptions_follow_its_slot() {
+    let v = voters(2, 1).await;
+    let (a, b) = (client(&v, false).await, client(&v, false).await);
+    let res = name_on(true, "follow");
+    let channel = cluster_release_channel(&res);
+    let slot = key_slot(channel.as_slice());
+    let lock = a.try_lock(&res, TTL).await.expect("lock");
+    let waiter = tokio::spawn({
+        let (b, res) = (b.clone(), res.clone());
+        async move { b.lock(&res, TTL).await }
+    });
+    for c in &v {
+        let on = eventually(Duration::from_secs(10), || async {
+            shard_subscribers(c, &channel).await >= 1
+        })
+        .await;
+        assert!(on, "subscribed before the faults");
+    }
+    v[0].migrate_slot(slot, 1).await.expect("migrate");
+    let old = v[1].owner(slot).await.expect("owner");
+    v[1].failover(old).await.expect("failover");
+    let old = v[2].owner(slot).await.expect("owner");
+    v[2].crash_failover(old).await.expect("crash failover");
+    for (k, c) in v.iter().enumerate() {
+        // On the slot's new master, or (after the graceful failover) still on the old
+        // master, which is now its replica and hears its shard's messages.
+        let on = eventually(Duration::from_secs(15), || async {
+            shard_listeners(c, &channel).await >= 1
+        })
+        .await;
+        assert!(on, "voter {k}: the waiter listens on the slot's shard");
+    }
+    // The crashed master's voter: on the new master itself.
+    let on = eventually(Duration::from_secs(15), || async {
+        shard_subscribers(&v[2], &channel).await >= 1
+    })
+    .await;
+    assert!(on, "voter 2: the waiter listens on the promoted replica");
+    lock.release().await.expect("release");
+    let next = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter got the lock in time")
+        .expect("task")
+        .expect("the waiter's lock");
+    next.release().await.expect("release");
+}
+
+/// A shard that does not answer holds up no other shard's subscriptions: with one master
+/// of voter 0 paused, a waiter on the other master's slots is subscribed there at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_shard_holds_up_no_other_subscription() {
+    let v = voters(2, 0).await;
+    let (a, b) = (client(&v, false).await, client(&v, false).await);
+    let (stuck, live) = (name_on(true, "stuck"), name_on(false, "live"));
+    let held_stuck = a.try_lock(&stuck, TTL).await.expect("lock");
+    let held_live = a.try_lock(&live, TTL).await.expect("lock");
+    let paused = v[0].owner(key_slot(stuck.as_bytes())).await.expect("owner");
+    v[0].processes().pause(paused).await.expect("pause");
+    // Waiters on the paused master's slot first: their SSUBSCRIBEs there go unanswered.
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        let (b, r) = (b.clone(), format!("{stuck}{}", ["", "x", "y"][i]));
+        waiters.push(tokio::spawn(
+            async move { b.try_lock(&r, TTL).await.is_ok() },
+        ));
+    }
+    let blocked = tokio::spawn({
+        let (b, r) = (b.clone(), stuck.clone());
+        async move { b.lock(&r, Duration::from_secs(1)).await.is_ok() }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let live_waiter = tokio::spawn({
+        let (b, r) = (b.clone(), live.clone());
+        async move { b.lock(&r, TTL).await }
+    });
+    let channel = cluster_release_channel(&live);
+    let on = eventually(Duration::from_secs(3), || async {
+        shard_subscribers(&v[0], &channel).await >= 1
+    })
+    .await;
+    assert!(
+        on,
+        "the live shard's channel was subscribed while the other shard is silent"
+    );
+    v[0].processes().resume(paused).await.expect("resume");
+    held_live.release().await.expect("release");
+    let next = tokio::time::timeout(Duration::from_secs(10), live_waiter)
+        .await
+        .expect("in time")
+        .expect("task")
+        .expect("the live waiter's lock");
+    next.release().await.expect("release");
+    held_stuck.release().await.expect("release");
+    blocked.abort();
+    for w in waiters {
+        w.abort();
     }
 }

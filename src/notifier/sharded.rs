@@ -9,17 +9,21 @@
 //! with the cluster.
 //!
 //! One task per voter holds one RESP3 connection through redis-rs's cluster client, which
-//! sends each `SSUBSCRIBE` to the master of the channel's slot, follows redirects, and
-//! subscribes again, on the slot's new master, after a failover or a slot migration. The
-//! task subscribes to every channel with interest, turns messages into wake-ups
-//! ([`Shared::announce_from`], as a plain master's link does), wakes the waiters once more
-//! after a connection was lost (a release may have been missed meanwhile), asks again
-//! every [`ASK_REFUSED_AGAIN`] for channels a subscription failed for, and unsubscribes
-//! channels idle for a while.
+//! sends each `SSUBSCRIBE` to the master of the channel's slot and follows redirects. The
+//! task subscribes to every channel with interest, each `SSUBSCRIBE` in a task of its own
+//! (a shard that does not answer holds up no other channel), turns messages into wake-ups
+//! ([`Shared::announce_from`], as a plain master's link does), and unsubscribes channels
+//! idle for a while. Subscriptions are lost when a slot moves (Redis drops them with a
+//! `sunsubscribe` push, and the cluster client forgets them), when a connection drops, and
+//! silently when a master crashes; the task asks again at the push, and asks for every
+//! subscribed channel again every [`VERIFY_EVERY`] to find the silent losses. A
+//! subscription back after a loss wakes the waiters once more (a release may have been
+//! missed meanwhile); a failed one is asked for again every [`ASK_REFUSED_AGAIN`].
 //!
 //! ```text
-//!   SubCmd::Subscribe(ch) ──SSUBSCRIBE (slot's master)──▶ pushes: smessage ──▶ Shared::announce_from
-//!                                                                 disconnection ──▶ epoch + 1, notices
+//!   SubCmd::Subscribe(ch) ──task: SSUBSCRIBE (slot's master)──▶ answered ──▶ notice (new epoch after a loss)
+//!   pushes: smessage ──▶ Shared::announce_from      sunsubscribe, disconnection ──▶ ask again
+//!   every 5 s: SSUBSCRIBE each subscribed channel again ──failed──▶ lost, asked again every 2 s
 //! ```
 
 use std::collections::HashSet;
@@ -31,6 +35,20 @@ use tokio::sync::mpsc;
 
 use super::{ASK_REFUSED_AGAIN, SUBSCRIBE_TIMEOUT, Shared, SubCmd, announce_subscribed};
 use crate::node::NodeAddr;
+
+/// How often every subscribed channel is asked for again (idempotent on the server): a
+/// subscription lost without a word (its master crashed, and the cluster client only
+/// looks for the new one when a command fails) is found within this time.
+const VERIFY_EVERY: Duration = Duration::from_secs(5);
+
+/// What an `SSUBSCRIBE` in flight was for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Asked {
+    /// A channel not subscribed (new, refused before, or lost).
+    Subscribe,
+    /// A channel subscribed already, asked again to see that it still is.
+    Verify,
+}
 
 /// Serves voter `index`'s shard-channel subscriptions until the notifier is gone.
 pub(super) async fn subscriber(
@@ -54,48 +72,63 @@ pub(super) async fn subscriber(
     };
     let conn =
         client.get_pending_async_connection_with_config(redis::cluster::ClusterConfig::new());
+    let (answers_tx, mut answers) = mpsc::unbounded_channel();
     let mut link = ShardLink {
         conn,
         shared,
         index,
         epoch: 1,
         subscribed: HashSet::new(),
+        asking: HashSet::new(),
+        lost: HashSet::new(),
         refused: HashSet::new(),
         refused_asked: Instant::now(),
+        verified: Instant::now(),
+        answers: answers_tx,
         addr,
     };
-    link.serve(&mut pushes, &mut cmds).await;
+    link.serve(&mut pushes, &mut cmds, &mut answers).await;
 }
 
-/// The subscriptions of one Redis Cluster voter.
+/// The subscriptions of one Redis Cluster voter. Every `SSUBSCRIBE` runs in a task of its
+/// own, bounded by [`SUBSCRIBE_TIMEOUT`], and reports back: a shard that does not answer
+/// holds up no other channel and no message.
 struct ShardLink {
     conn: redis::cluster_async::ClusterConnection,
     shared: Weak<Shared>,
     /// The voter's index (whose transfers this link hears).
     index: usize,
-    /// Counts the connections lost: a notice after a loss carries a new id (wakes again).
+    /// Bumped when a subscription was lost: the notice of its return wakes the waiters.
     epoch: u64,
     subscribed: HashSet<Vec<u8>>,
+    /// Channels with an `SSUBSCRIBE` in flight.
+    asking: HashSet<Vec<u8>>,
+    /// Channels whose subscription was lost (their next one wakes the waiters again).
+    lost: HashSet<Vec<u8>>,
     /// Channels whose `SSUBSCRIBE` failed (an ACL, the slot's master down): asked again
     /// every [`ASK_REFUSED_AGAIN`].
     refused: HashSet<Vec<u8>>,
     refused_asked: Instant,
+    /// When the subscribed channels were last asked for again ([`VERIFY_EVERY`]).
+    verified: Instant,
+    answers: mpsc::UnboundedSender<(Vec<u8>, Asked, bool)>,
     addr: NodeAddr,
 }
 
 impl ShardLink {
-    /// Subscribes to every wanted channel, then serves messages, new channels and the idle
-    /// sweep until the notifier is gone.
+    /// Subscribes to every wanted channel, then serves messages, new channels, answers and
+    /// the sweep until the notifier is gone.
     async fn serve(
         &mut self,
         pushes: &mut mpsc::UnboundedReceiver<PushInfo>,
         cmds: &mut mpsc::UnboundedReceiver<SubCmd>,
+        answers: &mut mpsc::UnboundedReceiver<(Vec<u8>, Asked, bool)>,
     ) {
         let Some(wanted) = self.shared.upgrade().map(|s| s.wanted()) else {
             return;
         };
         for ch in wanted {
-            self.subscribe(ch).await;
+            self.ask(ch, Asked::Subscribe);
         }
         let mut sweep = tokio::time::interval(Duration::from_secs(1));
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -109,10 +142,14 @@ impl ShardLink {
                 }
                 cmd = cmds.recv() => {
                     let Some(SubCmd::Subscribe(ch)) = cmd else { return };
-                    self.subscribe(ch).await;
+                    self.ask(ch, Asked::Subscribe);
+                }
+                answer = answers.recv() => {
+                    let Some((ch, asked, ok)) = answer else { return };
+                    self.answered(ch, asked, ok);
                 }
                 _ = sweep.tick() => {
-                    if !self.sweep().await {
+                    if !self.sweep() {
                         return;
                     }
                 }
@@ -120,27 +157,46 @@ impl ShardLink {
         }
     }
 
-    /// Subscribes to the shard channel `ch` (once; plain channels, such as the client's
-    /// plain inbox, are not for this link) and announces that the subscription is active.
-    async fn subscribe(&mut self, ch: Vec<u8>) {
+    /// Sends `SSUBSCRIBE ch` from a task of its own (shard channels only: the client's
+    /// plain inbox is not for this link), unless one is in flight, or, for a new
+    /// subscription, the channel is subscribed already.
+    fn ask(&mut self, ch: Vec<u8>, asked: Asked) {
         if !crate::resource::is_sharded(&ch)
-            || self.subscribed.contains(&ch)
-            || self.refused.contains(&ch)
+            || self.asking.contains(&ch)
+            || (asked == Asked::Subscribe && self.subscribed.contains(&ch))
         {
             return;
         }
-        let asked = tokio::time::timeout(SUBSCRIBE_TIMEOUT, self.conn.ssubscribe(ch.as_slice()));
-        match asked.await {
-            Ok(Ok(())) => {
+        self.asking.insert(ch.clone());
+        let mut conn = self.conn.clone();
+        let answers = self.answers.clone();
+        crate::background::spawn_daemon(async move {
+            let done = tokio::time::timeout(SUBSCRIBE_TIMEOUT, conn.ssubscribe(ch.as_slice()));
+            let ok = matches!(done.await, Ok(Ok(())));
+            let _ = answers.send((ch, asked, ok));
+        });
+    }
+
+    /// Applies the answer to an `SSUBSCRIBE`: a new subscription is announced (with a new
+    /// epoch after a loss, so the waiters look again); a failed one is asked for again
+    /// later, and a failed verification means the subscription was lost.
+    fn answered(&mut self, ch: Vec<u8>, asked: Asked, ok: bool) {
+        self.asking.remove(&ch);
+        match (asked, ok) {
+            (Asked::Verify, true) => {}
+            (Asked::Subscribe, true) => {
+                if self.lost.remove(&ch) {
+                    self.epoch = self.epoch.wrapping_add(1);
+                }
+                self.refused.remove(&ch);
                 announce_subscribed(&self.shared, &ch, self.epoch);
                 self.subscribed.insert(ch);
             }
-            Ok(Err(e)) => {
-                tracing::debug!(node = %self.addr, channel = %String::from_utf8_lossy(&ch), error = %e, "quorumlock: a sharded release subscription failed; asked again shortly (waiters fall back to their retry delay)");
-                self.refused.insert(ch);
-            }
-            Err(_) => {
-                tracing::debug!(node = %self.addr, channel = %String::from_utf8_lossy(&ch), "quorumlock: a sharded release subscription took too long; asked again shortly");
+            (_, false) => {
+                tracing::debug!(node = %self.addr, channel = %String::from_utf8_lossy(&ch), "quorumlock: a sharded release subscription failed or took too long; asked again shortly (waiters fall back to their retry delay)");
+                if self.subscribed.remove(&ch) {
+                    self.lost.insert(ch.clone());
+                }
                 self.refused.insert(ch);
             }
         }
@@ -160,14 +216,23 @@ impl ShardLink {
                     shared.announce_from(&ch, &payload, Some(self.index));
                 }
             }
-            // A connection of the voter was lost: what was published meanwhile was missed.
-            // The client subscribes again by itself; the waiters look again once it has.
-            PushKind::Disconnection => self.epoch = self.epoch.wrapping_add(1),
-            PushKind::SSubscribe => {
+            // The slot moved away from the master we listened on (a migration, a
+            // failover): Redis dropped the subscription, and the cluster client forgets
+            // it. Ask again: the request meets MOVED and lands on the slot's new master.
+            PushKind::SUnsubscribe => {
                 if let Some(Value::BulkString(ch)) = push.data.first()
-                    && self.subscribed.contains(ch)
+                    && self.subscribed.remove(ch)
                 {
-                    announce_subscribed(&self.shared, ch, self.epoch);
+                    self.lost.insert(ch.clone());
+                    self.ask(ch.clone(), Asked::Subscribe);
+                }
+            }
+            // A connection of the voter was lost: what was published meanwhile was
+            // missed. Every channel is asked for again; its return wakes the waiters.
+            PushKind::Disconnection => {
+                for ch in std::mem::take(&mut self.subscribed) {
+                    self.lost.insert(ch.clone());
+                    self.ask(ch, Asked::Subscribe);
                 }
             }
             _ => {}
@@ -176,26 +241,37 @@ impl ShardLink {
     }
 
     /// Unsubscribes the channels idle for long enough, forgets the refused ones no one
-    /// wants any more, and asks again for the others; `false` once the notifier is gone.
-    async fn sweep(&mut self) -> bool {
+    /// wants any more, asks again for the others every [`ASK_REFUSED_AGAIN`], and verifies
+    /// the subscribed ones every [`VERIFY_EVERY`]; `false` once the notifier is gone.
+    fn sweep(&mut self) -> bool {
         let Some(s) = self.shared.upgrade() else {
             return false;
         };
         for ch in s.sweep(&self.subscribed) {
-            let _ = tokio::time::timeout(SUBSCRIBE_TIMEOUT, self.conn.sunsubscribe(ch.as_slice()))
-                .await;
+            // Removed first: the server's `sunsubscribe` push is then ours, not a loss.
             self.subscribed.remove(&ch);
+            let mut conn = self.conn.clone();
+            crate::background::spawn_daemon(async move {
+                let _ =
+                    tokio::time::timeout(SUBSCRIBE_TIMEOUT, conn.sunsubscribe(ch.as_slice())).await;
+            });
         }
         for ch in s.sweep(&self.refused) {
             self.refused.remove(&ch);
+            self.lost.remove(&ch);
         }
         drop(s);
-        if self.refused.is_empty() || self.refused_asked.elapsed() < ASK_REFUSED_AGAIN {
-            return true;
+        if !self.refused.is_empty() && self.refused_asked.elapsed() >= ASK_REFUSED_AGAIN {
+            self.refused_asked = Instant::now();
+            for ch in self.refused.clone() {
+                self.ask(ch, Asked::Subscribe);
+            }
         }
-        self.refused_asked = Instant::now();
-        for ch in std::mem::take(&mut self.refused) {
-            self.subscribe(ch).await;
+        if self.verified.elapsed() >= VERIFY_EVERY {
+            self.verified = Instant::now();
+            for ch in self.subscribed.clone() {
+                self.ask(ch, Asked::Verify);
+            }
         }
         true
     }
