@@ -323,6 +323,11 @@ fn cluster_seeds(index: usize, url: &str) -> Result<Option<Vec<String>>, Error> 
         Some((u, h)) => (format!("{u}@"), h),
         None => (String::new(), rest),
     };
+    if user.contains(',') {
+        return Err(bad(
+            "credentials for each seed: give them once, before the hosts",
+        ));
+    }
     if hosts.contains('/') || hosts.contains('?') {
         return Err(bad("a path, database or parameter after the hosts"));
     }
@@ -648,7 +653,10 @@ impl redis::aio::ConnectionLike for Conn {
     }
 
     fn get_db(&self) -> i64 {
-        0
+        match self {
+            Conn::Plain(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
     }
 }
 
@@ -1307,8 +1315,8 @@ fn short_value(v: &Value) -> String {
 }
 
 impl Node {
-    /// Joins (or renews) a wait-queue place, bounded by `timeout` (finished in the
-    /// background if the caller stops waiting: the script is idempotent).
+    /// Joins (or renews) a wait-queue place, bounded by `timeout` (never finished late
+    /// nor retried, see [`ENQUEUE`]).
     pub(crate) async fn join_queue(
         &self,
         join: &QueueJoin,
@@ -1727,6 +1735,7 @@ mod tests {
             "redis+cluster://127.0.0.1:7001/2",
             "redis+cluster://127.0.0.1:7001?protocol=resp3",
             "redis+cluster://127.0.0.1:notaport",
+            "redis+cluster://u:secret@127.0.0.1:1,v:secret@127.0.0.1:2",
         ] {
             let Err(e) = NodeSpec::parse(0, bad) else {
                 panic!("{bad} was accepted");
