@@ -665,6 +665,11 @@ impl redis::aio::ConnectionLike for Conn {
 /// that a dead shard fails fast (every command is bounded by the node timeout anyway).
 const CLUSTER_RETRIES: u32 = 3;
 
+/// How long data sent to a Redis Cluster voter's node may stay unacknowledged before the
+/// connection is given up (`TCP_USER_TIMEOUT`, Linux).
+#[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
+const DEAD_PEER: Duration = Duration::from_secs(10);
+
 /// A Redis Cluster voter's connection, made lazily (the first command connects).
 fn cluster_connection(
     spec: &NodeSpec,
@@ -692,6 +697,16 @@ pub(crate) fn cluster_builder(
         .min_retry_wait(1)
         .max_retry_wait(100)
         .connection_timeout(connect_timeout);
+    // A shard's master that vanishes without closing its connections (its machine
+    // crashed) is given up once data sent to it stays unacknowledged this long, so the
+    // cluster client looks for the replica promoted in its place instead of writing into
+    // a dead connection for the kernel's quarter of an hour. A paused process is still
+    // acknowledged by its kernel: it is waited for, as our timeouts say. Requests go out
+    // at once (no Nagle delay behind an unacknowledged one).
+    let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
+    #[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
+    let tcp = tcp.set_user_timeout(DEAD_PEER);
+    let builder = builder.tcp_settings(tcp);
     #[cfg(feature = "tls-rustls")]
     if let Some(ca) = &spec.root_ca {
         return builder.certs(redis::TlsCertificates {

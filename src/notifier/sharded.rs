@@ -26,7 +26,7 @@
 //!   every 5 s: SSUBSCRIBE each subscribed channel again ──failed──▶ lost, asked again every 2 s
 //! ```
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
@@ -36,9 +36,10 @@ use tokio::sync::mpsc;
 use super::{ASK_REFUSED_AGAIN, SUBSCRIBE_TIMEOUT, Shared, SubCmd, announce_subscribed};
 use crate::node::NodeAddr;
 
-/// How often every subscribed channel is asked for again (idempotent on the server): a
-/// subscription lost without a word (its master crashed, and the cluster client only
-/// looks for the new one when a command fails) is found within this time.
+/// How often every subscribed channel is asked for again (idempotent on the server; one
+/// `SSUBSCRIBE` per slot): a subscription lost without a word (its master crashed, and the
+/// cluster client only looks for the new one when a command fails) is found within this
+/// time.
 const VERIFY_EVERY: Duration = Duration::from_secs(5);
 
 /// What an `SSUBSCRIBE` in flight was for.
@@ -46,9 +47,12 @@ const VERIFY_EVERY: Duration = Duration::from_secs(5);
 enum Asked {
     /// A channel not subscribed (new, refused before, or lost).
     Subscribe,
-    /// A channel subscribed already, asked again to see that it still is.
+    /// Channels subscribed already (one slot's), asked again to see that they still are.
     Verify,
 }
+
+/// The answer to one `SSUBSCRIBE`: its channels, what it was for, whether it succeeded.
+type Answer = (Vec<Vec<u8>>, Asked, bool);
 
 /// Serves voter `index`'s shard-channel subscriptions until the notifier is gone.
 pub(super) async fn subscriber(
@@ -77,9 +81,10 @@ pub(super) async fn subscriber(
         conn,
         shared,
         index,
-        epoch: 1,
+        returns: 0,
         subscribed: HashSet::new(),
         asking: HashSet::new(),
+        reask: HashSet::new(),
         lost: HashSet::new(),
         refused: HashSet::new(),
         refused_asked: Instant::now(),
@@ -93,16 +98,24 @@ pub(super) async fn subscriber(
 /// The subscriptions of one Redis Cluster voter. Every `SSUBSCRIBE` runs in a task of its
 /// own, bounded by [`SUBSCRIBE_TIMEOUT`], and reports back: a shard that does not answer
 /// holds up no other channel and no message.
+///
+/// A channel is in at most one of `subscribed` and `refused`, and in `asking` while a
+/// request for it is in flight. A loss, or a new subscription wanted, while a request is
+/// in flight puts the channel in `reask`: that request's answer is then stale (it cannot
+/// tell "still subscribed" from "subscribed again by a redirect") and is set aside for a
+/// new `SSUBSCRIBE`.
 struct ShardLink {
     conn: redis::cluster_async::ClusterConnection,
     shared: Weak<Shared>,
     /// The voter's index (whose transfers this link hears).
     index: usize,
-    /// Bumped when a subscription was lost: the notice of its return wakes the waiters.
-    epoch: u64,
+    /// Subscriptions back after a loss so far (each announces a notice id of its own).
+    returns: u64,
     subscribed: HashSet<Vec<u8>>,
     /// Channels with an `SSUBSCRIBE` in flight.
     asking: HashSet<Vec<u8>>,
+    /// Channels to ask for anew once the request in flight answers.
+    reask: HashSet<Vec<u8>>,
     /// Channels whose subscription was lost (their next one wakes the waiters again).
     lost: HashSet<Vec<u8>>,
     /// Channels whose `SSUBSCRIBE` failed (an ACL, the slot's master down): asked again
@@ -111,7 +124,7 @@ struct ShardLink {
     refused_asked: Instant,
     /// When the subscribed channels were last asked for again ([`VERIFY_EVERY`]).
     verified: Instant,
-    answers: mpsc::UnboundedSender<(Vec<u8>, Asked, bool)>,
+    answers: mpsc::UnboundedSender<Answer>,
     addr: NodeAddr,
 }
 
@@ -122,13 +135,13 @@ impl ShardLink {
         &mut self,
         pushes: &mut mpsc::UnboundedReceiver<PushInfo>,
         cmds: &mut mpsc::UnboundedReceiver<SubCmd>,
-        answers: &mut mpsc::UnboundedReceiver<(Vec<u8>, Asked, bool)>,
+        answers: &mut mpsc::UnboundedReceiver<Answer>,
     ) {
         let Some(wanted) = self.shared.upgrade().map(|s| s.wanted()) else {
             return;
         };
         for ch in wanted {
-            self.ask(ch, Asked::Subscribe);
+            self.subscribe(ch);
         }
         let mut sweep = tokio::time::interval(Duration::from_secs(1));
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -142,11 +155,13 @@ impl ShardLink {
                 }
                 cmd = cmds.recv() => {
                     let Some(SubCmd::Subscribe(ch)) = cmd else { return };
-                    self.ask(ch, Asked::Subscribe);
+                    self.subscribe(ch);
                 }
                 answer = answers.recv() => {
-                    let Some((ch, asked, ok)) = answer else { return };
-                    self.answered(ch, asked, ok);
+                    let Some((channels, asked, ok)) = answer else { return };
+                    for ch in channels {
+                        self.answered(ch, asked, ok);
+                    }
                 }
                 _ = sweep.tick() => {
                     if !self.sweep() {
@@ -157,39 +172,52 @@ impl ShardLink {
         }
     }
 
-    /// Sends `SSUBSCRIBE ch` from a task of its own (shard channels only: the client's
-    /// plain inbox is not for this link), unless one is in flight, or, for a new
-    /// subscription, the channel is subscribed already.
-    fn ask(&mut self, ch: Vec<u8>, asked: Asked) {
-        if !crate::resource::is_sharded(&ch)
-            || self.asking.contains(&ch)
-            || (asked == Asked::Subscribe && self.subscribed.contains(&ch))
-        {
+    /// Subscribes to the shard channel `ch` (the client's plain inbox is not for this
+    /// link), unless it is subscribed; with a request in flight, once that one answers.
+    fn subscribe(&mut self, ch: Vec<u8>) {
+        if !crate::resource::is_sharded(&ch) || self.subscribed.contains(&ch) {
             return;
         }
-        self.asking.insert(ch.clone());
+        if self.asking.contains(&ch) {
+            self.reask.insert(ch);
+            return;
+        }
+        self.send(vec![ch], Asked::Subscribe);
+    }
+
+    /// Sends one `SSUBSCRIBE` for `channels` (one slot's) from a task of its own.
+    fn send(&mut self, channels: Vec<Vec<u8>>, asked: Asked) {
+        self.asking.extend(channels.iter().cloned());
         let mut conn = self.conn.clone();
         let answers = self.answers.clone();
         crate::background::spawn_daemon(async move {
-            let done = tokio::time::timeout(SUBSCRIBE_TIMEOUT, conn.ssubscribe(ch.as_slice()));
+            let done = tokio::time::timeout(SUBSCRIBE_TIMEOUT, conn.ssubscribe(&channels));
             let ok = matches!(done.await, Ok(Ok(())));
-            let _ = answers.send((ch, asked, ok));
+            let _ = answers.send((channels, asked, ok));
         });
     }
 
-    /// Applies the answer to an `SSUBSCRIBE`: a new subscription is announced (with a new
-    /// epoch after a loss, so the waiters look again); a failed one is asked for again
+    /// Applies the answer to an `SSUBSCRIBE` of `ch`: a stale one (see [`ShardLink`]) is
+    /// replaced by a new request; a new subscription is announced (with a notice id of
+    /// its own after a loss, so the waiters look again); a failed one is asked for again
     /// later, and a failed verification means the subscription was lost.
     fn answered(&mut self, ch: Vec<u8>, asked: Asked, ok: bool) {
         self.asking.remove(&ch);
+        if self.reask.remove(&ch) {
+            self.send(vec![ch], Asked::Subscribe);
+            return;
+        }
         match (asked, ok) {
             (Asked::Verify, true) => {}
             (Asked::Subscribe, true) => {
-                if self.lost.remove(&ch) {
-                    self.epoch = self.epoch.wrapping_add(1);
-                }
+                let epoch = if self.lost.remove(&ch) {
+                    self.returns = self.returns.wrapping_add(1);
+                    return_epoch(self.index, self.returns)
+                } else {
+                    1
+                };
                 self.refused.remove(&ch);
-                announce_subscribed(&self.shared, &ch, self.epoch);
+                announce_subscribed(&self.shared, &ch, epoch);
                 self.subscribed.insert(ch);
             }
             (_, false) => {
@@ -199,6 +227,21 @@ impl ShardLink {
                 }
                 self.refused.insert(ch);
             }
+        }
+    }
+
+    /// `ch`'s subscription was lost (or may have been): asked for again, now or once the
+    /// request in flight answers, and its return will wake the waiters.
+    fn lose(&mut self, ch: Vec<u8>) {
+        let had = self.subscribed.remove(&ch);
+        if !had && !self.asking.contains(&ch) {
+            return;
+        }
+        self.lost.insert(ch.clone());
+        if self.asking.contains(&ch) {
+            self.reask.insert(ch);
+        } else {
+            self.send(vec![ch], Asked::Subscribe);
         }
     }
 
@@ -218,21 +261,18 @@ impl ShardLink {
             }
             // The slot moved away from the master we listened on (a migration, a
             // failover): Redis dropped the subscription, and the cluster client forgets
-            // it. Ask again: the request meets MOVED and lands on the slot's new master.
+            // it. Asked for again, it meets MOVED and lands on the slot's new master.
             PushKind::SUnsubscribe => {
-                if let Some(Value::BulkString(ch)) = push.data.first()
-                    && self.subscribed.remove(ch)
-                {
-                    self.lost.insert(ch.clone());
-                    self.ask(ch.clone(), Asked::Subscribe);
+                if let Some(Value::BulkString(ch)) = push.data.first() {
+                    self.lose(ch.clone());
                 }
             }
             // A connection of the voter was lost: what was published meanwhile was
             // missed. Every channel is asked for again; its return wakes the waiters.
             PushKind::Disconnection => {
-                for ch in std::mem::take(&mut self.subscribed) {
-                    self.lost.insert(ch.clone());
-                    self.ask(ch, Asked::Subscribe);
+                let all: Vec<Vec<u8>> = self.subscribed.union(&self.asking).cloned().collect();
+                for ch in all {
+                    self.lose(ch);
                 }
             }
             _ => {}
@@ -263,16 +303,55 @@ impl ShardLink {
         drop(s);
         if !self.refused.is_empty() && self.refused_asked.elapsed() >= ASK_REFUSED_AGAIN {
             self.refused_asked = Instant::now();
-            for ch in self.refused.clone() {
-                self.ask(ch, Asked::Subscribe);
+            for ch in std::mem::take(&mut self.refused) {
+                self.subscribe(ch);
             }
         }
         if self.verified.elapsed() >= VERIFY_EVERY {
             self.verified = Instant::now();
-            for ch in self.subscribed.clone() {
-                self.ask(ch, Asked::Verify);
-            }
+            self.verify();
         }
         true
+    }
+
+    /// Asks for every subscribed channel again, one `SSUBSCRIBE` per slot.
+    fn verify(&mut self) {
+        let mut by_slot: HashMap<u16, Vec<Vec<u8>>> = HashMap::new();
+        for ch in &self.subscribed {
+            if !self.asking.contains(ch) {
+                by_slot
+                    .entry(crate::slot::key_slot(ch))
+                    .or_default()
+                    .push(ch.clone());
+            }
+        }
+        for channels in by_slot.into_values() {
+            self.send(channels, Asked::Verify);
+        }
+    }
+}
+
+/// The notice id of a subscription back after a loss: this voter's `n`-th, distinct from
+/// every other voter's and from a first subscription's (1), so that each voter's return
+/// wakes the waiters (the same id from two voters would be heard once).
+fn return_epoch(index: usize, n: u64) -> u64 {
+    let voter = u64::try_from(index).unwrap_or(u64::MAX) & 0x7fff;
+    (1 << 63) | (voter << 48) | (n & 0xffff_ffff_ffff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::return_epoch;
+
+    #[test]
+    fn every_voters_returns_have_ids_of_their_own() {
+        let ids: Vec<u64> = (0..4)
+            .flat_map(|voter| (1..4).map(move |n| return_epoch(voter, n)))
+            .collect();
+        let mut unique = ids.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), ids.len(), "{ids:x?}");
+        assert!(ids.iter().all(|&id| id != 1), "never a first subscription's id");
     }
 }
