@@ -352,6 +352,9 @@ mod tests {
         unique.sort_unstable();
         unique.dedup();
         assert_eq!(unique.len(), ids.len(), "{ids:x?}");
-        assert!(ids.iter().all(|&id| id != 1), "never a first subscription's id");
+        assert!(
+            ids.iter().all(|&id| id != 1),
+            "never a first subscription's id"
+        );
     }
 }
