@@ -269,8 +269,9 @@ async fn lock_many_across_groups_waits_for_the_holder() {
         .expect("task");
     let lock = lock.expect("the waiter gets the lock");
     assert!(at >= released_at);
-    assert_eq!(count_key(&a, 0..3, &lock_key(&x)).await, 3);
-    assert_eq!(count_key(&b, 0..3, &lock_key(&y)).await, 3);
+    // Each part returns at its group's quorum; the third node's grant may land later.
+    assert!(count_key(&a, 0..3, &lock_key(&x)).await >= 2);
+    assert!(count_key(&b, 0..3, &lock_key(&y)).await >= 2);
     lock.release().await.expect("release");
 }
 
