@@ -8,13 +8,16 @@
 //! checker must flag.
 #![cfg(feature = "testkit")]
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use quorumlock::testkit::redis_cluster::{
     RedisCluster, cluster_lock_key, cluster_release_channel, key_slot,
 };
 use quorumlock::testkit::{History, ViolationKind};
-use quorumlock::{ErrorKind, Redlock};
+use quorumlock::{ErrorKind, Lock, Redlock};
+use support::eventually;
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -39,38 +42,14 @@ async fn client(voters: &[RedisCluster], fencing: bool) -> Redlock {
         .expect("build a client of cluster voters")
 }
 
-/// The value of `key` on the process that serves its slot in `cluster` (`None`: absent).
-async fn value_at_owner(cluster: &RedisCluster, key: &[u8]) -> Option<Vec<u8>> {
-    let owner = cluster
-        .owner(key_slot(key))
-        .await
-        .expect("the slot's owner");
-    let url = cluster.processes().url(owner).expect("the owner's URL");
-    let mut conn = redis::Client::open(url)
+/// A connection to process `process` of `cluster`.
+async fn process_conn(cluster: &RedisCluster, process: usize) -> redis::aio::MultiplexedConnection {
+    let url = cluster.processes().url(process).expect("the process's URL");
+    redis::Client::open(url)
         .expect("URL")
         .get_multiplexed_async_connection()
         .await
-        .expect("connect to the owner");
-    redis::cmd("GET")
-        .arg(key)
-        .query_async(&mut conn)
-        .await
-        .expect("GET at the owner")
-}
-
-/// The value of `key` on process `process` of `cluster`, asked with `ASKING` (a master
-/// importing the key's slot serves it then).
-async fn value_asking(cluster: &RedisCluster, process: usize, key: &[u8]) -> Option<Vec<u8>> {
-    let url = cluster.processes().url(process).expect("URL");
-    let mut conn = redis::Client::open(url)
-        .expect("URL")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
-    let mut pipe = redis::pipe();
-    pipe.cmd("ASKING").ignore().cmd("GET").arg(key);
-    let (value,): (Option<Vec<u8>>,) = pipe.query_async(&mut conn).await.expect("ASKING GET");
-    value
+        .expect("connect to the process")
 }
 
 /// A connection to the process that serves `key`'s slot in `cluster`.
@@ -79,12 +58,37 @@ async fn owner_conn(cluster: &RedisCluster, key: &[u8]) -> redis::aio::Multiplex
         .owner(key_slot(key))
         .await
         .expect("the slot's owner");
-    let url = cluster.processes().url(owner).expect("the owner's URL");
-    redis::Client::open(url)
-        .expect("URL")
-        .get_multiplexed_async_connection()
+    process_conn(cluster, owner).await
+}
+
+/// The value of `key` on the process that serves its slot in `cluster` (`None`: absent).
+async fn value_at_owner(cluster: &RedisCluster, key: &[u8]) -> Option<Vec<u8>> {
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut owner_conn(cluster, key).await)
         .await
-        .expect("connect to the owner")
+        .expect("GET at the owner")
+}
+
+/// The value of `key` on process `process` of `cluster`, asked with `ASKING` (a master
+/// importing the key's slot serves it then).
+async fn value_asking(cluster: &RedisCluster, process: usize, key: &[u8]) -> Option<Vec<u8>> {
+    let mut pipe = redis::pipe();
+    pipe.cmd("ASKING").ignore().cmd("GET").arg(key);
+    let (value,): (Option<Vec<u8>>,) = pipe
+        .query_async(&mut process_conn(cluster, process).await)
+        .await
+        .expect("ASKING GET");
+    value
+}
+
+/// The lock a waiting task was handed, within 10 s.
+async fn handed(waiter: tokio::task::JoinHandle<Result<Lock, quorumlock::Error>>) -> Lock {
+    tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter got the lock in time")
+        .expect("task")
+        .expect("the waiter's lock")
 }
 
 /// How many `command` calls the process serving `key`'s slot ran (INFO commandstats).
@@ -204,11 +208,7 @@ async fn cluster_voters_lock_exclude_extend_release_and_wait() {
     let before: Vec<u64> =
         futures::future::join_all(v.iter().map(|c| calls_at_owner(c, &key, "spublish"))).await;
     lock.release().await.expect("release");
-    let next = tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .expect("the waiter got the lock in time")
-        .expect("task")
-        .expect("the waiter's lock");
+    let next = handed(waiter).await;
     let second_token = next.fencing_token().expect("fencing token");
     assert!(second_token > first_token, "{second_token} > {first_token}");
     for (c, before) in v.iter().zip(before) {
@@ -341,24 +341,6 @@ async fn moved_and_ask_redirects_during_acquire_extend_and_release() {
     assert_eq!(holders(&a, first).await, 0);
     let taken = b.try_lock(first, TTL).await.expect("first is free");
     taken.release().await.expect("release");
-}
-
-/// Waits until `check` holds, asking every 50 ms for at most `within`.
-async fn eventually<F, Fut>(within: Duration, check: F) -> bool
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let end = Instant::now() + within;
-    loop {
-        if check().await {
-            return true;
-        }
-        if Instant::now() >= end {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Fails over, on voter `c`, the master that holds `resource`, losing its key (as if
@@ -520,11 +502,7 @@ async fn start_up_checks_look_at_every_shard() {
     let v = voters(2, 1).await;
     // The second master of voter 0 evicts keys.
     let url = v[0].processes().url(1).expect("url");
-    let mut conn = redis::Client::open(url.clone())
-        .expect("URL")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
+    let mut conn = process_conn(&v[0], 1).await;
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
         .arg("maxmemory-policy")
@@ -658,11 +636,7 @@ async fn a_waiters_subscriptions_follow_its_slot() {
     .await;
     assert!(on, "voter 2: the waiter listens on the promoted replica");
     lock.release().await.expect("release");
-    let next = tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .expect("the waiter got the lock in time")
-        .expect("task")
-        .expect("the waiter's lock");
+    let next = handed(waiter).await;
     next.release().await.expect("release");
 }
 
@@ -705,11 +679,7 @@ async fn a_silent_shard_holds_up_no_other_subscription() {
     );
     v[0].processes().resume(paused).await.expect("resume");
     held_live.release().await.expect("release");
-    let next = tokio::time::timeout(Duration::from_secs(10), live_waiter)
-        .await
-        .expect("in time")
-        .expect("task")
-        .expect("the live waiter's lock");
+    let next = handed(live_waiter).await;
     next.release().await.expect("release");
     held_stuck.release().await.expect("release");
     blocked.abort();
