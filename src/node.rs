@@ -1543,41 +1543,29 @@ struct Settings {
 /// Reads the settings of a master, or of every master of a Redis Cluster voter, with the
 /// address of each (empty for a master given directly).
 async fn settings(node: &Node, timeout: Duration) -> Vec<(String, Settings)> {
-    let mut shards: Vec<(String, Settings)> = Vec::new();
-    let names = [
+    // One `CONFIG GET` of every name (Redis ≥ 7.0, as `SET … GET` needs already).
+    let mut c = redis::cmd("CONFIG");
+    c.arg("GET").arg(&[
         "maxmemory-policy",
         "appendonly",
         "appendfsync",
         "save",
         "cluster-replica-no-failover",
-    ];
-    for (field, name) in names.into_iter().enumerate() {
-        let mut c = redis::cmd("CONFIG");
-        c.arg("GET").arg(name);
-        for (shard, value) in node.on_masters(&c, timeout).await {
-            let pairs: Option<Vec<String>> = redis::from_redis_value(value).ok();
-            let got = pairs.and_then(|p| p.get(1).cloned());
-            let at = match shards.iter().position(|(s, _)| *s == shard) {
-                Some(i) => i,
-                None => {
-                    shards.push((shard, Settings::default()));
-                    shards.len() - 1
-                }
-            };
-            if let Some((_, st)) = shards.get_mut(at)
-                && let Some(slot) = [
-                    &mut st.maxmemory_policy,
-                    &mut st.appendonly,
-                    &mut st.appendfsync,
-                    &mut st.save,
-                    &mut st.no_failover,
-                ]
-                .into_iter()
-                .nth(field)
-            {
-                *slot = got;
-            }
-        }
+    ]);
+    let mut shards: Vec<(String, Settings)> = Vec::new();
+    for (shard, value) in node.on_masters(&c, timeout).await {
+        let mut read: std::collections::HashMap<String, String> =
+            redis::from_redis_value(value).unwrap_or_default();
+        let mut take = |name: &str| read.remove(name);
+        let settings = Settings {
+            maxmemory_policy: take("maxmemory-policy"),
+            appendonly: take("appendonly"),
+            appendfsync: take("appendfsync"),
+            save: take("save"),
+            no_failover: take("cluster-replica-no-failover"),
+            info: String::new(),
+        };
+        shards.push((shard, settings));
     }
     for (shard, value) in node
         .on_masters(

@@ -141,7 +141,7 @@ impl Resources {
     /// resources' slot with [`Layout::Slotted`].
     pub(crate) fn set_key(&self, token: &[u8]) -> Vec<u8> {
         let tag = match (self.layout, self.names.first()) {
-            (Layout::Slotted, Some(n)) => crate::slot::tag_for(crate::slot::key_slot(n.as_bytes())),
+            (Layout::Slotted, Some(n)) => crate::slot::name_tag(n),
             _ => String::new(),
         };
         let mut k = Vec::with_capacity(QUEUE_SET_PREFIX.len() + tag.len() + token.len());
@@ -346,7 +346,7 @@ pub(crate) const SHARD_MARK: u8 = 0xFE;
 
 /// `quorumlock:released:`, [`SHARD_MARK`], the hash tag of `name`'s slot, then `rest`.
 fn sharded(name: &str, rest: &[u8]) -> Vec<u8> {
-    let tag = crate::slot::tag_for(crate::slot::key_slot(name.as_bytes()));
+    let tag = crate::slot::name_tag(name);
     let mut ch = Vec::with_capacity(CHANNEL_PREFIX.len() + 1 + tag.len() + rest.len());
     ch.extend_from_slice(CHANNEL_PREFIX);
     ch.push(SHARD_MARK);
@@ -380,7 +380,7 @@ pub(crate) fn inbox_channel(id: u64) -> Vec<u8> {
 fn key(layout: Layout, prefix: &[u8], name: &str) -> Vec<u8> {
     let tag = match layout {
         Layout::Plain => String::new(),
-        Layout::Slotted => crate::slot::tag_for(crate::slot::key_slot(name.as_bytes())),
+        Layout::Slotted => crate::slot::name_tag(name),
     };
     let mut k = Vec::with_capacity(prefix.len() + tag.len() + name.len());
     k.extend_from_slice(prefix);

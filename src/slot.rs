@@ -56,6 +56,12 @@ pub(crate) fn tag_for(slot: u16) -> String {
     format!("{{{n:x}}}")
 }
 
+/// The hash tag of `name`'s own slot: `tag_for(key_slot(name))`, what every key and shard
+/// channel of the resource `name` carries on a Redis Cluster voter.
+pub(crate) fn name_tag(name: &str) -> String {
+    tag_for(key_slot(name.as_bytes()))
+}
+
 static TAGS: OnceLock<Vec<u32>> = OnceLock::new();
 
 /// For every slot, the first number whose hex form hashes to it (about 180,000 numbers
