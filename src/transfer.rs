@@ -81,8 +81,9 @@ struct Epoch {
     gone: bool,
     /// Some node's reply said the token is queued there (or its keys hold it).
     acknowledged: bool,
-    /// Several resources: a quorum of the latest confirmations said no key of the set was
-    /// held (a stale "free" from a minority must not make the head claim into a held lock).
+    /// A quorum of the latest confirmations said the key was free (several resources: no
+    /// key of the set held). A stale "free" from a minority must not make the head claim
+    /// into a held lock.
     free: bool,
 }
 
@@ -575,6 +576,9 @@ pub(crate) async fn acquire(
                     last = e.votes().cloned();
                     let split = last.as_ref().is_some_and(Votes::is_split);
                     crate::metrics::split_vote(split);
+                    if split {
+                        interest.adapt(true);
+                    }
                     // Retired even before it joined anywhere: a grant of the failed claim
                     // may still be on a node (its clean-up in flight), and a key holding
                     // the token must never be taken for a transfer to it.
@@ -597,12 +601,26 @@ pub(crate) async fn acquire(
         }
         if tokio::time::Instant::now() >= w.renew_at {
             w.join().await;
+            let rechecked = std::mem::take(&mut recheck);
             let usable = res.len() == 1 || w.epoch.free;
-            if std::mem::take(&mut recheck) && w.epoch.head && usable {
+            // The head of one resource's queue claims when a quorum found its key free: no
+            // announcement may come. A release is announced by its first herald as soon
+            // as that key is free, and wakes a client's waiters once; a claim it prompted
+            // can reach the other nodes before the release does, be refused there, and
+            // leave nothing to wake the waiter when the release lands (it lands before
+            // this join, or it would have transferred the key to this waiter).
+            // It claims after a random stagger within the contention window (the fallback
+            // timer brought forward): two waiters that each take themselves for the head,
+            // from different nodes' replies, must not claim in lock-step again and again.
+            let free_now = res.len() == 1 && w.epoch.free;
+            if w.epoch.head && rechecked && usable {
                 // A plain release was heard while a waiter ahead was still on record (or,
                 // several resources, while queued): the renewal says this one is the head
                 // now (and no key of its set is held).
                 claim_now = true;
+            } else if w.epoch.head && free_now {
+                let stagger = jitter(Duration::ZERO, interest.window());
+                fallback_at = fallback_at.min(later(tokio::time::Instant::now(), stagger));
             }
             continue;
         }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use quorumlock::testkit::{History, LocalCluster};
 use quorumlock::{Redlock, Retry};
-use support::raw;
+use support::{heralds, raw};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
@@ -20,15 +20,6 @@ fn notified_only() -> Retry {
     Retry::new()
         .delay(Duration::from_secs(30), Duration::from_secs(30))
         .max_wait(Duration::from_secs(5))
-}
-
-/// `resource::is_herald` (FNV-1a of the name, that node and the next).
-fn heralds(name: &str, n: usize) -> (usize, usize) {
-    let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    let first = (h % n as u64) as usize;
-    (first, (first + 1) % n)
 }
 
 /// Waits until `n` subscribers listen on the resource's channel on node `i`.
@@ -66,7 +57,7 @@ async fn a_multi_resource_release_wakes_its_waiter_with_the_heralds_down() -> Te
         .map(|k| format!("rmr-b{k}"))
         .find(|b| heralds(b, n) == heralds(&a, n))
         .ok_or("no name with the same heralds")?;
-    let (h1, h2) = heralds(&a, n);
+    let [h1, h2] = heralds(&a, n);
     let cluster = LocalCluster::builder(n).launch().await?;
     cluster.kill(h1).await?;
     cluster.kill(h2).await?;
@@ -114,7 +105,7 @@ async fn a_multi_resource_release_wakes_its_waiter_with_the_heralds_down() -> Te
 async fn a_waiter_whose_heralds_are_down_still_holds_by_transfer() -> TestResult {
     let n = 5;
     let res = "rmr-single";
-    let (h1, h2) = heralds(res, n);
+    let [h1, h2] = heralds(res, n);
     let cluster = LocalCluster::builder(n).launch().await?;
     cluster.kill(h1).await?;
     cluster.kill(h2).await?;

@@ -2,24 +2,17 @@
 //! had to wait, heralds slower than the other nodes, heralds restarted empty.
 #![cfg(feature = "testkit")]
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use quorumlock::testkit::{LocalCluster, ProxyMode};
 use quorumlock::{Error, Redlock, Retry};
+use support::heralds;
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
-
-/// The resource's two herald nodes out of `n`: the nodes that announce its releases and
-/// keep its wait queue (FNV-1a of the name modulo `n`, and the next one).
-fn heralds(name: &str, n: usize) -> [usize; 2] {
-    let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    let first = (h % n as u64) as usize;
-    [first, (first + 1) % n]
-}
 
 /// Five nodes; the resource's two heralds answer one client 30 ms late (a second data
 /// centre, a loaded host). That client takes the lock with `lock` and gets it at the first

@@ -112,7 +112,8 @@ pub(crate) struct QueuePlace {
     pub(crate) score: Option<Vec<u8>>,
     /// The lock key on that node holds the token (a transfer to it happened there).
     pub(crate) holds: bool,
-    /// Several resources: no lock key on that node holds any token (`false` for one).
+    /// No lock key of the waiter's on that node holds any token (the key absent; several
+    /// resources, every key of the set absent).
     pub(crate) free: bool,
 }
 

@@ -13,11 +13,14 @@
 -- lock key already holds it. A renewal of a token that is not queued (popped by a
 -- transfer or a naming, or lapsed) never adds it back: it answers gone.
 -- Lapsed entries are purged first; the queue's keys expire with the latest lease.
--- Returns {state, ahead, score, holds}: state 0 queued (renewed), 1 added, 2 gone; ahead
+-- Returns {state, ahead, score, holds, free}: state 0 queued (renewed), 1 added, 2 gone; ahead
 -- how many live entries have an earlier ticket, blocked multi-resource entries not counted
 -- (nil when not queued: entries with the same ticket, a waiter's retired tokens, are not
 -- ahead of it); score its ticket here
--- (nil when not queued); holds 1 when the lock key holds the token.
+-- (nil when not queued); holds 1 when the lock key holds the token; free 1 when the lock
+-- key is absent (a waiter at the head claims on a quorum of those: a release it heard may
+-- have reached this node only after its claim was refused here, and is not announced
+-- twice).
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -27,9 +30,12 @@ for i = 1, #lapsed do
   redis.call('HDEL', KEYS[3], lapsed[i])
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-local holds = 0
-if redis.call('GET', KEYS[4]) == ARGV[1] then
+local held = redis.call('GET', KEYS[4])
+local holds, free = 0, 0
+if held == ARGV[1] then
   holds = 1
+elseif not held then
+  free = 1
 end
 local state = 2
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
@@ -62,4 +68,4 @@ local ahead = false
 if score then
   ahead = ahead_of(KEYS[1], KEYS[3], KEYS[4], score)
 end
-return {state, ahead, score, holds}
+return {state, ahead, score, holds, free}

@@ -8,6 +8,17 @@ use quorumlock::testkit::LocalCluster;
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 
+/// The resource's two herald nodes out of `n`: the nodes that announce its plain releases
+/// and keep its wait queue (mirrors `resource::is_herald`: FNV-1a of the name modulo `n`,
+/// and the next node).
+pub fn heralds(name: &str, n: usize) -> [usize; 2] {
+    let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let first = usize::try_from(h % n as u64).unwrap_or(0);
+    [first, (first + 1) % n]
+}
+
 /// The lock key of a resource (mirrors `src/resource.rs`).
 pub fn lock_key(resource: &str) -> String {
     format!("quorumlock:lock:{resource}")
