@@ -8,6 +8,11 @@
 //! completed (answered, failed, or timed out — and a timed-out command was already
 //! queued ahead of the release on the same connection).
 //!
+//! A Redis Cluster voter has redis-rs's cluster client, and beside it one such connection
+//! per shard master for the requests whose slot is known (every lock request: a lock's
+//! keys share one slot), so those go straight to the slot's master in the order issued,
+//! as on a plain master ([`direct`]).
+//!
 //! Every command is bounded by the per-node timeout. A timed-out command may still run
 //! on the server; callers treat its outcome as unknown and clean up accordingly.
 //!
@@ -26,6 +31,8 @@
 //!              sem_acquire / extend_held, QueueJoin::new──▶ millis_ceil ──▶ "PX", ARGV
 //!   raw Value ──decode(Answer, raw)──▶ protocol::Reply        decode_join(raw) ──▶ QueuePlace
 //! ```
+
+mod direct;
 
 use std::fmt;
 use std::future::Future;
@@ -522,9 +529,13 @@ impl Node {
     /// connects; a failed connection is retried on the next command).
     pub(crate) fn new(spec: &NodeSpec, connect_timeout: Duration) -> Result<Node, Error> {
         if let Some(seeds) = &spec.seeds {
+            let direct = direct::Direct::new(seeds, cluster_tcp(), connect_timeout);
             return Ok(Node {
                 addr: spec.addr.clone(),
-                conn: Conn::Cluster(cluster_connection(spec, seeds, connect_timeout)?),
+                conn: Conn::Cluster(ClusterConn {
+                    client: cluster_connection(spec, seeds, connect_timeout)?,
+                    direct: direct.map(Arc::new),
+                }),
                 metrics: NodeKeys::new(&spec.addr),
             });
         }
@@ -556,10 +567,16 @@ impl Node {
 
     /// Sends one command, bounded by `timeout`.
     pub(crate) async fn query(&self, cmd: &Cmd, timeout: Duration) -> Reply {
+        self.query_in(cmd, None, timeout).await
+    }
+
+    /// Sends one command whose keys are all in `slot` (on a Redis Cluster voter, straight
+    /// to that slot's master: see [`direct`]), bounded by `timeout`.
+    async fn query_in(&self, cmd: &Cmd, slot: Option<u16>, timeout: Duration) -> Reply {
         let mut conn = self.conn.clone();
         // Boxed: the connection manager's future is large, and every future that awaits
         // this one would otherwise copy it as it is built.
-        let send = Box::pin(conn.req_packed_command(cmd));
+        let send = Box::pin(conn.request(cmd, slot));
         match tokio::time::timeout(timeout, send).await {
             Ok(r) => Reply::from_result(r),
             Err(_) => Reply::TimedOut,
@@ -599,13 +616,13 @@ impl Node {
             let mut migrating = Migrating::new(call2.idempotent);
             loop {
                 tries -= 1;
-                let reply = match Reply::from_result(conn.req_packed_command(&call2.evalsha).await)
-                {
+                let slot = call2.slot;
+                let reply = match Reply::from_result(conn.request(&call2.evalsha, slot).await) {
                     Reply::Error(e)
                         if e.kind()
                             == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
                     {
-                        Reply::from_result(conn.req_packed_command(&call2.eval()).await)
+                        Reply::from_result(conn.request(&call2.eval(), slot).await)
                     }
                     other => other,
                 };
@@ -624,19 +641,44 @@ impl Node {
     }
 }
 
-/// A voter's connection: one master's, or a Redis Cluster's (redis-rs's cluster client,
-/// which follows `MOVED` and `ASK` redirects and refreshes its slot map by itself).
+/// A voter's connection: one master's, or a Redis Cluster's.
 #[derive(Clone)]
 enum Conn {
     Plain(ConnectionManager),
-    Cluster(redis::cluster_async::ClusterConnection),
+    Cluster(ClusterConn),
+}
+
+/// A Redis Cluster voter's connections: redis-rs's cluster client, which follows `MOVED`
+/// and `ASK` redirects and refreshes its slot map by itself, and the direct path to the
+/// shard masters for requests whose slot is known ([`direct`]; `None` with TLS).
+#[derive(Clone)]
+struct ClusterConn {
+    client: redis::cluster_async::ClusterConnection,
+    direct: Option<Arc<direct::Direct>>,
+}
+
+impl Conn {
+    /// Sends one command whose keys are all in `slot` (`None`: unknown, or no key): on a
+    /// Redis Cluster voter straight to the slot's master when it can, else through the
+    /// cluster client.
+    async fn request(&mut self, cmd: &Cmd, slot: Option<u16>) -> redis::RedisResult<Value> {
+        let Conn::Cluster(c) = self else {
+            return self.req_packed_command(cmd).await;
+        };
+        if let (Some(d), Some(slot)) = (&c.direct, slot)
+            && let direct::Sent::Done(r) = d.send(cmd, slot, &c.client).await
+        {
+            return r;
+        }
+        c.client.req_packed_command(cmd).await
+    }
 }
 
 impl redis::aio::ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> redis::RedisFuture<'a, Value> {
         match self {
             Conn::Plain(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.client.req_packed_command(cmd),
         }
     }
 
@@ -648,14 +690,14 @@ impl redis::aio::ConnectionLike for Conn {
     ) -> redis::RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Plain(c) => c.req_packed_commands(cmd, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.client.req_packed_commands(cmd, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Conn::Plain(c) => c.get_db(),
-            Conn::Cluster(c) => c.get_db(),
+            Conn::Cluster(c) => c.client.get_db(),
         }
     }
 }
@@ -703,10 +745,7 @@ pub(crate) fn cluster_builder(
     // a dead connection for the kernel's quarter of an hour. A paused process is still
     // acknowledged by its kernel: it is waited for, as our timeouts say. Requests go out
     // at once (no Nagle delay behind an unacknowledged one).
-    let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
-    #[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
-    let tcp = tcp.set_user_timeout(DEAD_PEER);
-    let builder = builder.tcp_settings(tcp);
+    let builder = builder.tcp_settings(cluster_tcp());
     #[cfg(feature = "tls-rustls")]
     if let Some(ca) = &spec.root_ca {
         return builder.certs(redis::TlsCertificates {
@@ -717,6 +756,15 @@ pub(crate) fn cluster_builder(
     #[cfg(not(feature = "tls-rustls"))]
     let _ = spec;
     builder
+}
+
+/// The TCP settings of a Redis Cluster voter's connections: no Nagle delay, and (Linux) a
+/// peer given up after [`DEAD_PEER`] of unacknowledged data (see [`cluster_builder`]).
+fn cluster_tcp() -> redis::io::tcp::TcpSettings {
+    let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
+    #[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
+    let tcp = tcp.set_user_timeout(DEAD_PEER);
+    tcp
 }
 
 /// An idempotent script on a Redis Cluster voter whose slot is half-way through a
@@ -824,6 +872,15 @@ pub(crate) enum Answer {
 enum Wire {
     Cmd(Cmd),
     Script(Arc<ScriptCall>),
+}
+
+/// The slot of a request command's key, its first argument after the command's name
+/// (every [`Wire::Cmd`] is a single-key command: `SET key …`).
+fn key_slot(cmd: &Cmd) -> Option<u16> {
+    match cmd.args_iter().nth(1)? {
+        redis::Arg::Simple(key) => Some(crate::slot::key_slot(key)),
+        _ => None,
+    }
 }
 
 /// What an acquisition that met a copy of itself on a node counts as (a failure).
@@ -1350,7 +1407,10 @@ impl Node {
 
     async fn send_raw(&self, req: &Request, timeout: Duration) -> Reply {
         match &req.wire {
-            Wire::Cmd(c) => self.query(c, timeout).await,
+            Wire::Cmd(c) => {
+                let slot = if self.is_cluster() { key_slot(c) } else { None };
+                self.query_in(c, slot, timeout).await
+            }
             Wire::Script(s) => self.eval(s, timeout).await,
         }
     }
@@ -1467,6 +1527,8 @@ impl ExtendBatch {
 struct ScriptCall {
     code: &'static str,
     idempotent: bool,
+    /// The slot of its first key (a script's keys all share one on Redis Cluster voters).
+    slot: Option<u16>,
     evalsha: Cmd,
     keys: Vec<Vec<u8>>,
     args: Vec<Vec<u8>>,
@@ -1485,6 +1547,7 @@ impl ScriptCall {
         ScriptCall {
             code: script.code,
             idempotent: script.idempotent,
+            slot: keys.first().map(|k| crate::slot::key_slot(k)),
             evalsha,
             keys,
             args,
@@ -1665,7 +1728,7 @@ impl Node {
     /// voter: each answer with the master's address (empty for a master given directly).
     /// Failures are left out.
     async fn on_masters(&self, cmd: &Cmd, timeout: Duration) -> Vec<(String, Value)> {
-        let Conn::Cluster(conn) = &self.conn else {
+        let Conn::Cluster(ClusterConn { client: conn, .. }) = &self.conn else {
             return match self.query(cmd, timeout).await {
                 Reply::Value(v) => vec![(String::new(), v)],
                 _ => Vec::new(),
@@ -1685,9 +1748,63 @@ impl Node {
     }
 }
 
+/// Test seams of the direct path to a Redis Cluster voter's shard masters.
+#[cfg(all(test, feature = "testkit"))]
+impl Node {
+    /// Sends `cmd` (its keys in `slot`) by the direct path only: `None` when it went, or
+    /// would go, through the cluster client instead (no master known, or a redirect).
+    pub(crate) async fn send_direct(
+        &self,
+        cmd: &Cmd,
+        slot: u16,
+    ) -> Option<redis::RedisResult<Value>> {
+        let Conn::Cluster(c) = &self.conn else {
+            return None;
+        };
+        match c.direct.as_ref()?.send(cmd, slot, &c.client).await {
+            direct::Sent::Done(r) => Some(r),
+            direct::Sent::Redirect => None,
+        }
+    }
+
+    /// The master (`host:port`) the direct path routes `slot` to.
+    pub(crate) fn direct_master(&self, slot: u16) -> Option<String> {
+        let Conn::Cluster(c) = &self.conn else {
+            return None;
+        };
+        c.direct.as_ref()?.master_of(slot)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_is_routed_by_its_keys_slot() -> Result<(), Error> {
+        let token = Token::generate()?;
+        let key = b"quorumlock:lock:{1f3}orders:42".to_vec();
+        let want = Some(crate::slot::key_slot(&key));
+        let acquire = Request::acquire(std::slice::from_ref(&key), &token, Duration::from_secs(1));
+        let Wire::Cmd(set) = &acquire.wire else {
+            return Err(Error::invalid(
+                "wire",
+                "the acquisition of one key is a command",
+            ));
+        };
+        assert_eq!(key_slot(set), want);
+        let keys = vec![key.clone(), b"quorumlock:lock:{1f3}orders:43".to_vec()];
+        let many = Request::acquire(&keys, &token, Duration::from_secs(1));
+        let Wire::Script(call) = &many.wire else {
+            return Err(Error::invalid(
+                "wire",
+                "the acquisition of several keys is a script",
+            ));
+        };
+        assert_eq!(call.slot, want);
+        assert_eq!(key_slot(&redis::cmd("PING")), None);
+        Ok(())
+    }
 
     #[test]
     fn millis_round_up() {

@@ -224,7 +224,12 @@ async fn cluster_voters_lock_exclude_extend_release_and_wait() {
         );
     }
     next.release().await.expect("release");
-    assert_eq!(holders(&a, "orders:42").await, 0);
+    // (It returns at its quorum: the last voter's release may land a moment later.)
+    let free = eventually(Duration::from_secs(5), || async {
+        holders(&a, "orders:42").await == 0
+    })
+    .await;
+    assert!(free, "released on every voter");
     for c in &v {
         assert_eq!(value_at_owner(c, &key).await, None, "released everywhere");
     }
@@ -338,7 +343,12 @@ async fn moved_and_ask_redirects_during_acquire_extend_and_release() {
     // `first` moved back with its slot on voter 0; the client's slot map is stale there
     // again, so the release meets MOVED.
     lock.release().await.expect("release after MOVED");
-    assert_eq!(holders(&a, first).await, 0);
+    // (It returns at its quorum: the last voter's release may land a moment later.)
+    let free = eventually(Duration::from_secs(5), || async {
+        holders(&a, first).await == 0
+    })
+    .await;
+    assert!(free, "released on every voter");
     let taken = b.try_lock(first, TTL).await.expect("first is free");
     taken.release().await.expect("release");
 }

@@ -865,6 +865,69 @@ fn ok(reply: Reply) -> io::Result<()> {
 mod tests {
     use super::*;
     use crate::slot::crc16;
+    use std::time::Duration;
+
+    /// Polls `ready` every 10 ms for at most 5 s.
+    async fn wait_for(ready: impl Fn() -> bool) -> bool {
+        for _ in 0..500 {
+            if ready() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    }
+
+    /// The direct path of a cluster voter (`node::direct`), against a real Redis Cluster:
+    /// the first request goes through the cluster client and has the slot map read; the
+    /// next ones reach the slot's master directly; after the slot moves, the old master's
+    /// `MOVED` sends the request through the cluster client once and routes the slot to
+    /// the master it names, and requests reach that one directly.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn requests_reach_the_slots_master_directly_and_follow_it()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let cluster = RedisCluster::launch(2, 0).await?;
+        let spec = crate::node::NodeSpec::parse(0, &cluster.voter_url())?;
+        let node = crate::node::Node::new(&spec, Duration::from_secs(1))?;
+        let key = b"{direct}k";
+        let slot = key_slot(key);
+        let set = |v: &str| redis::cmd("SET").arg(&key[..]).arg(v).to_owned();
+        assert!(
+            node.send_direct(&set("0"), slot).await.is_none(),
+            "no map yet"
+        );
+        assert!(
+            wait_for(|| node.direct_master(slot).is_some()).await,
+            "map never read"
+        );
+        let owner = cluster.owner(slot).await?;
+        let at = |p: usize| -> io::Result<String> {
+            Ok(format!("127.0.0.1:{}", cluster.processes().port(p)?))
+        };
+        assert_eq!(node.direct_master(slot), Some(at(owner)?));
+        let sent = node.send_direct(&set("1"), slot).await;
+        assert!(
+            matches!(sent, Some(Ok(redis::Value::Okay))),
+            "sent directly: {sent:?}"
+        );
+        // The slot moves: MOVED, so through the cluster client, and the map follows.
+        let to = (owner + 1) % cluster.masters();
+        cluster.migrate_slot(slot, to).await?;
+        assert!(node.send_direct(&set("2"), slot).await.is_none(), "MOVED");
+        assert_eq!(
+            node.direct_master(slot),
+            Some(at(to)?),
+            "MOVED names the new owner"
+        );
+        let sent = node.send_direct(&set("3"), slot).await;
+        assert!(
+            matches!(sent, Some(Ok(redis::Value::Okay))),
+            "sent directly: {sent:?}"
+        );
+        let got = command(cluster.topology.addr(to)?, &["GET", "{direct}k"]).await?;
+        assert_eq!(got.text().as_deref(), Some("3"));
+        Ok(())
+    }
 
     #[test]
     fn slots_match_redis() {
