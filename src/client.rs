@@ -209,6 +209,14 @@ impl Redlock {
         ttl: Duration,
     ) -> Result<(Resources, &Arc<Inner>), Error> {
         Error::ensure_runtime()?;
+        if let [name] = names {
+            // One name (the common case): its keys built once, in its group's layout.
+            let inner = self.groups.member_of(name.as_ref())?;
+            let res = Resources::in_layout(names, inner.layout)?;
+            self.groups.usable()?;
+            inner.config.check_ttl(ttl)?;
+            return Ok((res, inner));
+        }
         let res = Resources::new(names)?;
         let inner = self.groups.route(&res)?;
         inner.config.check_ttl(ttl)?;

@@ -122,6 +122,14 @@ impl Groups {
             .ok_or_else(|| Error::invalid("resources", "no lock group"))
     }
 
+    /// The group the resource `name` is locked in (without checking the group map: see
+    /// [`Groups::usable`]).
+    pub(crate) fn member_of(&self, name: &str) -> Result<&Arc<Inner>, Error> {
+        self.members
+            .get(self.group_of(name))
+            .ok_or_else(|| Error::invalid("resources", "no lock group"))
+    }
+
     /// The mutex's resources split by lock group, in the groups' configured order (the
     /// same order for every client with the same group map, which the map's fingerprint
     /// includes): one part when they share a group. `Err` after a map mismatch.
