@@ -2015,7 +2015,7 @@ mod tests {
                 free: false,
             })
         );
-        // Several resources: a fifth element, 1 when no key is held.
+        // A fifth element: 1 when no key (of the set) is held.
         assert!(
             decode_join(arr(vec![
                 Value::Int(0),

@@ -81,9 +81,9 @@ struct Epoch {
     gone: bool,
     /// Some node's reply said the token is queued there (or its keys hold it).
     acknowledged: bool,
-    /// A quorum of the latest confirmations said the key was free (several resources: no
-    /// key of the set held). A stale "free" from a minority must not make the head claim
-    /// into a held lock.
+    /// The latest confirmations said the key was free (several resources: no key of the
+    /// set held) on enough nodes to make a quorum with the nodes counted. A stale "free"
+    /// from a minority must not make the head claim into a held lock.
     free: bool,
 }
 
@@ -314,7 +314,9 @@ impl Waiter {
         }
         if confirms > 0 {
             self.epoch.head = heads.saturating_mul(2) >= confirms;
-            self.epoch.free = frees >= self.inner.quorum;
+            // (Nodes whose keys were transferred to this waiter count too: its claim
+            // takes a key that holds its token as granted.)
+            self.epoch.free = frees.saturating_add(self.epoch.n_counted()) >= self.inner.quorum;
         }
     }
 
@@ -452,6 +454,15 @@ impl Drop for Waiter {
     }
 }
 
+/// Whether some node refused a failed claim: the key was held there (by a lock being
+/// released, or by another), so finding it free later is news.
+fn refused_somewhere(v: Option<&Votes>) -> bool {
+    v.is_some_and(|v| {
+        v.iter()
+            .any(|n| matches!(n.outcome, crate::NodeOutcome::HeldByOther))
+    })
+}
+
 /// Whether every node answered a failed claim and refused it (nothing to clean up: the
 /// token's entries are untouched).
 fn all_refused(v: Option<&Votes>) -> bool {
@@ -513,6 +524,10 @@ pub(crate) async fn acquire(
         tokio::time::Instant::now(),
         jitter(retry.delay_min, retry.delay_max),
     );
+    // No claim because the key was found free before this: set after a claim that failed
+    // although no node refused it (too little validity left, a node's error), which a
+    // free key would only repeat at once, whatever the retry delay says.
+    let mut free_after = tokio::time::Instant::now();
     loop {
         // The client saw another group map: it takes no lock from now on, not even one
         // handed over; leaving releases whatever was transferred to this waiter.
@@ -597,22 +612,28 @@ pub(crate) async fn acquire(
                 tokio::time::Instant::now(),
                 jitter(retry.delay_min, retry.delay_max),
             );
+            if !refused_somewhere(last.as_ref()) {
+                free_after = fallback_at;
+            }
             continue;
         }
         if tokio::time::Instant::now() >= w.renew_at {
             w.join().await;
             let rechecked = std::mem::take(&mut recheck);
             let usable = res.len() == 1 || w.epoch.free;
-            // The head of one resource's queue claims when a quorum found its key free: no
-            // announcement may come. A release is announced by its first herald as soon
-            // as that key is free, and wakes a client's waiters once; a claim it prompted
-            // can reach the other nodes before the release does, be refused there, and
-            // leave nothing to wake the waiter when the release lands (it lands before
-            // this join, or it would have transferred the key to this waiter).
-            // It claims after a random stagger within the contention window (the fallback
-            // timer brought forward): two waiters that each take themselves for the head,
-            // from different nodes' replies, must not claim in lock-step again and again.
-            let free_now = res.len() == 1 && w.epoch.free;
+            // The head of one resource's queue claims when its key is free (or transferred
+            // to it) on a quorum: no announcement may come. A release is announced by its
+            // first herald as soon as that key is free, and wakes a client's waiters
+            // once; a claim it prompted can reach the other nodes before the release
+            // does, be refused there, and leave nothing to wake the waiter when the
+            // release lands (before this join: the key is free there; after it: the key
+            // is transferred to this waiter). It claims after a random stagger within
+            // the contention window (the fallback timer brought forward): two waiters
+            // that each take themselves for the head, from different nodes' replies,
+            // must not claim in lock-step again and again. Not again before the retry
+            // delay after a claim no node refused (`free_after`).
+            let free_now =
+                res.len() == 1 && w.epoch.free && tokio::time::Instant::now() >= free_after;
             if w.epoch.head && rechecked && usable {
                 // A plain release was heard while a waiter ahead was still on record (or,
                 // several resources, while queued): the renewal says this one is the head

@@ -25,7 +25,7 @@ use support::{
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
-/// Joins (or renews) `token` raw on one node: `{state, ahead, ticket, holds}`.
+/// Joins (or renews) `token` raw on one node: `{state, ahead, ticket, holds, free}`.
 async fn enqueue(
     conn: &mut MultiplexedConnection,
     resource: &str,

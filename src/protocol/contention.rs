@@ -208,11 +208,10 @@ pub(crate) enum Announced {
     /// A release not heard before: wake the waiters it named (everyone, if none).
     New,
     /// The latest release again, from the other herald: `again` (named before: woken by
-    /// the first announcement already) and `added` (named only by this herald: the two
-    /// queues can differ), which are woken now. A waiter whose claim overtook the release
-    /// on its way to the other nodes is not woken again: its next join or renewal finds
-    /// the key free (it then claims, if it heads the queue), or the release, landing
-    /// after it, transfers the key to it.
+    /// the first announcement already, not again) and `added` (named only by this herald:
+    /// the two queues can differ; the client's waiters are woken when there are any). A
+    /// waiter whose claim overtook the release on its way to the other nodes is not woken
+    /// again: its next join or renewal finds the key free or transferred to it.
     Again {
         /// Waiters named by both heralds.
         again: Vec<Vec<u8>>,

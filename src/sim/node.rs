@@ -229,11 +229,11 @@ pub enum Request {
         /// The releaser's set key (`enqueue_many.lua`), deleted first; empty for none.
         set: Vec<u8>,
     },
-    /// `enqueue.lua` (join or renew): `[state, ahead, ticket, holds]`: state 0 queued
+    /// `enqueue.lua` (join or renew): `[state, ahead, ticket, holds, free]`: state 0 queued
     /// (renewed), 1 added, 2 gone (never re-added); `ahead` how many entries have a
     /// lower ticket (entries with the same ticket, a waiter's retired tokens, are not
     /// ahead of it) and `ticket` its score as text (both nil when not queued); `holds` 1 when the lock key holds the
-    /// token.
+    /// token; `free` 1 when the lock key is absent.
     Enqueue {
         /// The wait queue.
         queue: Vec<u8>,
@@ -1146,7 +1146,9 @@ impl SimNode {
         let now = now_us / 1000;
         let q = [queue.as_slice(), leases, attrs];
         self.purge_lapsed(q, now)?;
-        let holds = self.get(key, now)? == Some(waiter.as_slice());
+        let held = self.get(key, now)?;
+        let holds = held == Some(waiter.as_slice());
+        let free = held.is_none();
         // now + tonumber(ARGV[3]) is a Lua number: redis.call sends it as %.14g text.
         let lapse = lua::format_number(now as f64 + *wait_ms as f64);
         let lapse = lua::redis_double(lapse.as_bytes()).ok_or_else(|| NOT_FLOAT.to_owned())?;
@@ -1187,6 +1189,7 @@ impl SimNode {
             rank,
             score,
             Reply::Int(i64::from(holds)),
+            Reply::Int(i64::from(free)),
         ]))
     }
 

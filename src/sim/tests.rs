@@ -73,13 +73,15 @@ fn join(waiter: &str, ticket: &str, wait_ms: u64, kind: u8, first: bool) -> Requ
     }
 }
 
-/// An enqueue reply: state, ahead, the ticket as text, holds 0.
+/// An enqueue reply: state, ahead, the ticket as text, holds 0, free 1 (no lock key;
+/// [`with_free`] for another).
 fn joined(state: i64, ahead: i64, score: u64) -> Reply {
     Reply::Array(vec![
         Reply::Int(state),
         Reply::Int(ahead),
         Reply::Bulk(score.to_string().into_bytes()),
         Reply::Int(0),
+        Reply::Int(1),
     ])
 }
 
@@ -384,7 +386,13 @@ fn a_zero_lease_deletes_the_queue_at_once() {
     // so the waiter's rank is nil.
     assert_eq!(
         run(&mut n, T0, enqueue("w", 1, 0)),
-        Reply::Array(vec![Reply::Int(1), Reply::Nil, Reply::Nil, Reply::Int(0)])
+        Reply::Array(vec![
+            Reply::Int(1),
+            Reply::Nil,
+            Reply::Nil,
+            Reply::Int(0),
+            Reply::Int(1)
+        ])
     );
     assert!(n.is_empty());
 }
@@ -663,12 +671,24 @@ fn release_one_transfers_to_the_head() {
     // A renewal of w1 finds it gone, and the key holding it; it is not re-added.
     assert_eq!(
         run(&mut n, t, join("w1", "5", 60_000, b't', false)),
-        Reply::Array(vec![Reply::Int(2), Reply::Nil, Reply::Nil, Reply::Int(1)])
+        Reply::Array(vec![
+            Reply::Int(2),
+            Reply::Nil,
+            Reply::Nil,
+            Reply::Int(1),
+            Reply::Int(0)
+        ])
     );
     // A first join of a token the key holds does not add it either.
     assert_eq!(
         run(&mut n, t, join("w1", "5", 60_000, b't', true)),
-        Reply::Array(vec![Reply::Int(2), Reply::Nil, Reply::Nil, Reply::Int(1)])
+        Reply::Array(vec![
+            Reply::Int(2),
+            Reply::Nil,
+            Reply::Nil,
+            Reply::Int(1),
+            Reply::Int(0)
+        ])
     );
     // w1's release passes it on to w2; w2 is not in the queue any more.
     assert_eq!(
@@ -820,10 +840,12 @@ fn join_many(waiter: &str, names: &[&str], ticket: &str, first: bool) -> Request
     }
 }
 
-/// A join's reply with the fifth element of `enqueue_many.lua`: no key held.
+/// A join's reply with its fifth element, free, set: 1 when no lock key (of the set) is
+/// held.
 fn with_free(reply: Reply, free: bool) -> Reply {
     match reply {
         Reply::Array(mut a) => {
+            a.truncate(4);
             a.push(Reply::Int(i64::from(free)));
             Reply::Array(a)
         }
@@ -881,7 +903,7 @@ fn a_multi_resource_entry_gets_every_key_or_none() {
         inbox: b("I2"),
     };
     // The entry ahead of it is blocked (its keys are held by others): not counted ahead.
-    assert_eq!(run(&mut n, T0, behind), joined(1, 0, 9));
+    assert_eq!(run(&mut n, T0, behind), with_free(joined(1, 0, 9), false));
     // `a` is released while `b` is held: the entry stays at the head, the single waiter
     // behind it gets `a`.
     assert_eq!(
@@ -965,13 +987,13 @@ fn a_blocked_multi_resource_entry_is_not_ahead() {
     run(&mut n, T0, set("La", "holder", 10_000));
     assert_eq!(
         run(&mut n, T0, single(false)),
-        joined(0, 1, 9),
+        with_free(joined(0, 1, 9), false),
         "own key: ahead"
     );
     run(&mut n, T0, set("Lb", "other", 10_000));
     assert_eq!(
         run(&mut n, T0, single(false)),
-        joined(0, 0, 9),
+        with_free(joined(0, 0, 9), false),
         "blocked: not ahead"
     );
     run(
@@ -984,7 +1006,7 @@ fn a_blocked_multi_resource_entry_is_not_ahead() {
     );
     assert_eq!(
         run(&mut n, T0, single(false)),
-        joined(0, 1, 9),
+        with_free(joined(0, 1, 9), false),
         "a key holding its own token does not block it"
     );
 }
