@@ -534,7 +534,7 @@ impl Node {
                 addr: spec.addr.clone(),
                 conn: Conn::Cluster(ClusterConn {
                     client: cluster_connection(spec, seeds, connect_timeout)?,
-                    direct: direct.map(Arc::new),
+                    direct,
                 }),
                 metrics: NodeKeys::new(&spec.addr),
             });
@@ -666,7 +666,7 @@ impl Conn {
             return self.req_packed_command(cmd).await;
         };
         if let (Some(d), Some(slot)) = (&c.direct, slot)
-            && let direct::Sent::Done(r) = d.send(cmd, slot, &c.client).await
+            && let direct::Sent::Done(r) = d.send(cmd, slot).await
         {
             return r;
         }
@@ -1761,7 +1761,7 @@ impl Node {
         let Conn::Cluster(c) = &self.conn else {
             return None;
         };
-        match c.direct.as_ref()?.send(cmd, slot, &c.client).await {
+        match c.direct.as_ref()?.send(cmd, slot).await {
             direct::Sent::Done(r) => Some(r),
             direct::Sent::Redirect => None,
         }

@@ -6,31 +6,36 @@
 //! on plain masters. Every key of a lock lives in one slot, so a request whose slot is
 //! known goes straight to that slot's master instead, over a connection of its own (a
 //! [`ConnectionManager`], as a plain master has), found in a slot map read with
-//! `CLUSTER SLOTS`. The cluster client stays for everything else: reading the slot map,
-//! commands without a key, pipelines, and whatever the direct path cannot finish:
+//! `CLUSTER SLOTS` from the masters (or the seeds) themselves. The cluster client stays
+//! for commands without a key, pipelines, and the few requests the direct path hands it:
 //!
-//! * no slot map yet, or no master known for the slot: the cluster client (and the map
-//!   is read in the background);
-//! * `MOVED` or `ASK` from the master: Redis refused the command before running any of
-//!   it (it checks every key's slot first), so the cluster client, which follows the
-//!   redirect, sends it once more, and only once; the map is read again;
-//! * an I/O error or a dropped connection: the request may have run, so the direct path
-//!   does not send it again; the caller's rules apply, as on a plain master (an
-//!   idempotent script is sent again, an acquisition never). The map is read again (a
-//!   crashed master's replica may have taken over), as it is when the caller stops
-//!   waiting for an answer (a master paused or cut off).
-//!
-//! A `MOVED` also names the slot's new master, which the map takes at once. Readings of
-//! the whole map are one at a time and at least [`REFRESH_GAP`] apart.
+//! * `MOVED` from the master: Redis refused the command before running any of it (it
+//!   checks every key's slot first). The map takes the master the `MOVED` names, and the
+//!   request goes there, on the direct path (at most [`HOPS`] times; then, or when the
+//!   new master cannot be reached, through the cluster client). The whole map is read
+//!   again in the background.
+//! * `ASK` (a slot half-way through a migration, the key already moved): through the
+//!   cluster client, which sends `ASKING` and the request to the importing master. A
+//!   clean-up after such a request meets the same `ASK` and goes the same way.
+//! * a slot with no master in the map: through the cluster client (the map is read again).
+//! * an I/O error or a dropped connection: the request may have run, so it is not sent
+//!   again here; the caller's rules apply, as on a plain master (an idempotent script is
+//!   sent again, an acquisition never). The map is read again (a crashed master's replica
+//!   may have taken over), as it is when the caller stops waiting for an answer (a master
+//!   paused or cut off).
 //!
 //! A stale map is never unsafe: a cluster node refuses (`MOVED`) a key of a slot it does
 //! not serve, and the direct path never sends `ASKING`.
 //!
-//! Order. A request and its clean-up go the same way while the map stays the same (the
-//! same connection, in the order issued), as on a plain master. A map read in between
-//! can send the clean-up of an acquisition that timed out on one connection over
-//! another; if the acquisition then still lands, its key lives until its TTL, as when a
-//! node is restarted: liveness, never safety.
+//! Order. A request and its clean-up (sent once the request's future completed or timed
+//! out) go the same way: the first requests wait for the first reading of the map rather
+//! than go another way, a `MOVED` is followed on the direct path to the master it names
+//! (where the map then sends the clean-up too), and one connection is kept per master
+//! address across readings. So they are written to one socket in the order issued, as on
+//! a plain master.
+//!
+//! Readings of the whole map are one at a time and at least [`REFRESH_GAP`] apart; each
+//! asks the known masters, then the seeds, until one answers.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,7 +43,6 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ConnectionAddr, ConnectionInfo, RedisResult, Value};
 
 /// The number of hash slots of a Redis Cluster.
@@ -51,12 +55,15 @@ const NONE: u16 = u16::MAX;
 /// every request to it ask for one).
 const REFRESH_GAP: Duration = Duration::from_millis(100);
 
+/// How many `MOVED` in a row one request follows on the direct path.
+const HOPS: usize = 3;
+
 /// A voter's shard masters, by slot.
 struct Routes {
     /// For each slot, its master's index in `masters`, or [`NONE`].
     slots: Vec<u16>,
     /// Each master's address (`host:port`) and connection.
-    masters: Vec<(String, ConnectionManager)>,
+    masters: Vec<(String, Arc<ConnectionManager>)>,
 }
 
 impl Routes {
@@ -67,9 +74,14 @@ impl Routes {
         }
     }
 
-    fn master(&self, slot: u16) -> Option<&ConnectionManager> {
+    fn master(&self, slot: u16) -> Option<&Arc<ConnectionManager>> {
         let i = *self.slots.get(usize::from(slot))?;
         self.masters.get(usize::from(i)).map(|(_, c)| c)
+    }
+
+    /// The connection kept for `addr`, if any.
+    fn kept(&self, addr: &str) -> Option<&Arc<ConnectionManager>> {
+        self.masters.iter().find(|(a, _)| a == addr).map(|(_, c)| c)
     }
 }
 
@@ -78,8 +90,12 @@ pub(crate) struct Direct {
     /// How to reach a master: a seed's settings (credentials, TCP settings), its address
     /// replaced by the master's.
     template: ConnectionInfo,
+    /// The seeds' hosts and ports, asked for the map when no known master answers.
+    seeds: Vec<(String, u16)>,
     connect_timeout: Duration,
     routes: RwLock<Arc<Routes>>,
+    /// The first reading of the map, which the first requests wait for.
+    first: tokio::sync::OnceCell<()>,
     /// A reading of the slot map is under way.
     refreshing: AtomicBool,
     /// When the last reading began.
@@ -94,6 +110,18 @@ pub(crate) enum Sent {
     Redirect,
 }
 
+/// What an answer of a master means for the direct path.
+enum Answer {
+    /// `MOVED`: the slot's master now, if the answer names one.
+    Moved(Option<(String, u16)>),
+    /// `ASK`: for the cluster client.
+    Ask,
+    /// An I/O error or a dropped connection: the map may be stale.
+    Broken,
+    /// Anything else, for the caller.
+    Final,
+}
+
 impl Direct {
     /// The direct path of a voter whose seeds are `seeds`; `None` for TLS seeds (their
     /// requests all go through the cluster client).
@@ -101,21 +129,24 @@ impl Direct {
         seeds: &[ConnectionInfo],
         tcp: redis::io::tcp::TcpSettings,
         connect_timeout: Duration,
-    ) -> Option<Direct> {
+    ) -> Option<Arc<Direct>> {
         let first = seeds.first()?;
-        if !seeds
-            .iter()
-            .all(|s| matches!(s.addr(), ConnectionAddr::Tcp(..)))
-        {
-            return None;
+        let mut hosts = Vec::new();
+        for s in seeds {
+            let ConnectionAddr::Tcp(host, port) = s.addr() else {
+                return None;
+            };
+            hosts.push((host.clone(), *port));
         }
-        Some(Direct {
+        Some(Arc::new(Direct {
             template: first.clone().set_tcp_settings(tcp),
+            seeds: hosts,
             connect_timeout,
             routes: RwLock::new(Arc::new(Routes::empty())),
+            first: tokio::sync::OnceCell::new(),
             refreshing: AtomicBool::new(false),
             last: Mutex::new(None),
-        })
+        }))
     }
 
     /// The address (`host:port`) of the master the map routes `slot` to.
@@ -133,102 +164,56 @@ impl Direct {
             .unwrap_or_else(|_| Arc::new(Routes::empty()))
     }
 
-    /// Sends `cmd`, whose keys are all in `slot`, to the slot's master, or says to use the
-    /// cluster client (reading the slot map again in the background, through `client`,
-    /// when the map was missing or wrong).
-    pub(crate) async fn send(
-        self: &Arc<Self>,
-        cmd: &Cmd,
-        slot: u16,
-        client: &ClusterConnection,
-    ) -> Sent {
-        let Some(mut conn) = self.routes().master(slot).cloned() else {
-            self.refresh(client);
-            return Sent::Redirect;
-        };
-        // A request its caller stopped waiting for (a master paused, cut off, or crashed
-        // with its connection still open) has the map read again: its replica may have
-        // taken over meanwhile.
+    /// Sends `cmd`, whose keys are all in `slot`, to the slot's master, following `MOVED`
+    /// there, or says to use the cluster client (see the module docs).
+    pub(crate) async fn send(self: &Arc<Self>, cmd: &Cmd, slot: u16) -> Sent {
+        if self.first.get().is_none() {
+            let read = self
+                .first
+                .get_or_try_init(|| async { if self.read().await { Ok(()) } else { Err(()) } });
+            let _ = read.await;
+        }
+        for _ in 0..HOPS {
+            let Some(conn) = self.routes().master(slot).cloned() else {
+                self.refresh();
+                return Sent::Redirect;
+            };
+            let reply = self.exchange(&conn, cmd).await;
+            match answer(&reply) {
+                Answer::Moved(to) => {
+                    self.refresh();
+                    match to {
+                        Some((host, port)) => self.set_master(slot, &host, port),
+                        None => return Sent::Redirect,
+                    }
+                }
+                Answer::Ask => return Sent::Redirect,
+                Answer::Broken => {
+                    self.refresh();
+                    return Sent::Done(reply);
+                }
+                Answer::Final => return Sent::Done(reply),
+            }
+        }
+        Sent::Redirect
+    }
+
+    /// One request on one master's connection; a request its caller stopped waiting for
+    /// (a master paused, cut off, or crashed with its connection still open) has the map
+    /// read again: its replica may have taken over meanwhile.
+    async fn exchange(self: &Arc<Self>, conn: &ConnectionManager, cmd: &Cmd) -> RedisResult<Value> {
         let mut unanswered = Unanswered {
             direct: self,
-            client,
             answered: false,
         };
-        let reply = conn.req_packed_command(cmd).await;
+        let reply = conn.clone().req_packed_command(cmd).await;
         unanswered.answered = true;
-        match reply {
-            // (A server's error reply comes as a value, or as an error.)
-            Ok(Value::ServerError(e)) if e.kind().is_some_and(redirected) => {
-                self.redirected(e.kind(), e.details(), client);
-                Sent::Redirect
-            }
-            Err(e) if matches!(e.kind(), redis::ErrorKind::Server(k) if redirected(k)) => {
-                let kind = match e.kind() {
-                    redis::ErrorKind::Server(k) => Some(k),
-                    _ => None,
-                };
-                self.redirected(kind, e.detail(), client);
-                Sent::Redirect
-            }
-            Err(e) => {
-                if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
-                    self.refresh(client);
-                }
-                Sent::Done(Err(e))
-            }
-            ok => Sent::Done(ok),
-        }
-    }
-
-    /// After a redirect: a `MOVED` names the slot's master now (`<slot> <host>:<port>`),
-    /// which the map takes at once (another node's answer to `CLUSTER SLOTS` may not know
-    /// it yet); an `ASK` is for one request only. Either way the whole map is read again.
-    fn redirected(
-        self: &Arc<Self>,
-        kind: Option<redis::ServerErrorKind>,
-        detail: Option<&str>,
-        client: &ClusterConnection,
-    ) {
-        if kind == Some(redis::ServerErrorKind::Moved)
-            && let Some((slot, host, port)) = detail.and_then(moved_to)
-        {
-            self.set_master(slot, &host, port);
-        }
-        self.refresh(client);
-    }
-
-    /// Routes `slot` to the master at `host:port`.
-    fn set_master(&self, slot: u16, host: &str, port: u16) {
-        let old = self.routes();
-        let addr = format!("{host}:{port}");
-        let mut masters = old.masters.clone();
-        let i = match masters.iter().position(|(a, _)| *a == addr) {
-            Some(i) => i,
-            None => {
-                let Some(conn) = self.connect(host, port) else {
-                    return;
-                };
-                masters.push((addr, conn));
-                masters.len() - 1
-            }
-        };
-        let Ok(i) = u16::try_from(i) else { return };
-        let mut slots = if old.slots.len() == SLOTS {
-            old.slots.clone()
-        } else {
-            vec![NONE; SLOTS]
-        };
-        if let Some(x) = slots.get_mut(usize::from(slot)) {
-            *x = i;
-        }
-        if let Ok(mut r) = self.routes.write() {
-            *r = Arc::new(Routes { slots, masters });
-        }
+        reply
     }
 
     /// Reads the slot map again in the background, unless a reading is under way or the
     /// last one began less than [`REFRESH_GAP`] ago.
-    fn refresh(self: &Arc<Self>, client: &ClusterConnection) {
+    fn refresh(self: &Arc<Self>) {
         let now = Instant::now();
         let Ok(mut last) = self.last.lock() else {
             return;
@@ -240,28 +225,70 @@ impl Direct {
         }
         *last = Some(now);
         drop(last);
+        let reading = Reading(self.clone());
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            self.refreshing.store(false, Ordering::Release);
             return;
         };
-        let (me, mut client) = (self.clone(), client.clone());
         drop(rt.spawn(async move {
-            let read = redis::cmd("CLUSTER").arg("SLOTS").to_owned();
-            let answer = tokio::time::timeout(me.connect_timeout, client.req_packed_command(&read));
-            if let Ok(Ok(v)) = answer.await {
-                me.install(&slot_ranges(&v));
-            }
-            me.refreshing.store(false, Ordering::Release);
+            reading.0.read().await;
+            drop(reading);
         }));
+    }
+
+    /// Reads `CLUSTER SLOTS` from the known masters, then the seeds, until one answers
+    /// with a map, and installs it. Whether one did.
+    async fn read(&self) -> bool {
+        let routes = self.routes();
+        let mut asked: Vec<(String, u16)> = Vec::new();
+        for (addr, _) in &routes.masters {
+            if let Some((h, p)) = addr
+                .rsplit_once(':')
+                .and_then(|(h, p)| Some((h, p.parse().ok()?)))
+            {
+                asked.push((h.to_owned(), p));
+            }
+        }
+        for s in &self.seeds {
+            if !asked.contains(s) {
+                asked.push(s.clone());
+            }
+        }
+        let read = redis::cmd("CLUSTER").arg("SLOTS").to_owned();
+        for (host, port) in asked {
+            let addr = format!("{host}:{port}");
+            let Some(conn) = routes
+                .kept(&addr)
+                .cloned()
+                .or_else(|| self.connect(&host, port))
+            else {
+                continue;
+            };
+            let got = tokio::time::timeout(self.connect_timeout, self.exchange_quiet(&conn, &read));
+            if let Ok(Ok(v)) = got.await {
+                let ranges = slot_ranges(&v, &host);
+                if !ranges.is_empty() {
+                    self.install(&ranges);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// One request, with no map reading when it goes unanswered (the reading's own).
+    async fn exchange_quiet(&self, conn: &ConnectionManager, cmd: &Cmd) -> RedisResult<Value> {
+        conn.clone().req_packed_command(cmd).await
     }
 
     /// Installs a slot map read from `CLUSTER SLOTS`, keeping the connection of every
     /// master that stays.
     fn install(&self, ranges: &[(u16, u16, String, u16)]) {
-        let old = self.routes();
-        let mut kept: HashMap<&str, &ConnectionManager> =
-            old.masters.iter().map(|(a, c)| (a.as_str(), c)).collect();
-        let mut masters: Vec<(String, ConnectionManager)> = Vec::new();
+        let Ok(mut r) = self.routes.write() else {
+            return;
+        };
+        let mut kept: HashMap<&str, &Arc<ConnectionManager>> =
+            r.masters.iter().map(|(a, c)| (a.as_str(), c)).collect();
+        let mut masters: Vec<(String, Arc<ConnectionManager>)> = Vec::new();
         let mut slots = vec![NONE; SLOTS];
         for (start, end, host, port) in ranges {
             let addr = format!("{host}:{port}");
@@ -286,14 +313,41 @@ impl Direct {
                 }
             }
         }
-        if let Ok(mut r) = self.routes.write() {
-            *r = Arc::new(Routes { slots, masters });
+        *r = Arc::new(Routes { slots, masters });
+    }
+
+    /// Routes `slot` to the master at `host:port` (a `MOVED` named it).
+    fn set_master(&self, slot: u16, host: &str, port: u16) {
+        let Ok(mut r) = self.routes.write() else {
+            return;
+        };
+        let addr = format!("{host}:{port}");
+        let mut masters = r.masters.clone();
+        let i = match masters.iter().position(|(a, _)| *a == addr) {
+            Some(i) => i,
+            None => {
+                let Some(conn) = self.connect(host, port) else {
+                    return;
+                };
+                masters.push((addr, conn));
+                masters.len() - 1
+            }
+        };
+        let Ok(i) = u16::try_from(i) else { return };
+        let mut slots = if r.slots.len() == SLOTS {
+            r.slots.clone()
+        } else {
+            vec![NONE; SLOTS]
+        };
+        if let Some(x) = slots.get_mut(usize::from(slot)) {
+            *x = i;
         }
+        *r = Arc::new(Routes { slots, masters });
     }
 
     /// A lazy connection to the master at `host:port` (the first command connects; a
     /// dropped connection is made again on the next one), configured as a plain master's.
-    fn connect(&self, host: &str, port: u16) -> Option<ConnectionManager> {
+    fn connect(&self, host: &str, port: u16) -> Option<Arc<ConnectionManager>> {
         let info = self
             .template
             .clone()
@@ -305,31 +359,57 @@ impl Direct {
             .set_number_of_retries(0)
             .set_min_delay(Duration::from_millis(1))
             .set_max_delay(Duration::from_millis(100));
-        ConnectionManager::new_lazy_with_config(client, config).ok()
+        ConnectionManager::new_lazy_with_config(client, config)
+            .ok()
+            .map(Arc::new)
+    }
+}
+
+/// A reading of the map under way: clears the flag when it ends, however it ends (a
+/// task dropped before it ran, at a runtime's shutdown, included).
+struct Reading(Arc<Direct>);
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        self.0.refreshing.store(false, Ordering::Release);
     }
 }
 
 /// Reads the slot map again when dropped before its request was answered.
 struct Unanswered<'a> {
     direct: &'a Arc<Direct>,
-    client: &'a ClusterConnection,
     answered: bool,
 }
 
 impl Drop for Unanswered<'_> {
     fn drop(&mut self) {
         if !self.answered {
-            self.direct.refresh(self.client);
+            self.direct.refresh();
         }
     }
 }
 
-/// Whether a server error says the command went to the wrong node and did not run.
-fn redirected(kind: redis::ServerErrorKind) -> bool {
-    matches!(
-        kind,
-        redis::ServerErrorKind::Moved | redis::ServerErrorKind::Ask
-    )
+/// What a master's answer means for the direct path (a server's error reply comes as a
+/// value or as an error).
+fn answer(reply: &RedisResult<Value>) -> Answer {
+    let (kind, detail) = match reply {
+        Ok(Value::ServerError(e)) => (e.kind(), e.details()),
+        Err(e) => match e.kind() {
+            redis::ErrorKind::Server(k) => (Some(k), e.detail()),
+            _ if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() => {
+                return Answer::Broken;
+            }
+            _ => return Answer::Final,
+        },
+        Ok(_) => return Answer::Final,
+    };
+    match kind {
+        Some(redis::ServerErrorKind::Moved) => {
+            Answer::Moved(detail.and_then(moved_to).map(|(_, h, p)| (h, p)))
+        }
+        Some(redis::ServerErrorKind::Ask) => Answer::Ask,
+        _ => Answer::Final,
+    }
 }
 
 /// The slot and new master a `MOVED` names: `<slot> <host>:<port>` (the host may be an
@@ -345,18 +425,20 @@ fn moved_to(detail: &str) -> Option<(u16, String, u16)> {
     Some((slot, host.to_owned(), port.parse().ok()?))
 }
 
-/// The slot ranges of a `CLUSTER SLOTS` answer, each with its master's host and port:
-/// `[[start, end, [host, port, id, …], replicas…], …]`. A range whose master has no
-/// usable host (`""` or `"?"`: unknown to the node asked) is left out (its slots go
-/// through the cluster client), as is anything unreadable.
-pub(crate) fn slot_ranges(v: &Value) -> Vec<(u16, u16, String, u16)> {
+/// The slot ranges of a `CLUSTER SLOTS` answer read from the node at `asked`, each with
+/// its master's host and port: `[[start, end, [host, port, id, …], replicas…], …]`. A
+/// master whose host the node does not know (empty, nil, `?`) or gives as any address
+/// (`0.0.0.0`, `::`) is taken to be at `asked`'s host, as redis-rs's cluster client does
+/// (a one-master cluster whose node was never introduced answers so for itself).
+/// Anything unreadable is left out.
+pub(crate) fn slot_ranges(v: &Value, asked: &str) -> Vec<(u16, u16, String, u16)> {
     let Value::Array(ranges) = v else {
         return Vec::new();
     };
-    ranges.iter().filter_map(slot_range).collect()
+    ranges.iter().filter_map(|r| slot_range(r, asked)).collect()
 }
 
-fn slot_range(v: &Value) -> Option<(u16, u16, String, u16)> {
+fn slot_range(v: &Value, asked: &str) -> Option<(u16, u16, String, u16)> {
     let Value::Array(r) = v else { return None };
     let int = |v: Option<&Value>| match v {
         Some(Value::Int(n)) => u16::try_from(*n).ok(),
@@ -369,9 +451,14 @@ fn slot_range(v: &Value) -> Option<(u16, u16, String, u16)> {
     let host = match master.first()? {
         Value::BulkString(b) => String::from_utf8(b.clone()).ok()?,
         Value::SimpleString(s) => s.clone(),
+        Value::Nil => String::new(),
         _ => return None,
     };
-    if host.is_empty() || host == "?" || start > end {
+    let host = match host.as_str() {
+        "" | "?" | "0.0.0.0" | "::" => asked.to_owned(),
+        _ => host,
+    };
+    if host.is_empty() || start > end {
         return None;
     }
     Some((start, end, host, int(master.get(1))?))
@@ -399,19 +486,25 @@ mod tests {
         let v = Value::Array(vec![
             range(0, 5460, bulk("127.0.0.1"), 7000),
             range(5461, 10922, Value::SimpleString("::1".into()), 7001),
-            range(10923, 16383, bulk(""), 7002),
-            range(9, 3, bulk("127.0.0.1"), 7003),
-            range(0, 70000, bulk("127.0.0.1"), 7004),
+            range(10923, 16000, bulk(""), 7002),
+            range(16001, 16100, Value::Nil, 7003),
+            range(16101, 16383, bulk("0.0.0.0"), 7004),
+            range(9, 3, bulk("127.0.0.1"), 7005),
+            range(0, 70000, bulk("127.0.0.1"), 7006),
             Value::Int(3),
         ]);
+        let at = |h: &str| h.to_owned();
         assert_eq!(
-            slot_ranges(&v),
+            slot_ranges(&v, "10.0.0.9"),
             vec![
-                (0, 5460, "127.0.0.1".to_owned(), 7000),
-                (5461, 10922, "::1".to_owned(), 7001),
+                (0, 5460, at("127.0.0.1"), 7000),
+                (5461, 10922, at("::1"), 7001),
+                (10923, 16000, at("10.0.0.9"), 7002),
+                (16001, 16100, at("10.0.0.9"), 7003),
+                (16101, 16383, at("10.0.0.9"), 7004),
             ]
         );
-        assert!(slot_ranges(&Value::Nil).is_empty());
+        assert!(slot_ranges(&Value::Nil, "h").is_empty());
     }
 
     #[test]
@@ -429,11 +522,28 @@ mod tests {
     }
 
     #[test]
-    fn only_moved_and_ask_go_to_the_cluster_client() {
-        use redis::ServerErrorKind as K;
-        assert!(redirected(K::Moved) && redirected(K::Ask));
-        assert!(!redirected(K::TryAgain) && !redirected(K::NoScript));
-        assert!(!redirected(K::ClusterDown));
+    fn only_moved_ask_and_broken_connections_are_the_direct_paths_own() {
+        let moved: RedisResult<Value> = Err(redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::Moved),
+            "moved",
+            "3999 127.0.0.1:6381".to_owned(),
+        )));
+        assert!(matches!(answer(&moved), Answer::Moved(Some((h, 6381))) if h == "127.0.0.1"));
+        let ask: RedisResult<Value> = Err(redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::Ask),
+            "ask",
+            "3999 127.0.0.1:6381".to_owned(),
+        )));
+        assert!(matches!(answer(&ask), Answer::Ask));
+        let again: RedisResult<Value> = Err(redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain),
+            "tryagain",
+        )));
+        assert!(matches!(answer(&again), Answer::Final));
+        let io: RedisResult<Value> =
+            Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset).into());
+        assert!(matches!(answer(&io), Answer::Broken));
+        assert!(matches!(answer(&Ok(Value::Okay)), Answer::Final));
     }
 
     #[tokio::test]
@@ -455,7 +565,9 @@ mod tests {
         assert_eq!(r.slots.get(99), Some(&0));
         assert_eq!(r.slots.get(100), Some(&1));
         assert_eq!(r.slots.get(16383), Some(&1));
-        // A slot moved to a new master; 7001 keeps its connection object.
+        let before = r.master(100).cloned().ok_or("no master")?;
+        // A slot moved to a new master; 7001 keeps its connection (one socket per master
+        // across readings keeps a request and its clean-up in order).
         d.install(&[
             (0, 99, "127.0.0.1".into(), 7002),
             (100, 16383, "127.0.0.1".into(), 7001),
@@ -463,6 +575,15 @@ mod tests {
         let r = d.routes();
         let names: Vec<&str> = r.masters.iter().map(|(a, _)| a.as_str()).collect();
         assert_eq!(names, ["127.0.0.1:7002", "127.0.0.1:7001"]);
+        let after = r.master(100).ok_or("no master")?;
+        assert!(Arc::ptr_eq(&before, after), "the connection was not kept");
+        // A MOVED keeps it too.
+        d.set_master(5, "127.0.0.1", 7001);
+        let moved = d.routes().master(5).cloned().ok_or("no master")?;
+        assert!(
+            Arc::ptr_eq(&before, &moved),
+            "MOVED made a second connection"
+        );
         d.install(&[]);
         assert!(
             d.routes().master(5).is_none(),
