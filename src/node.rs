@@ -529,13 +529,11 @@ impl Node {
     /// connects; a failed connection is retried on the next command).
     pub(crate) fn new(spec: &NodeSpec, connect_timeout: Duration) -> Result<Node, Error> {
         if let Some(seeds) = &spec.seeds {
-            let direct = direct::Direct::new(seeds, cluster_tcp(), connect_timeout);
+            let client = cluster_connection(spec, seeds, connect_timeout)?;
+            let direct = direct::Direct::new(seeds, cluster_tcp(), connect_timeout, client.clone());
             return Ok(Node {
                 addr: spec.addr.clone(),
-                conn: Conn::Cluster(ClusterConn {
-                    client: cluster_connection(spec, seeds, connect_timeout)?,
-                    direct,
-                }),
+                conn: Conn::Cluster(ClusterConn { client, direct }),
                 metrics: NodeKeys::new(&spec.addr),
             });
         }
@@ -665,10 +663,8 @@ impl Conn {
         let Conn::Cluster(c) = self else {
             return self.req_packed_command(cmd).await;
         };
-        if let (Some(d), Some(slot)) = (&c.direct, slot)
-            && let direct::Sent::Done(r) = d.send(cmd, slot).await
-        {
-            return r;
+        if let (Some(d), Some(slot)) = (&c.direct, slot) {
+            return d.send(cmd, slot).await;
         }
         c.client.req_packed_command(cmd).await
     }
@@ -1751,8 +1747,7 @@ impl Node {
 /// Test seams of the direct path to a Redis Cluster voter's shard masters.
 #[cfg(all(test, feature = "testkit"))]
 impl Node {
-    /// Sends `cmd` (its keys in `slot`) by the direct path only: `None` when it went, or
-    /// would go, through the cluster client instead (no master known, or a redirect).
+    /// Sends `cmd` (its keys in `slot`) by the direct path: `None` without one.
     pub(crate) async fn send_direct(
         &self,
         cmd: &Cmd,
@@ -1761,10 +1756,7 @@ impl Node {
         let Conn::Cluster(c) = &self.conn else {
             return None;
         };
-        match c.direct.as_ref()?.send(cmd, slot).await {
-            direct::Sent::Done(r) => Some(r),
-            direct::Sent::Redirect => None,
-        }
+        Some(c.direct.as_ref()?.send(cmd, slot).await)
     }
 
     /// The master (`host:port`) the direct path routes `slot` to.

@@ -6,18 +6,20 @@
 //! on plain masters. Every key of a lock lives in one slot, so a request whose slot is
 //! known goes straight to that slot's master instead, over a connection of its own (a
 //! [`ConnectionManager`], as a plain master has), found in a slot map read with
-//! `CLUSTER SLOTS` from the masters (or the seeds) themselves. The cluster client stays
-//! for commands without a key, pipelines, and the few requests the direct path hands it:
+//! `CLUSTER SLOTS`. Keyed requests never go through the cluster client; it keeps the
+//! commands without a key and the pipelines (and reads the map when no master or seed
+//! answers the direct path's own reading).
 //!
-//! * `MOVED` from the master: Redis refused the command before running any of it (it
-//!   checks every key's slot first). The map takes the master the `MOVED` names, and the
-//!   request goes there, on the direct path (at most [`HOPS`] times; then, or when the
-//!   new master cannot be reached, through the cluster client). The whole map is read
-//!   again in the background.
-//! * `ASK` (a slot half-way through a migration, the key already moved): through the
-//!   cluster client, which sends `ASKING` and the request to the importing master. A
-//!   clean-up after such a request meets the same `ASK` and goes the same way.
-//! * a slot with no master in the map: through the cluster client (the map is read again).
+//! * `MOVED`: Redis refused the command before running any of it (it checks every key's
+//!   slot first). The map takes the master the `MOVED` names (a `MOVED` without a host
+//!   names the node that answered), the request goes there, and the whole map is read
+//!   again in the background. At most [`HOPS`] redirects per request; then it fails.
+//! * `ASK` (a slot half-way through a migration, the key already moved): `ASKING` and the
+//!   request, in one pipeline, on the direct connection to the importing master. Its
+//!   clean-up meets the same `ASK` (or, once the migration ended, the map's `MOVED` to the
+//!   same master) and goes on the same connection.
+//! * a slot with no master known: the request waits for the next reading of the map (its
+//!   caller's timeout bounds the wait), which it asks for.
 //! * an I/O error or a dropped connection: the request may have run, so it is not sent
 //!   again here; the caller's rules apply, as on a plain master (an idempotent script is
 //!   sent again, an acquisition never). The map is read again (a crashed master's replica
@@ -25,17 +27,17 @@
 //!   paused or cut off).
 //!
 //! A stale map is never unsafe: a cluster node refuses (`MOVED`) a key of a slot it does
-//! not serve, and the direct path never sends `ASKING`.
+//! not serve before running anything, and `ASKING` is sent only where an `ASK` pointed.
 //!
 //! Order. A request and its clean-up (sent once the request's future completed or timed
-//! out) go the same way: the first requests wait for the first reading of the map rather
-//! than go another way, a `MOVED` is followed on the direct path to the master it names
-//! (where the map then sends the clean-up too), and one connection is kept per master
-//! address across readings. So they are written to one socket in the order issued, as on
-//! a plain master.
+//! out) must reach a node in that order. One connection is kept per master address for
+//! the voter's life, whatever the map says meanwhile, and every keyed request to that
+//! address goes on it: to one node, requests are written to one socket in the order
+//! issued, as on a plain master.
 //!
-//! Readings of the whole map are one at a time and at least [`REFRESH_GAP`] apart; each
-//! asks the known masters, then the seeds, until one answers.
+//! Readings of the whole map run in the background, one at a time, at least
+//! [`REFRESH_GAP`] apart; each asks the known masters, then the seeds, then the cluster
+//! client, until one answers.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,7 +45,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, ConnectionAddr, ConnectionInfo, RedisResult, Value};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, ConnectionAddr, ConnectionInfo, RedisError, RedisResult, Value};
 
 /// The number of hash slots of a Redis Cluster.
 const SLOTS: usize = 16384;
@@ -55,15 +58,17 @@ const NONE: u16 = u16::MAX;
 /// every request to it ask for one).
 const REFRESH_GAP: Duration = Duration::from_millis(100);
 
-/// How many `MOVED` in a row one request follows on the direct path.
+/// How many redirects (`MOVED`, `ASK`) one request follows.
 const HOPS: usize = 3;
+
+/// One master: its address (`host:port`) and the connection kept for it.
+type Master = (String, Arc<ConnectionManager>);
 
 /// A voter's shard masters, by slot.
 struct Routes {
     /// For each slot, its master's index in `masters`, or [`NONE`].
     slots: Vec<u16>,
-    /// Each master's address (`host:port`) and connection.
-    masters: Vec<(String, Arc<ConnectionManager>)>,
+    masters: Vec<Master>,
 }
 
 impl Routes {
@@ -74,14 +79,9 @@ impl Routes {
         }
     }
 
-    fn master(&self, slot: u16) -> Option<&Arc<ConnectionManager>> {
+    fn master(&self, slot: u16) -> Option<&Master> {
         let i = *self.slots.get(usize::from(slot))?;
-        self.masters.get(usize::from(i)).map(|(_, c)| c)
-    }
-
-    /// The connection kept for `addr`, if any.
-    fn kept(&self, addr: &str) -> Option<&Arc<ConnectionManager>> {
-        self.masters.iter().find(|(a, _)| a == addr).map(|(_, c)| c)
+        self.masters.get(usize::from(i))
     }
 }
 
@@ -93,29 +93,26 @@ pub(crate) struct Direct {
     /// The seeds' hosts and ports, asked for the map when no known master answers.
     seeds: Vec<(String, u16)>,
     connect_timeout: Duration,
+    /// The cluster client, asked for the map when no master or seed answers.
+    client: ClusterConnection,
     routes: RwLock<Arc<Routes>>,
-    /// The first reading of the map, which the first requests wait for.
-    first: tokio::sync::OnceCell<()>,
+    /// Every connection made, by address, kept for the voter's life: one socket per node.
+    conns: Mutex<HashMap<String, Arc<ConnectionManager>>>,
+    /// Counts the maps installed (a request with no master known waits for the next).
+    installed: tokio::sync::watch::Sender<u64>,
     /// A reading of the slot map is under way.
     refreshing: AtomicBool,
     /// When the last reading began.
     last: Mutex<Option<Instant>>,
 }
 
-/// What the direct path did with a request.
-pub(crate) enum Sent {
-    /// Answered (or failed in a way the caller must see: it may have run).
-    Done(RedisResult<Value>),
-    /// Not sent, or refused before it ran: send it through the cluster client.
-    Redirect,
-}
-
-/// What an answer of a master means for the direct path.
+/// What a master's answer means for the direct path.
+#[derive(Debug, PartialEq, Eq)]
 enum Answer {
     /// `MOVED`: the slot's master now, if the answer names one.
     Moved(Option<(String, u16)>),
-    /// `ASK`: for the cluster client.
-    Ask,
+    /// `ASK`: the importing master, for this request only.
+    Ask(Option<(String, u16)>),
     /// An I/O error or a dropped connection: the map may be stale.
     Broken,
     /// Anything else, for the caller.
@@ -123,12 +120,13 @@ enum Answer {
 }
 
 impl Direct {
-    /// The direct path of a voter whose seeds are `seeds`; `None` for TLS seeds (their
-    /// requests all go through the cluster client).
+    /// The direct path of a voter whose seeds are `seeds`, beside its cluster client;
+    /// `None` for TLS seeds (their requests all go through the cluster client).
     pub(crate) fn new(
         seeds: &[ConnectionInfo],
         tcp: redis::io::tcp::TcpSettings,
         connect_timeout: Duration,
+        client: ClusterConnection,
     ) -> Option<Arc<Direct>> {
         let first = seeds.first()?;
         let mut hosts = Vec::new();
@@ -142,8 +140,10 @@ impl Direct {
             template: first.clone().set_tcp_settings(tcp),
             seeds: hosts,
             connect_timeout,
+            client,
             routes: RwLock::new(Arc::new(Routes::empty())),
-            first: tokio::sync::OnceCell::new(),
+            conns: Mutex::new(HashMap::new()),
+            installed: tokio::sync::watch::Sender::new(0),
             refreshing: AtomicBool::new(false),
             last: Mutex::new(None),
         }))
@@ -152,9 +152,7 @@ impl Direct {
     /// The address (`host:port`) of the master the map routes `slot` to.
     #[cfg(all(test, feature = "testkit"))]
     pub(crate) fn master_of(&self, slot: u16) -> Option<String> {
-        let r = self.routes();
-        let i = *r.slots.get(usize::from(slot))?;
-        r.masters.get(usize::from(i)).map(|(a, _)| a.clone())
+        self.routes().master(slot).map(|(a, _)| a.clone())
     }
 
     fn routes(&self) -> Arc<Routes> {
@@ -165,48 +163,86 @@ impl Direct {
     }
 
     /// Sends `cmd`, whose keys are all in `slot`, to the slot's master, following `MOVED`
-    /// there, or says to use the cluster client (see the module docs).
-    pub(crate) async fn send(self: &Arc<Self>, cmd: &Cmd, slot: u16) -> Sent {
-        if self.first.get().is_none() {
-            let read = self
-                .first
-                .get_or_try_init(|| async { if self.read().await { Ok(()) } else { Err(()) } });
-            let _ = read.await;
-        }
-        for _ in 0..HOPS {
-            let Some(conn) = self.routes().master(slot).cloned() else {
-                self.refresh();
-                return Sent::Redirect;
+    /// and `ASK` on the direct connections (see the module docs).
+    pub(crate) async fn send(self: &Arc<Self>, cmd: &Cmd, slot: u16) -> RedisResult<Value> {
+        let mut ask: Option<Master> = None;
+        for _ in 0..=HOPS {
+            let asking = ask.is_some();
+            let (addr, conn) = match ask.take() {
+                Some(m) => m,
+                None => self.master(slot).await,
             };
-            let reply = self.exchange(&conn, cmd).await;
-            match answer(&reply) {
-                Answer::Moved(to) => {
+            let reply = self.exchange(&conn, cmd, asking).await;
+            let asked = addr.rsplit_once(':').map_or("", |(h, _)| h);
+            match answer(&reply, asked) {
+                Answer::Moved(Some((host, port))) => {
                     self.refresh();
-                    match to {
-                        Some((host, port)) => self.set_master(slot, &host, port),
-                        None => return Sent::Redirect,
-                    }
+                    self.set_master(slot, &host, port);
                 }
-                Answer::Ask => return Sent::Redirect,
-                Answer::Broken => {
+                Answer::Ask(Some((host, port))) => {
+                    let to = format!("{host}:{port}");
+                    let Some(c) = self.conn_for(&host, port) else {
+                        return reply;
+                    };
+                    ask = Some((to, c));
+                }
+                Answer::Broken | Answer::Moved(None) => {
                     self.refresh();
-                    return Sent::Done(reply);
+                    return reply;
                 }
-                Answer::Final => return Sent::Done(reply),
+                Answer::Ask(None) | Answer::Final => return reply,
             }
         }
-        Sent::Redirect
+        Err(RedisError::from((
+            redis::ErrorKind::Client,
+            "too many cluster redirects",
+        )))
     }
 
-    /// One request on one master's connection; a request its caller stopped waiting for
-    /// (a master paused, cut off, or crashed with its connection still open) has the map
-    /// read again: its replica may have taken over meanwhile.
-    async fn exchange(self: &Arc<Self>, conn: &ConnectionManager, cmd: &Cmd) -> RedisResult<Value> {
+    /// The master the map routes `slot` to; with none known, the one the next reading of
+    /// the map says (asked for now; the caller's timeout bounds the wait).
+    async fn master(self: &Arc<Self>, slot: u16) -> Master {
+        let mut next = self.installed.subscribe();
+        loop {
+            if let Some(m) = self.routes().master(slot) {
+                return m.clone();
+            }
+            self.refresh();
+            if next.changed().await.is_err() {
+                // (The sender lives as long as `self`: never.)
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// One request on one master's connection (after `ASKING`, in one pipeline, when an
+    /// `ASK` sent it there); a request its caller stopped waiting for (a master paused,
+    /// cut off, or crashed with its connection still open) has the map read again: its
+    /// replica may have taken over meanwhile.
+    async fn exchange(
+        self: &Arc<Self>,
+        conn: &ConnectionManager,
+        cmd: &Cmd,
+        asking: bool,
+    ) -> RedisResult<Value> {
         let mut unanswered = Unanswered {
             direct: self,
             answered: false,
         };
-        let reply = conn.clone().req_packed_command(cmd).await;
+        let mut conn = conn.clone();
+        let reply = if asking {
+            let mut pipe = redis::pipe();
+            pipe.cmd("ASKING").add_command(cmd.clone());
+            conn.req_packed_commands(&pipe, 1, 1)
+                .await
+                .and_then(|mut v| {
+                    v.pop().ok_or_else(|| {
+                        RedisError::from((redis::ErrorKind::Parse, "no answer after ASKING"))
+                    })
+                })
+        } else {
+            conn.req_packed_command(cmd).await
+        };
         unanswered.answered = true;
         reply
     }
@@ -235,15 +271,13 @@ impl Direct {
         }));
     }
 
-    /// Reads `CLUSTER SLOTS` from the known masters, then the seeds, until one answers
-    /// with a map, and installs it. Whether one did.
-    async fn read(&self) -> bool {
-        let routes = self.routes();
+    /// Reads `CLUSTER SLOTS` from the known masters, then the seeds, then through the
+    /// cluster client, until one answers with a map, and installs it.
+    async fn read(&self) {
         let mut asked: Vec<(String, u16)> = Vec::new();
-        for (addr, _) in &routes.masters {
-            if let Some((h, p)) = addr
-                .rsplit_once(':')
-                .and_then(|(h, p)| Some((h, p.parse().ok()?)))
+        for (addr, _) in &self.routes().masters {
+            if let Some((h, p)) = addr.rsplit_once(':')
+                && let Ok(p) = p.parse()
             {
                 asked.push((h.to_owned(), p));
             }
@@ -255,52 +289,64 @@ impl Direct {
         }
         let read = redis::cmd("CLUSTER").arg("SLOTS").to_owned();
         for (host, port) in asked {
-            let addr = format!("{host}:{port}");
-            let Some(conn) = routes
-                .kept(&addr)
-                .cloned()
-                .or_else(|| self.connect(&host, port))
-            else {
+            let Some(conn) = self.conn_for(&host, port) else {
                 continue;
             };
-            let got = tokio::time::timeout(self.connect_timeout, self.exchange_quiet(&conn, &read));
-            if let Ok(Ok(v)) = got.await {
-                let ranges = slot_ranges(&v, &host);
-                if !ranges.is_empty() {
-                    self.install(&ranges);
-                    return true;
-                }
+            let mut conn = conn.as_ref().clone();
+            let got = tokio::time::timeout(self.connect_timeout, conn.req_packed_command(&read));
+            if let Ok(Ok(v)) = got.await
+                && self.install(&slot_ranges(&v, &host))
+            {
+                return;
             }
         }
-        false
+        let mut client = self.client.clone();
+        let got = tokio::time::timeout(self.connect_timeout, client.req_packed_command(&read));
+        if let Ok(Ok(v)) = got.await {
+            self.install(&slot_ranges(&v, ""));
+        }
     }
 
-    /// One request, with no map reading when it goes unanswered (the reading's own).
-    async fn exchange_quiet(&self, conn: &ConnectionManager, cmd: &Cmd) -> RedisResult<Value> {
-        conn.clone().req_packed_command(cmd).await
+    /// The connection kept for the master at `host:port`, made now if there is none (a
+    /// lazy one: the first command connects, and a dropped connection is made again on
+    /// the next one), configured as a plain master's.
+    fn conn_for(&self, host: &str, port: u16) -> Option<Arc<ConnectionManager>> {
+        let addr = format!("{host}:{port}");
+        let mut conns = self.conns.lock().ok()?;
+        if let Some(c) = conns.get(&addr) {
+            return Some(c.clone());
+        }
+        let info = self
+            .template
+            .clone()
+            .set_addr(ConnectionAddr::Tcp(host.to_owned(), port));
+        let client = redis::Client::open(info).ok()?;
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(None)
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_number_of_retries(0)
+            .set_min_delay(Duration::from_millis(1))
+            .set_max_delay(Duration::from_millis(100));
+        let conn = Arc::new(ConnectionManager::new_lazy_with_config(client, config).ok()?);
+        conns.insert(addr, conn.clone());
+        Some(conn)
     }
 
-    /// Installs a slot map read from `CLUSTER SLOTS`, keeping the connection of every
-    /// master that stays.
-    fn install(&self, ranges: &[(u16, u16, String, u16)]) {
-        let Ok(mut r) = self.routes.write() else {
-            return;
-        };
-        let mut kept: HashMap<&str, &Arc<ConnectionManager>> =
-            r.masters.iter().map(|(a, c)| (a.as_str(), c)).collect();
-        let mut masters: Vec<(String, Arc<ConnectionManager>)> = Vec::new();
+    /// Installs a slot map read from `CLUSTER SLOTS` (nothing for an empty one); whether
+    /// it did.
+    fn install(&self, ranges: &[(u16, u16, String, u16)]) -> bool {
+        if ranges.is_empty() {
+            return false;
+        }
+        let mut masters: Vec<Master> = Vec::new();
         let mut slots = vec![NONE; SLOTS];
         for (start, end, host, port) in ranges {
             let addr = format!("{host}:{port}");
             let i = match masters.iter().position(|(a, _)| *a == addr) {
                 Some(i) => i,
                 None => {
-                    let conn = match kept.remove(addr.as_str()) {
-                        Some(c) => c.clone(),
-                        None => match self.connect(host, *port) {
-                            Some(c) => c,
-                            None => continue,
-                        },
+                    let Some(conn) = self.conn_for(host, *port) else {
+                        continue;
                     };
                     masters.push((addr, conn));
                     masters.len() - 1
@@ -313,22 +359,29 @@ impl Direct {
                 }
             }
         }
-        *r = Arc::new(Routes { slots, masters });
+        if let Ok(mut r) = self.routes.write() {
+            *r = Arc::new(Routes { slots, masters });
+        }
+        self.installed.send_modify(|n| *n = n.wrapping_add(1));
+        true
     }
 
     /// Routes `slot` to the master at `host:port` (a `MOVED` named it).
     fn set_master(&self, slot: u16, host: &str, port: u16) {
+        let addr = format!("{host}:{port}");
+        let Some(conn) = self.conn_for(host, port) else {
+            return;
+        };
         let Ok(mut r) = self.routes.write() else {
             return;
         };
-        let addr = format!("{host}:{port}");
+        if r.master(slot).is_some_and(|(a, _)| *a == addr) {
+            return;
+        }
         let mut masters = r.masters.clone();
         let i = match masters.iter().position(|(a, _)| *a == addr) {
             Some(i) => i,
             None => {
-                let Some(conn) = self.connect(host, port) else {
-                    return;
-                };
                 masters.push((addr, conn));
                 masters.len() - 1
             }
@@ -343,25 +396,6 @@ impl Direct {
             *x = i;
         }
         *r = Arc::new(Routes { slots, masters });
-    }
-
-    /// A lazy connection to the master at `host:port` (the first command connects; a
-    /// dropped connection is made again on the next one), configured as a plain master's.
-    fn connect(&self, host: &str, port: u16) -> Option<Arc<ConnectionManager>> {
-        let info = self
-            .template
-            .clone()
-            .set_addr(ConnectionAddr::Tcp(host.to_owned(), port));
-        let client = redis::Client::open(info).ok()?;
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(None)
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_number_of_retries(0)
-            .set_min_delay(Duration::from_millis(1))
-            .set_max_delay(Duration::from_millis(100));
-        ConnectionManager::new_lazy_with_config(client, config)
-            .ok()
-            .map(Arc::new)
     }
 }
 
@@ -390,8 +424,9 @@ impl Drop for Unanswered<'_> {
 }
 
 /// What a master's answer means for the direct path (a server's error reply comes as a
-/// value or as an error).
-fn answer(reply: &RedisResult<Value>) -> Answer {
+/// value or as an error); `asked`: the host of the node that answered, which a redirect
+/// without a host names.
+fn answer(reply: &RedisResult<Value>, asked: &str) -> Answer {
     let (kind, detail) = match reply {
         Ok(Value::ServerError(e)) => (e.kind(), e.details()),
         Err(e) => match e.kind() {
@@ -403,22 +438,27 @@ fn answer(reply: &RedisResult<Value>) -> Answer {
         },
         Ok(_) => return Answer::Final,
     };
+    let to = || {
+        detail
+            .and_then(|d| moved_to(d, asked))
+            .map(|(_, h, p)| (h, p))
+    };
     match kind {
-        Some(redis::ServerErrorKind::Moved) => {
-            Answer::Moved(detail.and_then(moved_to).map(|(_, h, p)| (h, p)))
-        }
-        Some(redis::ServerErrorKind::Ask) => Answer::Ask,
+        Some(redis::ServerErrorKind::Moved) => Answer::Moved(to()),
+        Some(redis::ServerErrorKind::Ask) => Answer::Ask(to()),
         _ => Answer::Final,
     }
 }
 
-/// The slot and new master a `MOVED` names: `<slot> <host>:<port>` (the host may be an
-/// IPv6 address: the port follows the last colon). `None` for anything else, or an empty
-/// host (the node knows no endpoint for it).
-fn moved_to(detail: &str) -> Option<(u16, String, u16)> {
+/// The slot and master a `MOVED` or `ASK` names: `<slot> <host>:<port>` (the host may be
+/// an IPv6 address: the port follows the last colon). An empty host is the node that
+/// answered (`asked`), as the Redis Cluster specification says; `None` for anything else,
+/// or a host unknown (`?`).
+fn moved_to(detail: &str, asked: &str) -> Option<(u16, String, u16)> {
     let (slot, endpoint) = detail.trim().split_once(' ')?;
     let (host, port) = endpoint.rsplit_once(':')?;
     let slot: u16 = slot.parse().ok()?;
+    let host = if host.is_empty() { asked } else { host };
     if usize::from(slot) >= SLOTS || host.is_empty() || host == "?" {
         return None;
     }
@@ -509,97 +549,123 @@ mod tests {
 
     #[test]
     fn reads_where_moved_points() {
+        let at = |s: u16, h: &str, p: u16| Some((s, h.to_owned(), p));
         assert_eq!(
-            moved_to("3999 127.0.0.1:6381"),
-            Some((3999, "127.0.0.1".to_owned(), 6381))
+            moved_to("3999 127.0.0.1:6381", "x"),
+            at(3999, "127.0.0.1", 6381)
         );
-        assert_eq!(moved_to("7 ::1:7000"), Some((7, "::1".to_owned(), 7000)));
-        assert_eq!(moved_to("16384 127.0.0.1:1"), None);
-        assert_eq!(moved_to("1 :6381"), None);
-        assert_eq!(moved_to("1 127.0.0.1"), None);
-        assert_eq!(moved_to("x 127.0.0.1:1"), None);
-        assert_eq!(moved_to(""), None);
+        assert_eq!(moved_to("7 ::1:7000", "x"), at(7, "::1", 7000));
+        // No host: the node that answered.
+        assert_eq!(moved_to("1 :6381", "10.0.0.9"), at(1, "10.0.0.9", 6381));
+        assert_eq!(moved_to("1 :6381", ""), None);
+        assert_eq!(moved_to("1 ?:6381", "x"), None);
+        assert_eq!(moved_to("16384 127.0.0.1:1", "x"), None);
+        assert_eq!(moved_to("1 127.0.0.1", "x"), None);
+        assert_eq!(moved_to("x 127.0.0.1:1", "x"), None);
+        assert_eq!(moved_to("", "x"), None);
     }
 
     #[test]
     fn only_moved_ask_and_broken_connections_are_the_direct_paths_own() {
-        let moved: RedisResult<Value> = Err(redis::RedisError::from((
-            redis::ErrorKind::Server(redis::ServerErrorKind::Moved),
-            "moved",
-            "3999 127.0.0.1:6381".to_owned(),
-        )));
-        assert!(matches!(answer(&moved), Answer::Moved(Some((h, 6381))) if h == "127.0.0.1"));
-        let ask: RedisResult<Value> = Err(redis::RedisError::from((
-            redis::ErrorKind::Server(redis::ServerErrorKind::Ask),
-            "ask",
-            "3999 127.0.0.1:6381".to_owned(),
-        )));
-        assert!(matches!(answer(&ask), Answer::Ask));
-        let again: RedisResult<Value> = Err(redis::RedisError::from((
-            redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain),
-            "tryagain",
-        )));
-        assert!(matches!(answer(&again), Answer::Final));
+        let server = |kind, detail: &str| -> RedisResult<Value> {
+            Err(RedisError::from((
+                redis::ErrorKind::Server(kind),
+                "server",
+                detail.to_owned(),
+            )))
+        };
+        use redis::ServerErrorKind as K;
+        let to = Some(("127.0.0.1".to_owned(), 6381));
+        assert_eq!(
+            answer(&server(K::Moved, "3999 127.0.0.1:6381"), "h"),
+            Answer::Moved(to.clone())
+        );
+        assert_eq!(
+            answer(&server(K::Ask, "3999 127.0.0.1:6381"), "h"),
+            Answer::Ask(to)
+        );
+        assert_eq!(
+            answer(&server(K::Moved, "3999 :6381"), "10.0.0.9"),
+            Answer::Moved(Some(("10.0.0.9".to_owned(), 6381)))
+        );
+        assert_eq!(
+            answer(&server(K::Moved, "garbled"), "h"),
+            Answer::Moved(None)
+        );
+        assert_eq!(answer(&server(K::TryAgain, ""), "h"), Answer::Final);
         let io: RedisResult<Value> =
             Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset).into());
-        assert!(matches!(answer(&io), Answer::Broken));
-        assert!(matches!(answer(&Ok(Value::Okay)), Answer::Final));
+        assert_eq!(answer(&io, "h"), Answer::Broken);
+        assert_eq!(answer(&Ok(Value::Okay), "h"), Answer::Final);
+    }
+
+    /// A direct path whose seed is 127.0.0.1:1 (nothing is ever sent here).
+    fn direct() -> Result<Arc<Direct>, String> {
+        let seed = redis::IntoConnectionInfo::into_connection_info("redis://127.0.0.1:1")
+            .map_err(|e| e.to_string())?;
+        let client = redis::cluster::ClusterClient::new(vec![seed.clone()])
+            .map_err(|e| e.to_string())?
+            .get_pending_async_connection_with_config(redis::cluster::ClusterConfig::new());
+        let tcp = redis::io::tcp::TcpSettings::default();
+        Direct::new(&[seed], tcp, Duration::from_millis(50), client)
+            .ok_or_else(|| "no direct path".to_owned())
     }
 
     #[tokio::test]
-    async fn a_map_covers_its_ranges_and_keeps_its_connections() -> Result<(), String> {
-        let seed = redis::IntoConnectionInfo::into_connection_info("redis://127.0.0.1:1")
-            .map_err(|e| e.to_string())?;
-        let tcp = redis::io::tcp::TcpSettings::default();
-        let d = Direct::new(&[seed], tcp, Duration::from_millis(50)).ok_or("no direct path")?;
+    async fn a_map_covers_its_ranges_and_one_connection_is_kept_per_master() -> Result<(), String> {
+        let d = direct()?;
         assert!(
             d.routes().master(0).is_none(),
             "no map before the first reading"
         );
-        d.install(&[
+        assert!(d.install(&[
             (0, 99, "127.0.0.1".into(), 7000),
             (100, 16383, "127.0.0.1".into(), 7001),
-        ]);
+        ]));
         let r = d.routes();
         assert_eq!(r.masters.len(), 2);
         assert_eq!(r.slots.get(99), Some(&0));
         assert_eq!(r.slots.get(100), Some(&1));
         assert_eq!(r.slots.get(16383), Some(&1));
-        let before = r.master(100).cloned().ok_or("no master")?;
-        // A slot moved to a new master; 7001 keeps its connection (one socket per master
-        // across readings keeps a request and its clean-up in order).
-        d.install(&[
-            (0, 99, "127.0.0.1".into(), 7002),
-            (100, 16383, "127.0.0.1".into(), 7001),
-        ]);
-        let r = d.routes();
-        let names: Vec<&str> = r.masters.iter().map(|(a, _)| a.as_str()).collect();
-        assert_eq!(names, ["127.0.0.1:7002", "127.0.0.1:7001"]);
-        let after = r.master(100).ok_or("no master")?;
-        assert!(Arc::ptr_eq(&before, after), "the connection was not kept");
-        // A MOVED keeps it too.
+        let before = r.master(100).map(|(_, c)| c.clone()).ok_or("no master")?;
+        // A reading without 7001, a MOVED to it, another reading: still one connection
+        // (one socket per node keeps a request and its clean-up in order).
+        assert!(d.install(&[(0, 16383, "127.0.0.1".into(), 7000)]));
         d.set_master(5, "127.0.0.1", 7001);
-        let moved = d.routes().master(5).cloned().ok_or("no master")?;
+        let moved = d
+            .routes()
+            .master(5)
+            .map(|(_, c)| c.clone())
+            .ok_or("no master")?;
         assert!(
             Arc::ptr_eq(&before, &moved),
             "MOVED made a second connection"
         );
-        d.install(&[]);
-        assert!(
-            d.routes().master(5).is_none(),
-            "an empty map routes nothing"
-        );
+        assert!(d.install(&[
+            (0, 99, "127.0.0.1".into(), 7002),
+            (100, 16383, "127.0.0.1".into(), 7001),
+        ]));
+        let r = d.routes();
+        let names: Vec<&str> = r.masters.iter().map(|(a, _)| a.as_str()).collect();
+        assert_eq!(names, ["127.0.0.1:7002", "127.0.0.1:7001"]);
+        let after = r.master(100).map(|(_, c)| c.clone()).ok_or("no master")?;
+        assert!(Arc::ptr_eq(&before, &after), "the connection was not kept");
+        assert!(!d.install(&[]), "an empty map is not installed");
+        assert_eq!(d.master_of(100).as_deref(), Some("127.0.0.1:7001"));
         Ok(())
     }
 
     #[cfg(feature = "tls-rustls")]
-    #[test]
-    fn tls_seeds_have_no_direct_path() -> Result<(), String> {
+    #[tokio::test]
+    async fn tls_seeds_have_no_direct_path() -> Result<(), String> {
         let tls = redis::IntoConnectionInfo::into_connection_info("rediss://127.0.0.1:1")
             .map_err(|e| e.to_string())?;
+        let client = redis::cluster::ClusterClient::new(vec![tls.clone()])
+            .map_err(|e| e.to_string())?
+            .get_pending_async_connection_with_config(redis::cluster::ClusterConfig::new());
         let tcp = redis::io::tcp::TcpSettings::default;
-        assert!(Direct::new(&[tls], tcp(), Duration::from_millis(50)).is_none());
-        assert!(Direct::new(&[], tcp(), Duration::from_millis(50)).is_none());
+        assert!(Direct::new(&[tls], tcp(), Duration::from_millis(50), client.clone()).is_none());
+        assert!(Direct::new(&[], tcp(), Duration::from_millis(50), client).is_none());
         Ok(())
     }
 }

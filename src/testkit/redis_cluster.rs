@@ -872,7 +872,8 @@ mod tests {
     /// after the slot moves, the old master's `MOVED` is followed on the direct path to
     /// the master it names (never through the cluster client's connections: the clean-up
     /// of a request goes where the map then says, and must go on the same socket), and
-    /// the map routes the slot there from then on.
+    /// the map routes the slot there from then on; during a migration, `ASK` is followed
+    /// with `ASKING` on the direct connection to the importing master.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn requests_reach_the_slots_master_directly_and_follow_it()
     -> Result<(), Box<dyn std::error::Error>> {
@@ -907,6 +908,28 @@ mod tests {
         );
         let got = command(cluster.topology.addr(to)?, &["GET", "{direct}k"]).await?;
         assert_eq!(got.text().as_deref(), Some("2"));
+        // The slot starts moving back and stops half-way: a new key of it meets ASK at
+        // its owner and is written on the importing master, through ASKING on the direct
+        // path; its clean-up meets the same ASK and deletes it there.
+        cluster.begin_migration(slot, owner).await?;
+        let fresh = redis::cmd("SET").arg("{direct}fresh").arg("1").to_owned();
+        let sent = node.send_direct(&fresh, slot).await;
+        assert!(
+            matches!(sent, Some(Ok(redis::Value::Okay))),
+            "through ASK: {sent:?}"
+        );
+        let del = redis::cmd("DEL").arg("{direct}fresh").to_owned();
+        let sent = node.send_direct(&del, slot).await;
+        assert!(
+            matches!(sent, Some(Ok(redis::Value::Int(1)))),
+            "cleaned up through ASK: {sent:?}"
+        );
+        assert_eq!(
+            node.direct_master(slot),
+            Some(at(to)?),
+            "an ASK moves nothing"
+        );
+        cluster.finish_migration(slot, owner).await?;
         Ok(())
     }
 
