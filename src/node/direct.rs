@@ -6,9 +6,11 @@
 //! on plain masters. Every key of a lock lives in one slot, so a request whose slot is
 //! known goes straight to that slot's master instead, over a connection of its own (a
 //! [`ConnectionManager`], as a plain master has), found in a slot map read with
-//! `CLUSTER SLOTS`. Keyed requests never go through the cluster client; it keeps the
-//! commands without a key and the pipelines (and reads the map when no master or seed
-//! answers the direct path's own reading).
+//! `CLUSTER SLOTS`. No lock request (every request with a slot: acquire, extend,
+//! release, fence commit, queue joins) goes through the cluster client; it keeps the
+//! commands without a slot (the group-map record, start-up checks) and the pipelines of
+//! `peek`, and reads the map when no master or seed answers the direct path's own
+//! reading.
 //!
 //! * `MOVED`: Redis refused the command before running any of it (it checks every key's
 //!   slot first). The map takes the master the `MOVED` names (a `MOVED` without a host
@@ -18,8 +20,9 @@
 //!   request, in one pipeline, on the direct connection to the importing master. Its
 //!   clean-up meets the same `ASK` (or, once the migration ended, the map's `MOVED` to the
 //!   same master) and goes on the same connection.
-//! * a slot with no master known: the request waits for the next reading of the map (its
-//!   caller's timeout bounds the wait), which it asks for.
+//! * a slot with no master known: the request asks for a reading of the map and waits
+//!   for one that names a master, asking again every [`REFRESH_GAP`] (its caller's timeout
+//!   bounds the wait).
 //! * an I/O error or a dropped connection: the request may have run, so it is not sent
 //!   again here; the caller's rules apply, as on a plain master (an idempotent script is
 //!   sent again, an acquisition never). The map is read again (a crashed master's replica
@@ -31,9 +34,12 @@
 //!
 //! Order. A request and its clean-up (sent once the request's future completed or timed
 //! out) must reach a node in that order. One connection is kept per master address for
-//! the voter's life, whatever the map says meanwhile, and every keyed request to that
+//! the voter's life, whatever the map says meanwhile, and every lock request to that
 //! address goes on it: to one node, requests are written to one socket in the order
-//! issued, as on a plain master.
+//! issued, as on a plain master. (An address is `host:port` as the cluster names it; a
+//! node the cluster names under two addresses, which Redis does not do by itself, would
+//! get two sockets. Connections are not closed when their node leaves the map: a voter
+//! keeps one per address it ever met.)
 //!
 //! Readings of the whole map run in the background, one at a time, at least
 //! [`REFRESH_GAP`] apart; each asks the known masters, then the seeds, then the cluster
@@ -199,19 +205,22 @@ impl Direct {
         )))
     }
 
-    /// The master the map routes `slot` to; with none known, the one the next reading of
-    /// the map says (asked for now; the caller's timeout bounds the wait).
+    /// The master the map routes `slot` to; with none known, the one a later reading of
+    /// the map says (asked for now, and again every [`REFRESH_GAP`] while none does; the
+    /// caller's timeout bounds the wait).
     async fn master(self: &Arc<Self>, slot: u16) -> Master {
+        if let Some(m) = self.routes().master(slot) {
+            return m.clone();
+        }
         let mut next = self.installed.subscribe();
         loop {
             if let Some(m) = self.routes().master(slot) {
                 return m.clone();
             }
             self.refresh();
-            if next.changed().await.is_err() {
-                // (The sender lives as long as `self`: never.)
-                std::future::pending::<()>().await;
-            }
+            // A reading that installs nothing, or a map still without the slot, wakes no
+            // one: look again after the gap.
+            let _ = tokio::time::timeout(REFRESH_GAP, next.changed()).await;
         }
     }
 
