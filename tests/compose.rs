@@ -492,8 +492,54 @@ async fn clusters_as_voters(cluster: &ComposeCluster) {
         .expect("the waiter's lock");
     handed.release().await.expect("release");
 
-    let mut lock = a.try_lock(res, ttl).await.expect("lock again");
+    // A release and an acquisition return at their quorum; the third voter's request may
+    // still be on its way. The lock must be on all three voters before one is cut off,
+    // or the two left would not both hold it.
     let slot = key_slot(&cluster_lock_key(res));
+    let on_voters = |token: Option<String>| {
+        let token = token.clone();
+        async move {
+            let mut n = 0;
+            for k in 0..3 {
+                let owner = cluster.cluster_owner(k, slot).await.expect("owner");
+                let url = cluster
+                    .cluster_seeds(k)
+                    .and_then(|s| s.get(owner).cloned())
+                    .expect("the owner's URL");
+                let mut c = redis::Client::open(url)
+                    .expect("url")
+                    .get_multiplexed_async_connection()
+                    .await
+                    .expect("connect");
+                let v: Option<String> = redis::cmd("GET")
+                    .arg(cluster_lock_key(res))
+                    .query_async(&mut c)
+                    .await
+                    .expect("GET");
+                n += usize::from(v == token);
+            }
+            n
+        }
+    };
+    let mut free = false;
+    for _ in 0..100 {
+        if on_voters(None).await == 3 {
+            free = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(free, "the hand-off's release reached every voter");
+    let mut lock = a.try_lock(res, ttl).await.expect("lock again");
+    let mut everywhere = false;
+    for _ in 0..100 {
+        if on_voters(Some(lock.token().to_owned())).await == 3 {
+            everywhere = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(everywhere, "the lock reached every voter");
     let owner = cluster.cluster_owner(0, slot).await.expect("owner");
     let node = ComposeService::ClusterNode {
         cluster: 0,
