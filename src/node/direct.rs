@@ -67,8 +67,9 @@ const REFRESH_GAP: Duration = Duration::from_millis(100);
 /// How many redirects (`MOVED`, `ASK`) one request follows.
 const HOPS: usize = 3;
 
-/// One master: its address (`host:port`) and the connection kept for it.
-type Master = (String, Arc<ConnectionManager>);
+/// One master: its address (`host:port`, shared: a request clones it) and the connection
+/// kept for it.
+type Master = (Arc<str>, Arc<ConnectionManager>);
 
 /// A voter's shard masters, by slot.
 struct Routes {
@@ -158,7 +159,7 @@ impl Direct {
     /// The address (`host:port`) of the master the map routes `slot` to.
     #[cfg(all(test, feature = "testkit"))]
     pub(crate) fn master_of(&self, slot: u16) -> Option<String> {
-        self.routes().master(slot).map(|(a, _)| a.clone())
+        self.routes().master(slot).map(|(a, _)| a.to_string())
     }
 
     fn routes(&self) -> Arc<Routes> {
@@ -190,7 +191,7 @@ impl Direct {
                     let Some(c) = self.conn_for(&host, port) else {
                         return reply;
                     };
-                    ask = Some((to, c));
+                    ask = Some((to.into(), c));
                 }
                 Answer::Broken | Answer::Moved(None) => {
                     self.refresh();
@@ -351,13 +352,13 @@ impl Direct {
         let mut slots = vec![NONE; SLOTS];
         for (start, end, host, port) in ranges {
             let addr = format!("{host}:{port}");
-            let i = match masters.iter().position(|(a, _)| *a == addr) {
+            let i = match masters.iter().position(|(a, _)| **a == *addr) {
                 Some(i) => i,
                 None => {
                     let Some(conn) = self.conn_for(host, *port) else {
                         continue;
                     };
-                    masters.push((addr, conn));
+                    masters.push((addr.into(), conn));
                     masters.len() - 1
                 }
             };
@@ -384,14 +385,14 @@ impl Direct {
         let Ok(mut r) = self.routes.write() else {
             return;
         };
-        if r.master(slot).is_some_and(|(a, _)| *a == addr) {
+        if r.master(slot).is_some_and(|(a, _)| **a == *addr) {
             return;
         }
         let mut masters = r.masters.clone();
-        let i = match masters.iter().position(|(a, _)| *a == addr) {
+        let i = match masters.iter().position(|(a, _)| **a == *addr) {
             Some(i) => i,
             None => {
-                masters.push((addr, conn));
+                masters.push((addr.into(), conn));
                 masters.len() - 1
             }
         };
@@ -655,7 +656,7 @@ mod tests {
             (100, 16383, "127.0.0.1".into(), 7001),
         ]));
         let r = d.routes();
-        let names: Vec<&str> = r.masters.iter().map(|(a, _)| a.as_str()).collect();
+        let names: Vec<&str> = r.masters.iter().map(|(a, _)| &**a).collect();
         assert_eq!(names, ["127.0.0.1:7002", "127.0.0.1:7001"]);
         let after = r.master(100).map(|(_, c)| c.clone()).ok_or("no master")?;
         assert!(Arc::ptr_eq(&before, &after), "the connection was not kept");
