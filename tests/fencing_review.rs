@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use quorumlock::Redlock;
 use quorumlock::testkit::LocalCluster;
 use redis::AsyncCommands;
-use support::{lock_key, raw};
+use support::{del_on, lock_key, raw};
 
 const NODES: usize = 5;
 
@@ -41,13 +41,6 @@ async fn set_on(cluster: &LocalCluster, nodes: &[usize], key: &str, value: &str)
     for &i in nodes {
         let mut c = raw(cluster, i).await;
         let _: () = c.set(key, value).await.unwrap();
-    }
-}
-
-async fn del_on(cluster: &LocalCluster, nodes: &[usize], key: &str) {
-    for &i in nodes {
-        let mut c = raw(cluster, i).await;
-        let _: () = c.del(key).await.unwrap();
     }
 }
 
@@ -106,7 +99,7 @@ async fn a_clock_that_once_ran_ahead_breaks_order_after_a_later_delayed_restart(
         "A's token {ta} should carry node 0's fast clock"
     );
     a.release().await.unwrap();
-    del_on(&cluster, &[3, 4], &lock_key(name)).await;
+    del_on(&cluster, &[3, 4], &[lock_key(name)]).await;
 
     // Node 2 crashes and comes back empty after more than the TTL; every clock is right.
     cluster
@@ -250,7 +243,7 @@ async fn cancelled_during_the_commit_leaves_no_key_and_tokens_keep_rising() {
         "the stale commit should have raised node 2 to t as well"
     );
 
-    del_on(&cluster, &[3, 4], &lock_key(name)).await;
+    del_on(&cluster, &[3, 4], &[lock_key(name)]).await;
     let l = locks.lock(name, ttl).await.unwrap();
     let t = l.fencing_token().unwrap();
     assert!(t > t0, "{t} after {t0}");
@@ -300,7 +293,7 @@ async fn an_overlapping_attempt_returning_after_a_later_grant_gets_no_lock() {
     })
     .await;
     assert!(b_decided, "nodes 0 and 1 never granted B");
-    del_on(&cluster, &[3, 4], &lock_key(name)).await;
+    del_on(&cluster, &[3, 4], &[lock_key(name)]).await;
 
     // A: granted by {0, 1, 3, 4} once B's keys on 0 and 1 expired.
     let mut got_a = None;
@@ -351,7 +344,7 @@ async fn the_whole_commit_quorum_restarted_at_once_keeps_tokens_rising() {
     let a = locks.try_lock(name, ttl).await.unwrap();
     let ta = a.fencing_token().unwrap();
     a.release().await.unwrap();
-    del_on(&cluster, &[3, 4], &lock_key(name)).await;
+    del_on(&cluster, &[3, 4], &[lock_key(name)]).await;
     for i in 0..3 {
         cluster.kill(i).await.unwrap();
     }

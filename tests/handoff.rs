@@ -19,8 +19,8 @@ use quorumlock::testkit::{History, LocalCluster, ProxyMode};
 use quorumlock::{QUEUE_LEASE, Redlock, Retry};
 use redis::aio::MultiplexedConnection;
 use support::{
-    acl_cluster, acquires_run, connections_received, count_key, eventually, get, heralds, lock_key,
-    log_every_command, plant_everywhere, queued_on_every_node, raw, zcards,
+    acl_cluster, acquires_run, connections_received, count_key, del_on, eventually, get, heralds,
+    lock_key, log_every_command, plant_everywhere, queue_keys, queued_on_every_node, raw, zcards,
 };
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -688,14 +688,8 @@ async fn a_plain_release_wakes_the_waiter_at_the_head() -> TestResult {
     let lock = holder.try_lock(res, ttl).await?;
     let w = tokio::spawn(async move { waiter.lock(res, ttl).await });
     queued_everywhere(&cluster, res, 1).await?;
-    for i in 0..cluster.len() {
-        let _: i64 = redis::cmd("DEL")
-            .arg(format!("quorumlock:queue:{res}"))
-            .arg(format!("quorumlock:qlease:{res}"))
-            .arg(format!("quorumlock:qattrs:{res}"))
-            .query_async(&mut raw(&cluster, i).await)
-            .await?;
-    }
+    let all: Vec<usize> = (0..cluster.len()).collect();
+    del_on(&cluster, &all, &queue_keys(res)).await;
     let releasing = Instant::now();
     lock.release().await?;
     let got = tokio::time::timeout(Duration::from_secs(6), w).await???;
@@ -743,14 +737,8 @@ async fn a_claim_that_overtakes_the_release_it_heard_is_handed_the_lock() -> Tes
     let w = tokio::spawn(async move { waiter.lock(res, ttl).await });
     queued_everywhere(&cluster, res, 1).await?;
     // No queue: the release is a plain one everywhere, announced by the heralds.
-    for i in 0..cluster.len() {
-        let _: i64 = redis::cmd("DEL")
-            .arg(format!("quorumlock:queue:{res}"))
-            .arg(format!("quorumlock:qlease:{res}"))
-            .arg(format!("quorumlock:qattrs:{res}"))
-            .query_async(&mut raw(&cluster, i).await)
-            .await?;
-    }
+    let all: Vec<usize> = (0..cluster.len()).collect();
+    del_on(&cluster, &all, &queue_keys(res)).await;
     for i in (0..cluster.len()).filter(|i| *i != first) {
         cluster
             .proxy(i)?
@@ -792,12 +780,8 @@ async fn the_head_claims_when_its_renewal_finds_the_key_free() -> TestResult {
     let w = tokio::spawn(async move { waiter.lock(res, ttl).await });
     queued_everywhere(&cluster, res, 1).await?;
     let freed = Instant::now();
-    for i in 0..cluster.len() {
-        let _: i64 = redis::cmd("DEL")
-            .arg(lock_key(res))
-            .query_async(&mut raw(&cluster, i).await)
-            .await?;
-    }
+    let all: Vec<usize> = (0..cluster.len()).collect();
+    del_on(&cluster, &all, &[lock_key(res)]).await;
     let got = tokio::time::timeout(Duration::from_secs(6), w).await???;
     let took = freed.elapsed();
     println!("silent release: the head waiter held {took:?} after the keys were freed");

@@ -10,37 +10,11 @@ use std::time::{Duration, Instant};
 
 use quorumlock::testkit::{LocalCluster, ProxyMode};
 use quorumlock::{Redlock, Retry};
-use support::{acquires_run, eventually, heralds, lock_key, log_every_command, raw};
+use support::{
+    acquires_run, del_on, heralds, lock_key, log_every_command, queue_keys, queued_on, raw,
+};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
-
-async fn del(cluster: &LocalCluster, i: usize, keys: &[String]) -> TestResult {
-    let mut cmd = redis::cmd("DEL");
-    for k in keys {
-        cmd.arg(k);
-    }
-    let _: i64 = cmd.query_async(&mut raw(cluster, i).await).await?;
-    Ok(())
-}
-
-/// Waits until `n` entries are queued for `res` on each of `nodes`.
-async fn queued_on(cluster: &LocalCluster, res: &str, nodes: &[usize], n: u64) -> TestResult {
-    let key = format!("quorumlock:queue:{res}");
-    let ok = eventually(Duration::from_secs(5), || async {
-        let mut all = true;
-        for &i in nodes {
-            let c: u64 = redis::cmd("ZCARD")
-                .arg(&key)
-                .query_async(&mut raw(cluster, i).await)
-                .await
-                .unwrap_or(0);
-            all &= c == n;
-        }
-        all
-    })
-    .await;
-    if ok { Ok(()) } else { Err("not queued".into()) }
-}
 
 /// A claim that fails although no node refused it (here: two of three nodes 60 ms away,
 /// and a minimum validity of 900 ms of a 1 s TTL) must not be repeated at network speed
@@ -75,9 +49,7 @@ async fn a_failing_claim_on_a_free_key_keeps_the_retry_delay() -> TestResult {
     log_every_command(&cluster).await?;
     // The key becomes free with no announcement (an expiry, or a release whose
     // announcement the waiter spent on a claim that overtook it).
-    for i in 0..3 {
-        del(&cluster, i, &[lock_key(res)]).await?;
-    }
+    del_on(&cluster, &[0, 1, 2], &[lock_key(res)]).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let claims: Vec<String> = acquires_run(&cluster)
         .await
@@ -126,9 +98,7 @@ async fn a_failing_fenced_claim_on_a_free_key_keeps_the_retry_delay() -> TestRes
             .query_async(&mut raw(&cluster, i).await)
             .await?;
     }
-    for i in 0..3 {
-        del(&cluster, i, &[lock_key(res)]).await?;
-    }
+    del_on(&cluster, &[0, 1, 2], &[lock_key(res)]).await;
     let got = tokio::time::timeout(Duration::from_secs(10), w).await??;
     let attempts = match &got {
         Err(quorumlock::Error::Timeout(t)) => t.attempts(),
@@ -162,7 +132,7 @@ async fn the_head_does_not_claim_on_a_minority_of_free_keys() -> TestResult {
     let w = tokio::spawn(async move { waiter.lock(res, Duration::from_secs(10)).await });
     queued_on(&cluster, res, &[0, 1, 2], 1).await?;
     log_every_command(&cluster).await?;
-    del(&cluster, 0, &[lock_key(res)]).await?;
+    del_on(&cluster, &[0], &[lock_key(res)]).await;
     // Two renewals (one a second).
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let claims = acquires_run(&cluster).await;
@@ -226,18 +196,7 @@ async fn overtaken_release_on_five(kill: bool) -> TestResult {
     let live: Vec<usize> = (0..n).filter(|i| !kill || *i != dead).collect();
     queued_on(&cluster, res, &live, 1).await?;
     // No queue: the release is plain where it lands before the waiter queues again.
-    for &i in &live {
-        del(
-            &cluster,
-            i,
-            &[
-                format!("quorumlock:queue:{res}"),
-                format!("quorumlock:qlease:{res}"),
-                format!("quorumlock:qattrs:{res}"),
-            ],
-        )
-        .await?;
-    }
+    del_on(&cluster, &live, &queue_keys(res)).await;
     for &i in &slow {
         cluster
             .proxy(i)?

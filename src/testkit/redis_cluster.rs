@@ -1017,20 +1017,24 @@ mod tests {
             let _ = node.send(&release, Duration::from_millis(200)).await;
             Some(got)
         };
+        // Cycles every 20 ms until one is granted, for at most 10 s.
+        let granted_again = || async {
+            let start = std::time::Instant::now();
+            while start.elapsed() < Duration::from_secs(10) {
+                if matches!(cycle().await, Some(Typed::Granted)) {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            false
+        };
         assert!(matches!(cycle().await, Some(Typed::Granted)));
         let owner = cluster.owner(slot).await?;
         let promoted = cluster.crash_failover(owner).await?;
-        let start = std::time::Instant::now();
-        loop {
-            if matches!(cycle().await, Some(Typed::Granted)) {
-                break;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "still failing after a crash failover"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        assert!(
+            granted_again().await,
+            "still failing after a crash failover"
+        );
         assert_eq!(
             node.direct_master(slot),
             Some(format!("127.0.0.1:{}", cluster.processes().port(promoted)?))
@@ -1057,17 +1061,10 @@ mod tests {
         );
         cluster.processes().pause(promoted).await?;
         cluster.topology.takeover(owner).await?;
-        let start = std::time::Instant::now();
-        loop {
-            if matches!(cycle().await, Some(Typed::Granted)) {
-                break;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "still failing after a paused failover"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        assert!(
+            granted_again().await,
+            "still failing after a paused failover"
+        );
         cluster.processes().resume(promoted).await?;
         Ok(())
     }

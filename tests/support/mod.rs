@@ -274,15 +274,60 @@ pub async fn acquires_run(cluster: &LocalCluster) -> Vec<(usize, Vec<String>)> {
 
 /// Waits (at most 5 s) until `n` entries are queued for the resource `res` on every node.
 pub async fn queued_on_every_node(cluster: &LocalCluster, res: &str, n: u64) -> Result<(), String> {
+    let all: Vec<usize> = (0..cluster.len()).collect();
+    queued_on(cluster, res, &all, n).await
+}
+
+/// Waits (at most 5 s) until `n` entries are queued for the resource `res` on each of
+/// `nodes` (a node that does not answer counts as none).
+pub async fn queued_on(
+    cluster: &LocalCluster,
+    res: &str,
+    nodes: &[usize],
+    n: u64,
+) -> Result<(), String> {
     let key = format!("quorumlock:queue:{res}");
+    let sizes = || async {
+        let mut sizes = Vec::new();
+        for &i in nodes {
+            let c: u64 = redis::cmd("ZCARD")
+                .arg(&key)
+                .query_async(&mut raw(cluster, i).await)
+                .await
+                .unwrap_or(0);
+            sizes.push(c);
+        }
+        sizes
+    };
     let ok = eventually(Duration::from_secs(5), || async {
-        zcards(cluster, &key).await.iter().all(|s| *s == n)
+        sizes().await.iter().all(|s| *s == n)
     })
     .await;
     if ok {
         Ok(())
     } else {
-        Err(format!("not queued: {:?}", zcards(cluster, &key).await))
+        Err(format!("not queued: {:?}", sizes().await))
+    }
+}
+
+/// The wait-queue keys of a resource: its queue, leases and attributes (mirrors
+/// `src/resource.rs`).
+pub fn queue_keys(res: &str) -> [String; 3] {
+    [
+        format!("quorumlock:queue:{res}"),
+        format!("quorumlock:qlease:{res}"),
+        format!("quorumlock:qattrs:{res}"),
+    ]
+}
+
+/// Deletes `keys` on each of `nodes`, behind the clients' backs.
+pub async fn del_on(cluster: &LocalCluster, nodes: &[usize], keys: &[String]) {
+    for &i in nodes {
+        let _: i64 = redis::cmd("DEL")
+            .arg(keys)
+            .query_async(&mut raw(cluster, i).await)
+            .await
+            .expect("DEL");
     }
 }
 
