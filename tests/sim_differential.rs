@@ -381,11 +381,7 @@ fn gen_step(rng: &mut ChaCha8Rng, now_us: u64, last_top: u64, arrivals: &Arrival
                 key: key_or_stray(rng, lock_key(r)),
                 waiter,
                 arrival,
-                wait_ms: match rng.random_range(0..20) {
-                    0 => 0,
-                    1..=4 => rng.random_range(60..=150),
-                    _ => LONG_TTL,
-                },
+                wait_ms: wait_ms(rng, 4, true),
                 ttl_ms: match rng.random_range(0..10) {
                     0 => 0,
                     _ => ttl(rng),
@@ -450,11 +446,7 @@ fn gen_step(rng: &mut ChaCha8Rng, now_us: u64, last_top: u64, arrivals: &Arrival
                 // the model's state (not only its reply) depend on which millisecond the
                 // server ran it in, in up to three queues at once; lapses are drawn often
                 // enough by the single-resource joins, which share the purge.
-                wait_ms: match rng.random_range(0..40) {
-                    0 => 0,
-                    1..=2 => rng.random_range(60..=150),
-                    _ => LONG_TTL,
-                },
+                wait_ms: wait_ms(rng, 2, false),
                 ttl_ms: match rng.random_range(0..10) {
                     0 => 0,
                     _ => ttl(rng).min(LONG_TTL * 2),
@@ -486,7 +478,105 @@ fn gen_step(rng: &mut ChaCha8Rng, now_us: u64, last_top: u64, arrivals: &Arrival
         ),
         _ => return Step::Wait(Duration::from_millis(rng.random_range(20..=100))),
     };
-    Step::Do(req)
+    Step::Do(ticket_readable(req, now_us))
+}
+
+/// A queue's lease (ms) as a waiter asks for it: the immediate lapse; `short` in 40 a lease
+/// that lapses within the sequence (and, with `client_lease`, the clients' own lease, which
+/// lapses a few seconds in); and long ones on purpose: two minutes, a day, and past 10^14
+/// ms from now, where `now + lease` has 15 digits: Lua's own `%.14g` would round it, but
+/// `redis.call` sends a number argument as `%.17g` text, exactly.
+fn wait_ms(rng: &mut ChaCha8Rng, short: u32, client_lease: bool) -> u64 {
+    let r = rng.random_range(0..40);
+    if r == 0 {
+        0
+    } else if r <= short {
+        rng.random_range(60..=150)
+    } else {
+        match r % 8 {
+            0 if client_lease => u64::try_from(quorumlock::QUEUE_LEASE.as_millis()).unwrap_or(3000),
+            1 => 86_400_000,
+            2 => 100_000_000_000_000 + rng.random_range(0..1_000_000),
+            _ => LONG_TTL,
+        }
+    }
+}
+
+/// The queue keys a join writes its ticket to, and the lease keys it writes its lease to.
+fn join_keys(req: &Request) -> Option<(Vec<&[u8]>, Vec<&[u8]>)> {
+    match req {
+        Request::Enqueue { queue, leases, .. } => Some((vec![queue], vec![leases])),
+        Request::EnqueueMany { queues, .. } => Some((
+            queues.iter().map(|q| q[0].as_slice()).collect(),
+            queues.iter().map(|q| q[1].as_slice()).collect(),
+        )),
+        _ => None,
+    }
+}
+
+/// A first join that lets the node assign its ticket (its clock in µs, read inside the
+/// script) is run by the model with the ticket the server's reply names: the score of the
+/// waiter in the first queue. When a stray key makes that queue also one of the request's
+/// lease keys, the lease written after the ticket overwrites it there, the reply names the
+/// lease and not the ticket, and the model would queue the waiter with the lease as its
+/// ticket on every other queue of the request. Such a join brings the clock as its ticket
+/// instead (as a re-join does), so the model and the server store the same one. Clients
+/// never send such a request: their queue and lease keys have different prefixes.
+fn ticket_readable(req: Request, now_us: u64) -> Request {
+    let hidden = match join_keys(&req) {
+        Some((queues, leases)) => queues.first().is_some_and(|q| leases.contains(q)),
+        None => false,
+    };
+    if !hidden {
+        return req;
+    }
+    match req {
+        Request::Enqueue {
+            queue,
+            leases,
+            attrs,
+            key,
+            waiter,
+            arrival,
+            wait_ms,
+            ttl_ms,
+            kind,
+            first,
+            inbox,
+        } if arrival.is_empty() => Request::Enqueue {
+            queue,
+            leases,
+            attrs,
+            key,
+            waiter,
+            arrival: now_us.to_string().into_bytes(),
+            wait_ms,
+            ttl_ms,
+            kind,
+            first,
+            inbox,
+        },
+        Request::EnqueueMany {
+            queues,
+            set,
+            waiter,
+            arrival,
+            wait_ms,
+            ttl_ms,
+            first,
+            inbox,
+        } if arrival.is_empty() => Request::EnqueueMany {
+            queues,
+            set,
+            waiter,
+            arrival: now_us.to_string().into_bytes(),
+            wait_ms,
+            ttl_ms,
+            first,
+            inbox,
+        },
+        other => other,
+    }
 }
 
 // ---- running a request on the real server ----

@@ -1,6 +1,6 @@
 //! What the scripts' Lua 5.1 does with numbers, exactly enough for our scripts: `tonumber`
-//! on a string, a number turned into a string (`%.14g`) when passed to `redis.call`, and a
-//! number turned into an integer reply (truncation).
+//! on a string, a number turned into a string when passed to `redis.call` (`%.17g`, not
+//! Lua's own `%.14g`), and a number turned into an integer reply (truncation).
 
 /// Lua 5.1's `tonumber(s)` for a string: C `strtod` (decimal, `inf`, `nan`, hexadecimal)
 /// with surrounding white space allowed, the string read up to its first NUL byte.
@@ -42,9 +42,11 @@ fn hex_digit(b: u8) -> u8 {
     }
 }
 
-/// A Lua number as `redis.call` receives it: C's `%.14g`.
+/// A Lua number as `redis.call` receives it: C's `%.17g` (Redis formats a number argument
+/// itself, because Lua's own `%.14g` loses precision: `now + lease` past 10^14 ms would
+/// print in exponent form and be rounded).
 pub(crate) fn format_number(v: f64) -> String {
-    format_g(v, 14)
+    format_g(v, 17)
 }
 
 /// A sorted set score as Redis 7.0 replies it in RESP2: `inf`, `-inf` or C's `%.17g`.
@@ -171,13 +173,16 @@ mod tests {
     }
 
     #[test]
-    fn numbers_format_like_percent_14g() {
+    fn call_arguments_format_like_percent_17g() {
         assert_eq!(format_number(1_764_543_600_123.0), "1764543600123");
-        assert_eq!(format_number(1e14), "1e+14");
+        // Lua's own tostring would give "1e+14" and "1.0179650696403e+14".
+        assert_eq!(format_number(1e14), "100000000000000");
+        assert_eq!(format_number(101_796_506_964_029.0), "101796506964029");
         assert_eq!(format_number(12_345_678_901_234.0), "12345678901234");
         assert_eq!(format_number(1.5), "1.5");
         assert_eq!(format_number(0.0001), "0.0001");
-        assert_eq!(format_number(0.00001), "1e-05");
+        assert_eq!(format_number(0.00001), "1.0000000000000001e-05");
+        assert_eq!(format_number(1e17), "1e+17");
         assert_eq!(format_number(-7.0), "-7");
     }
 

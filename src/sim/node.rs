@@ -1149,7 +1149,7 @@ impl SimNode {
         let held = self.get(key, now)?;
         let holds = held == Some(waiter.as_slice());
         let free = held.is_none();
-        // now + tonumber(ARGV[3]) is a Lua number: redis.call sends it as %.14g text.
+        // now + tonumber(ARGV[3]) is a Lua number: redis.call sends it as %.17g text.
         let lapse = lua::format_number(now as f64 + *wait_ms as f64);
         let lapse = lua::redis_double(lapse.as_bytes()).ok_or_else(|| NOT_FLOAT.to_owned())?;
         let state = if self.zscore(queue, waiter, now)?.is_some() {
@@ -1231,7 +1231,7 @@ impl SimNode {
                 queued += 1;
             }
         }
-        // now + tonumber(ARGV[3]) is a Lua number: redis.call sends it as %.14g text.
+        // now + tonumber(ARGV[3]) is a Lua number: redis.call sends it as %.17g text.
         let lapse_text = lua::format_number(now as f64 + *wait_ms as f64);
         let lapse = lua::redis_double(lapse_text.as_bytes()).ok_or_else(|| NOT_FLOAT.to_owned())?;
         let lapse_int = || -> Res<i64> {
