@@ -413,6 +413,18 @@ impl<'a> IntoIterator for &'a Votes {
 }
 
 impl Votes {
+    /// The answers to a check that guards the vote (the group-map record), when too few
+    /// of them allow it: the lock is refused as if the nodes had not answered.
+    pub(crate) fn of_check(quorum: usize, votes: Vec<NodeVote>, elapsed: Duration) -> Votes {
+        Votes {
+            quorum,
+            votes,
+            elapsed,
+            largest_holder: None,
+            holder_ids: Vec::new(),
+        }
+    }
+
     /// Every node's outcome on one line, for tracing: `addr=outcome; …`.
     pub(crate) fn per_node(&self) -> String {
         let all: Vec<String> = self

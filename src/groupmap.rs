@@ -5,7 +5,8 @@
 //!  build ── read on every node (writes nothing) ── another map? ──▶ refused, nothing written
 //!        └─ write ours (SET PX lease if absent, else raise its PTTL to the lease)
 //!  every REFRESH while the client or a lock of it lives: write again (stops at a mismatch)
-//!  before an acquisition or extension of TTL t: if the record may lapse within t, write now
+//!  before an acquisition or extension of TTL t: if the record may lapse within t, write now,
+//!        and go ahead only once a quorum of every group took the write
 //! ```
 //!
 //! Every client records its *group map* (`v<version>/<groups>/<hash>`, or `unsharded` for
@@ -15,8 +16,19 @@
 //! when that client is paused or dies, so a client with another map cannot start while such
 //! a lock may be valid. A node that records another map, or whose record cannot be read (a
 //! value of another type, an ACL that forbids the key), makes the client refuse: the check
-//! fails closed. A node that does not answer is skipped (it is read again at the next
-//! refresh); `build` never fails because a node is down.
+//! fails closed. Each answer counts as it comes: a node that records another map refuses
+//! at once, whatever the slower nodes do.
+//!
+//! A lock is taken only while the record is *covered*: a write was taken by a quorum of
+//! every group, and its lease outlives the lock. Why that is enough: a client B with another
+//! map covers its record on a quorum of every group before it locks; a client A that locks
+//! in a group covered its own write on a quorum of that group; the two quorums share a
+//! node, and that node, holding B's record, answered A's write with B's map. When the
+//! write cannot be confirmed on a quorum of some group within the lock's per-node timeout
+//! (a slow, paused or dead majority; answers that say "not now"), the lock is refused with
+//! [`Error::NoQuorum`] naming every node's answer: the check never decides on fewer
+//! answers, and never waits past the per-node timeout. A node that does not answer is read
+//! again at the next refresh; `build` never fails because a node is down.
 //!
 //! The first mismatch is kept for the client's life ([`GroupMap::usable`]); every
 //! acquisition attempt checks it, so loops that were already waiting stop too. Locks held
@@ -29,11 +41,12 @@
 use std::sync::{Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use futures::future::join_all;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use redis::Value;
 
-use crate::error::{Error, GroupMapMismatch};
-use crate::node::{Node, Reply, group_map_request};
+use crate::error::{Error, GroupMapMismatch, NodeOutcome, NodeVote, Votes};
+use crate::node::{Node, Reply, group_map_request, is_transient};
 
 /// The shortest lease of a client's group-map record on a node: 30 s. Clients refresh it
 /// every 10 s while they (or any lock they handed out) live, and lengthen it to their
@@ -60,32 +73,13 @@ pub(crate) const RECORD_KEY: &str = "quorumlock:groupmap";
 /// The map of a client with one group and no version.
 pub(crate) const UNSHARDED: &str = "unsharded";
 
-/// Server errors that say "not now" rather than "not readable": skipped like a timeout.
-/// A replica (`READONLY`) or a node refusing writes for now (`OOM`, `MISCONF`,
-/// `NOREPLICAS`) cannot take the record; the lock's own requests fail there too. On a Redis
-/// Cluster voter, a redirection the cluster client could not follow (`MOVED`, `ASK`: the
-/// record's slot is served by a master that is down, until the cluster fails it over)
-/// says where the record is, not what it holds.
-const TRANSIENT: &[&str] = &[
-    "BUSY",
-    "LOADING",
-    "TRYAGAIN",
-    "MOVED",
-    "ASK",
-    "MASTERDOWN",
-    "CLUSTERDOWN",
-    "READONLY",
-    "OOM",
-    "MISCONF",
-    "NOREPLICAS",
-];
-
 /// One client's group map and what it knows of the record.
 pub(crate) struct GroupMap {
     ours: String,
-    /// Every group's nodes, set once they are connected.
-    nodes: OnceLock<Vec<Node>>,
-    /// How long one node may take to answer a read or a write.
+    /// Every group's nodes, group by group, set once they are connected.
+    groups: OnceLock<Vec<Vec<Node>>>,
+    /// How long one node may take to answer the reads and writes at build and the
+    /// background refreshes (a lock's own write waits its per-node timeout).
     timeout: Duration,
     mismatch: OnceLock<GroupMapMismatch>,
     /// The longest TTL this client was asked for.
@@ -93,14 +87,33 @@ pub(crate) struct GroupMap {
     /// Until when the record lives at least, on the nodes that took the last write: that
     /// write's start plus its lease (`None` before any write was taken).
     covered: Mutex<Option<Instant>>,
-    /// One covering write at a time (the others then find it covered, or share it).
+    /// One covering write at a time on behalf of the locks (the others then find it
+    /// covered).
     writing: tokio::sync::Mutex<()>,
-    /// When the last write round started.
-    last_write: Mutex<Option<Instant>>,
+}
+
+/// How long a round waits for the nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wait {
+    /// Until a quorum of every group agreed (or one node records another map): a lock's
+    /// own write, which must not wait for a slow minority.
+    Quorum,
+    /// For every node, each within the timeout: build and the background refreshes, which
+    /// look for another map on every node that answers.
+    All,
+}
+
+/// What a round found when no node recorded another map.
+#[derive(Debug)]
+enum Round {
+    /// A quorum of every group agreed.
+    Confirmed,
+    /// Some group had too few agreeing nodes: its votes (agreeing nodes count as granted).
+    Unconfirmed(Votes),
 }
 
 /// What one node said about the record.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Answer {
     /// Ours, or none (written, when writing).
     Agrees,
@@ -115,19 +128,18 @@ impl GroupMap {
     pub(crate) fn new(ours: String, timeout: Duration) -> GroupMap {
         GroupMap {
             ours,
-            nodes: OnceLock::new(),
+            groups: OnceLock::new(),
             timeout,
             mismatch: OnceLock::new(),
             longest: Mutex::new(Duration::ZERO),
             covered: Mutex::new(None),
             writing: tokio::sync::Mutex::new(()),
-            last_write: Mutex::new(None),
         }
     }
 
-    /// The nodes of every group, once.
-    pub(crate) fn set_nodes(&self, nodes: Vec<Node>) {
-        let _ = self.nodes.set(nodes);
+    /// The nodes of every group, group by group, once.
+    pub(crate) fn set_groups(&self, groups: Vec<Vec<Node>>) {
+        let _ = self.groups.set(groups);
     }
 
     /// This client's map, as recorded.
@@ -155,22 +167,27 @@ impl GroupMap {
     /// Reads the record on every node, writing nothing: `Err` on the first node that
     /// records another map.
     pub(crate) async fn read(&self) -> Result<(), GroupMapMismatch> {
-        self.round(Duration::ZERO).await
+        self.round(Duration::ZERO, self.timeout, Wait::All)
+            .await
+            .map(drop)
     }
 
     /// Writes the record on every node that records no other map (with the current
-    /// lease), and notes until when it is covered.
+    /// lease), waiting for every node, and notes until when it is covered if a quorum of
+    /// every group took it.
     pub(crate) async fn write(&self) -> Result<(), GroupMapMismatch> {
-        self.round(self.lease()).await
+        self.round(self.lease(), self.timeout, Wait::All)
+            .await
+            .map(drop)
     }
 
-    /// Before taking or extending a lock for `ttl`: `Err` if a mismatch was seen;
-    /// otherwise makes sure the record outlives the lock, writing it now (with a longer
-    /// lease) if the last write may lapse first, waiting at most `patience` (the lock's
-    /// per-node timeout) for that write. Callers share one write: a round that started
-    /// after a caller asked answers for it. A write that does not finish in time, or
-    /// reaches no node, leaves the lock to go ahead (best effort: the lock itself needs a
-    /// quorum of those nodes, and the next refresh writes the longer lease).
+    /// Before taking a lock for `ttl`: `Err` if a mismatch was seen; otherwise makes sure
+    /// the record outlives the lock on a quorum of every group, writing it now (with a
+    /// longer lease) if the last covering write may lapse first. The write waits for each
+    /// node at most `patience` (the lock's per-node timeout) and decides as soon as a
+    /// quorum of every group agreed or one node records another map. When it cannot
+    /// confirm the record on a quorum of some group, the lock is refused:
+    /// [`Error::NoQuorum`] with that group's answers.
     pub(crate) async fn cover(&self, ttl: Duration, patience: Duration) -> Result<(), Error> {
         self.usable()?;
         if let Ok(mut longest) = self.longest.lock() {
@@ -179,27 +196,29 @@ impl GroupMap {
         if self.covers(ttl) {
             return Ok(());
         }
-        let asked = Instant::now();
-        let write = async {
-            let _one = self.writing.lock().await;
-            let fresh = self
-                .last_write
-                .lock()
-                .ok()
-                .and_then(|l| *l)
-                .is_some_and(|started| started >= asked);
-            if !fresh && !self.covers(ttl) {
-                self.write().await.map_err(Error::GroupMapMismatch)?;
-            }
-            Ok::<(), Error>(())
+        // One write at a time: a caller that waited for another's write finds it covered.
+        // The wait for that write is bounded too: its round lasts at most `patience`.
+        let one = tokio::time::timeout(patience.saturating_mul(2), self.writing.lock()).await;
+        let round = match one {
+            Ok(_one) if self.covers(ttl) => return self.usable(),
+            Ok(_one) => self
+                .round(self.lease(), patience, Wait::Quorum)
+                .await
+                .map_err(Error::GroupMapMismatch)?,
+            Err(_) => Round::Unconfirmed(self.votes_of(0, &[], Duration::ZERO)),
         };
-        if let Ok(Err(e)) = tokio::time::timeout(patience, write).await {
-            return Err(e);
+        self.usable()?;
+        match round {
+            Round::Confirmed if self.covers(ttl) => Ok(()),
+            Round::Confirmed => Err(Error::NoQuorum(self.votes_of(0, &[], Duration::ZERO))),
+            Round::Unconfirmed(votes) => {
+                tracing::warn!(%votes, "quorumlock: group map record not confirmed on a quorum; lock refused");
+                Err(Error::NoQuorum(votes))
+            }
         }
-        self.usable()
     }
 
-    /// Whether the last write outlives a lock of `ttl` taken now.
+    /// Whether the last covering write outlives a lock of `ttl` taken now.
     fn covers(&self, ttl: Duration) -> bool {
         let Ok(covered) = self.covered.lock() else {
             return false;
@@ -210,43 +229,117 @@ impl GroupMap {
         }
     }
 
-    /// Runs the record script on every node at once with `lease` (zero: read only).
-    async fn round(&self, lease: Duration) -> Result<(), GroupMapMismatch> {
-        let Some(nodes) = self.nodes.get() else {
-            return Ok(());
+    /// Runs the record script on every node at once with `lease` (zero: read only), each
+    /// node within `timeout`, counting answers as they come. `Err` (and the mismatch kept
+    /// for the client's life) at the first node that records another map; otherwise
+    /// whether a quorum of every group agreed, which (with a lease) covers the record
+    /// until the round's start plus the lease.
+    async fn round(
+        &self,
+        lease: Duration,
+        timeout: Duration,
+        wait: Wait,
+    ) -> Result<Round, GroupMapMismatch> {
+        let Some(groups) = self.groups.get() else {
+            return Ok(Round::Confirmed);
         };
         let start = Instant::now();
-        if !lease.is_zero()
-            && let Ok(mut last) = self.last_write.lock()
-        {
-            *last = Some(start);
-        }
         let cmd = group_map_request(RECORD_KEY, &self.ours, lease);
-        let answers = join_all(nodes.iter().map(|node| node.query(&cmd, self.timeout))).await;
-        let mut agreed = 0usize;
-        for (node, answer) in nodes.iter().zip(answers) {
-            match answer_of(answer) {
-                Answer::Agrees => agreed += 1,
-                Answer::Differs(other) => {
-                    let m = GroupMapMismatch::new(node.addr.clone(), other, self.ours.clone());
+        let cmd = &cmd;
+        let mut pending: FuturesUnordered<_> = groups
+            .iter()
+            .enumerate()
+            .flat_map(|(g, nodes)| {
+                nodes
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, node)| async move { (g, i, node.query(cmd, timeout).await) })
+            })
+            .collect();
+        let mut answers: Vec<Vec<Option<Answer>>> =
+            groups.iter().map(|nodes| vec![None; nodes.len()]).collect();
+        while let Some((g, i, reply)) = pending.next().await {
+            let answer = answer_of(reply);
+            let node = groups.get(g).and_then(|nodes| nodes.get(i));
+            match (&answer, node) {
+                (Answer::Differs(other), Some(node)) => {
+                    let m =
+                        GroupMapMismatch::new(node.addr.clone(), other.clone(), self.ours.clone());
                     if self.mismatch.set(m.clone()).is_ok() {
                         tracing::error!(error = %m, "quorumlock: group map mismatch; this client takes no lock from now on");
                     }
                     return Err(m);
                 }
-                Answer::Skipped(why) => {
+                (Answer::Skipped(why), Some(node)) => {
                     tracing::debug!(node = %node.addr, %why, "quorumlock: group map not checked on this node");
                 }
+                _ => {}
+            }
+            if let Some(slot) = answers.get_mut(g).and_then(|a| a.get_mut(i)) {
+                *slot = Some(answer);
+            }
+            if wait == Wait::Quorum && short_group(&answers).is_none() {
+                break;
             }
         }
-        if !lease.is_zero()
-            && agreed > 0
-            && let (Ok(mut covered), Some(until)) = (self.covered.lock(), start.checked_add(lease))
-        {
-            *covered = Some(covered.map_or(until, |c| c.max(until)));
+        drop(pending);
+        match short_group(&answers) {
+            None => {
+                if !lease.is_zero()
+                    && let (Ok(mut covered), Some(until)) =
+                        (self.covered.lock(), start.checked_add(lease))
+                {
+                    *covered = Some(covered.map_or(until, |c| c.max(until)));
+                }
+                Ok(Round::Confirmed)
+            }
+            Some(g) => {
+                let group = answers.get(g).map_or(&[][..], Vec::as_slice);
+                Ok(Round::Unconfirmed(self.votes_of(g, group, start.elapsed())))
+            }
         }
-        Ok(())
     }
+
+    /// The answers of group `g` as votes (a node with no answer in `answers` was not
+    /// awaited).
+    fn votes_of(&self, g: usize, answers: &[Option<Answer>], elapsed: Duration) -> Votes {
+        let nodes = self
+            .groups
+            .get()
+            .and_then(|groups| groups.get(g))
+            .map_or(&[][..], Vec::as_slice);
+        let votes = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| NodeVote {
+                node: node.addr.clone(),
+                outcome: match answers.get(i) {
+                    Some(Some(Answer::Agrees)) => NodeOutcome::Granted,
+                    Some(Some(Answer::Skipped(why))) => {
+                        NodeOutcome::Failed(format!("group map record not confirmed: {why}"))
+                    }
+                    Some(Some(Answer::Differs(other))) => {
+                        NodeOutcome::Failed(format!("group map record: {other}"))
+                    }
+                    _ => NodeOutcome::Failed(
+                        "group map record not confirmed within the node timeout".to_owned(),
+                    ),
+                },
+            })
+            .collect();
+        Votes::of_check(crate::protocol::tally::quorum(nodes.len()), votes, elapsed)
+    }
+}
+
+/// The first group in which fewer than a quorum of the nodes agreed so far, if any.
+fn short_group(answers: &[Vec<Option<Answer>>]) -> Option<usize> {
+    answers.iter().position(|group| {
+        let agreed = group
+            .iter()
+            .filter(|a| matches!(a, Some(Answer::Agrees)))
+            .count();
+        agreed < crate::protocol::tally::quorum(group.len())
+    })
 }
 
 /// Decodes one node's answer to the record script.
@@ -257,7 +350,7 @@ fn answer_of(answer: Reply) -> Answer {
         Reply::Error(e) => {
             let text = Reply::error_text(&e);
             return match e.code() {
-                Some(code) if !TRANSIENT.contains(&code) => {
+                Some(_) if !is_transient(&e) => {
                     Answer::Differs(format!("an unreadable record ({text})"))
                 }
                 _ => Answer::Skipped(text),
@@ -353,6 +446,30 @@ mod tests {
             "refused",
         ))));
         assert!(matches!(io, Answer::Skipped(_)), "{io:?}");
+    }
+
+    #[test]
+    fn a_record_is_confirmed_only_on_a_quorum_of_every_group() {
+        let agrees = || Some(Answer::Agrees);
+        let skipped = || Some(Answer::Skipped("timed out".to_owned()));
+        // Two groups of three: each needs two agreeing nodes.
+        let both = vec![
+            vec![agrees(), agrees(), None],
+            vec![None, agrees(), agrees()],
+        ];
+        assert_eq!(short_group(&both), None);
+        let second_short = vec![
+            vec![agrees(), agrees(), agrees()],
+            vec![agrees(), skipped(), None],
+        ];
+        assert_eq!(short_group(&second_short), Some(1));
+        let first_short = vec![vec![agrees(), skipped(), skipped()]];
+        assert_eq!(short_group(&first_short), Some(0));
+        // Nothing answered yet: no group is confirmed.
+        assert_eq!(short_group(&[vec![None, None, None]]), Some(0));
+        // Five nodes: three are needed.
+        let five = vec![vec![agrees(), agrees(), skipped(), None, None]];
+        assert_eq!(short_group(&five), Some(0));
     }
 
     #[test]

@@ -75,12 +75,7 @@ impl Groups {
         .into_iter()
         .map(|r| r.map(Arc::new))
         .collect::<Result<_, _>>()?;
-        map.set_nodes(
-            members
-                .iter()
-                .flat_map(|m| m.nodes.iter().cloned())
-                .collect(),
-        );
+        map.set_groups(members.iter().map(|m| m.nodes.to_vec()).collect());
         map.read().await.map_err(Error::GroupMapMismatch)?;
         map.write().await.map_err(Error::GroupMapMismatch)?;
         crate::background::spawn_daemon(groupmap::refresh(Arc::downgrade(&map)));

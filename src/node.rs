@@ -33,6 +33,7 @@
 //! ```
 
 mod direct;
+pub(crate) mod identity;
 
 use std::fmt;
 use std::future::Future;
@@ -516,6 +517,9 @@ pub(crate) struct Node {
     conn: Conn,
     /// This node's metric keys (empty without the `metrics` feature).
     metrics: NodeKeys,
+    /// Whether this voter's votes count ([`identity`]); `None`: always (a node outside a
+    /// group of voters).
+    admission: Option<Arc<identity::Admission>>,
 }
 
 impl fmt::Debug for Node {
@@ -535,6 +539,7 @@ impl Node {
                 addr: spec.addr.clone(),
                 conn: Conn::Cluster(ClusterConn { client, direct }),
                 metrics: NodeKeys::new(&spec.addr),
+                admission: None,
             });
         }
         let client = redis::Client::open(spec.info.clone())
@@ -555,7 +560,28 @@ impl Node {
             addr: spec.addr.clone(),
             conn: Conn::Plain(conn),
             metrics: NodeKeys::new(&spec.addr),
+            admission: None,
         })
+    }
+
+    /// Makes this node voter `index` of `registry`: its votes count only once its
+    /// identity was read and differs from every other voter's ([`identity`]).
+    pub(crate) fn with_admission(
+        mut self,
+        registry: &Arc<identity::Registry>,
+        index: usize,
+    ) -> Node {
+        self.admission = Some(identity::Admission::new(registry.clone(), index));
+        self
+    }
+
+    /// Takes in what a read of this voter's identity at build found (see
+    /// [`Node::admit`]): `Err` with why it is not admitted.
+    pub(crate) fn settle_identity(&self, read: identity::Read) -> Result<(), String> {
+        match &self.admission {
+            Some(a) => a.settle(read),
+            None => Ok(()),
+        }
     }
 
     /// Whether this voter is a Redis Cluster (its commands routed by slot).
@@ -1390,6 +1416,8 @@ impl Node {
         join: &QueueJoin,
         timeout: Duration,
     ) -> Option<QueuePlace> {
+        // A queue join counts as a vote: it reports a key transferred to the waiter.
+        self.admit(timeout).await.ok()?;
         decode_join(self.eval(&join.call, timeout).await)
     }
 
@@ -1402,6 +1430,12 @@ impl Node {
     }
 
     async fn send_raw(&self, req: &Request, timeout: Duration) -> Reply {
+        // A release only deletes our own token: always sent. Every other request votes.
+        if req.op() != Op::Release
+            && let Err(refused) = self.admit(timeout).await
+        {
+            return refused;
+        }
         match &req.wire {
             Wire::Cmd(c) => {
                 let slot = if self.is_cluster() { key_slot(c) } else { None };
@@ -1446,6 +1480,26 @@ impl Node {
     }
 
     async fn extend_replies(&self, batch: &ExtendBatch, timeout: Duration) -> Vec<Typed> {
+        if let Err(refused) = self.admit(timeout).await {
+            let text = match &refused {
+                Reply::Error(e) => Reply::error_text(e),
+                _ => "voter not admitted".to_owned(),
+            };
+            return batch
+                .answers
+                .iter()
+                .map(|a| {
+                    decode(
+                        *a,
+                        Reply::Error(RedisError::from((
+                            redis::ErrorKind::Client,
+                            "voter not admitted",
+                            text.clone(),
+                        ))),
+                    )
+                })
+                .collect();
+        }
         if self.is_cluster() {
             // The locks' keys are in many slots, so each extension goes to its own shard.
             let sends = batch.requests.iter().map(|r| self.send_raw(r, timeout));
@@ -1561,6 +1615,32 @@ impl ScriptCall {
         }
         eval
     }
+}
+
+/// Server errors that say "not now" rather than "not this": a node busy with a script,
+/// loading its data, or without a quorum of its own. A replica (`READONLY`) or a node
+/// refusing writes for now (`OOM`, `MISCONF`, `NOREPLICAS`) cannot take a write; on a
+/// Redis Cluster voter, a redirection the cluster client could not follow (`MOVED`, `ASK`:
+/// the slot's master is down until the cluster fails it over) says where a key is, not
+/// what it holds. The guards that fail closed (the group-map record, a voter's identity)
+/// treat these as no answer: read again later, never a grant.
+const TRANSIENT: &[&str] = &[
+    "BUSY",
+    "LOADING",
+    "TRYAGAIN",
+    "MOVED",
+    "ASK",
+    "MASTERDOWN",
+    "CLUSTERDOWN",
+    "READONLY",
+    "OOM",
+    "MISCONF",
+    "NOREPLICAS",
+];
+
+/// Whether a server error is one of [`TRANSIENT`] (an error without a code is not).
+pub(crate) fn is_transient(e: &RedisError) -> bool {
+    e.code().is_some_and(|code| TRANSIENT.contains(&code))
 }
 
 /// Checks a node against the deployment contract and warns through `tracing` about
@@ -1685,41 +1765,7 @@ impl Settings {
     }
 }
 
-/// In a master's [`Node::identity`]: the master is a Redis Cluster node.
-pub(crate) const CLUSTER_NODE: &str = "cluster_enabled:1";
-
 impl Node {
-    /// What identifies the server(s) behind this voter, to tell two voters that are one
-    /// store under two addresses: a master's `run_id`, every node id a Redis Cluster
-    /// voter's `CLUSTER NODES` lists (masters, replicas, failed nodes alike). A master
-    /// given directly that is a Redis Cluster node adds [`CLUSTER_NODE`]. Empty when the
-    /// voter does not answer within `timeout`.
-    pub(crate) async fn identity(&self, timeout: Duration) -> Vec<String> {
-        let (cmd, field) = if self.is_cluster() {
-            (redis::cmd("CLUSTER").arg("NODES").clone(), None)
-        } else {
-            let info = redis::cmd("INFO").arg("server").arg("cluster").clone();
-            (info, Some("run_id:"))
-        };
-        let Reply::Value(v) = self.query(&cmd, timeout).await else {
-            return Vec::new();
-        };
-        let text: String = redis::from_redis_value(v).unwrap_or_default();
-        let lines = text.lines().map(str::trim);
-        match field {
-            Some(f) => lines
-                .filter_map(|l| match l.strip_prefix(f) {
-                    Some(id) => Some(id.to_owned()),
-                    None => (l == "cluster_enabled:1").then(|| CLUSTER_NODE.to_owned()),
-                })
-                .collect(),
-            None => lines
-                .filter_map(|l| l.split_whitespace().next())
-                .map(|id| format!("cluster-node:{id}"))
-                .collect(),
-        }
-    }
-
     /// Sends a keyless command to this master, or to every master of a Redis Cluster
     /// voter: each answer with the master's address (empty for a master given directly).
     /// Failures are left out.

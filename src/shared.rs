@@ -16,7 +16,7 @@ use crate::error::Error;
 use crate::extender::Registry;
 use crate::groupmap::GroupMap;
 use crate::metrics::ClientMetrics;
-use crate::node::{CLUSTER_NODE, Node, NodeAddr, NodeSpec};
+use crate::node::{Node, NodeAddr, NodeSpec, identity};
 use crate::notifier::Notifier;
 use crate::protocol::tally;
 use crate::resource::{Layout, Resources};
@@ -61,19 +61,6 @@ pub(crate) fn layout_of(specs: &[NodeSpec]) -> Result<Layout, Error> {
     }
 }
 
-/// The first two voters whose identities ([`Node::identity`]) share an id: one store
-/// given twice.
-fn same_store(ids: &[Vec<String>]) -> Option<(usize, usize)> {
-    for (i, a) in ids.iter().enumerate() {
-        for (j, b) in ids.iter().enumerate().skip(i + 1) {
-            if a.iter().any(|x| b.contains(x)) {
-                return Some((i, j));
-            }
-        }
-    }
-    None
-}
-
 impl Inner {
     /// `res` with this group's key layout (checked again: a Redis Cluster group needs a
     /// multi-resource lock's names in one hash slot).
@@ -94,10 +81,12 @@ impl Inner {
         map: Arc<GroupMap>,
     ) -> Result<Inner, Error> {
         let layout = layout_of(specs)?;
+        let registry = identity::Registry::new(specs.iter().map(|s| s.addr.to_string()).collect());
         let nodes = specs
             .iter()
-            .map(|s| Node::new(s, config.connect_timeout))
-            .collect::<Result<Vec<_>, _>>()?;
+            .enumerate()
+            .map(|(i, s)| Ok(Node::new(s, config.connect_timeout)?.with_admission(&registry, i)))
+            .collect::<Result<Vec<_>, Error>>()?;
         let n = nodes.len();
         if n % 2 == 0 {
             tracing::warn!(
@@ -105,41 +94,28 @@ impl Inner {
                 "quorumlock: an even number of nodes tolerates no more failures than one node fewer; use 3, 5 or 7"
             );
         }
-        // Opening every connection (at most the connect timeout in all) also reads what
-        // identifies each voter: one store given twice would count its one failure twice.
-        let warmup = futures::future::join_all(
+        // Opening every connection also reads what identifies each voter, each within the
+        // connect timeout: one store given twice would count its one failure twice. A
+        // voter that does not answer now is not admitted until a later request reads it
+        // (see `node::identity`); one that answers wrongly refuses the build.
+        let reads = futures::future::join_all(
             nodes
                 .iter()
-                .map(|node| node.identity(config.connect_timeout)),
-        );
-        let ids = tokio::time::timeout(config.connect_timeout, warmup)
-            .await
-            .unwrap_or_default();
-        if let Some(i) = ids.iter().position(|v| v.iter().any(|x| x == CLUSTER_NODE)) {
-            return Err(Error::config(
-                "nodes",
-                format!(
-                    "voter #{} ({}) is a node of a Redis Cluster, given as one master; give \
-                     the cluster as one voter, redis+cluster://host:port[,host:port…] (its \
-                     keys are spread over its shards)",
-                    i + 1,
-                    nodes[i].addr
-                ),
-            ));
-        }
-        if let Some((i, j)) = same_store(&ids) {
-            return Err(Error::config(
-                "nodes",
-                format!(
-                    "voters #{} ({}) and #{} ({}) are one Redis server or one Redis Cluster \
-                     under two addresses; every voter must be an independent store, or one \
-                     failure counts twice",
-                    i + 1,
-                    nodes[i].addr,
-                    j + 1,
-                    nodes[j].addr
-                ),
-            ));
+                .map(|node| node.read_identity(config.connect_timeout)),
+        )
+        .await;
+        for (i, (node, read)) in nodes.iter().zip(reads).enumerate() {
+            let no_answer = matches!(read, identity::Read::NoAnswer(_));
+            if let Err(why) = node.settle_identity(read) {
+                if no_answer {
+                    tracing::warn!(node = %node.addr, %why, "quorumlock: voter's identity not read at start-up; its votes count once a later request reads it");
+                    continue;
+                }
+                return Err(Error::config(
+                    "nodes",
+                    format!("voter #{} ({}): {why}", i + 1, node.addr),
+                ));
+            }
         }
         // The checks run in the background and only warn: give each query more patience
         // than a lock request gets, so that a busy machine does not hide a warning.
@@ -177,25 +153,6 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn one_store_given_twice_is_found() {
-        let ids = |v: &[&[&str]]| -> Vec<Vec<String>> {
-            v.iter()
-                .map(|s| s.iter().map(|x| x.to_string()).collect())
-                .collect()
-        };
-        assert_eq!(same_store(&ids(&[&["a"], &["b"], &["c"]])), None);
-        assert_eq!(
-            same_store(&ids(&[&["a"], &[], &[]])),
-            None,
-            "unanswered voters"
-        );
-        assert_eq!(
-            same_store(&ids(&[&["a", "x"], &["b"], &["y", "x"]])),
-            Some((0, 2))
-        );
-    }
 
     #[test]
     fn a_group_is_all_masters_or_all_clusters() {
