@@ -38,7 +38,9 @@
 //! This module may touch the nodes and the error types; it knows nothing of routing (the
 //! client's `groups`) nor of locks.
 
-use std::sync::{Mutex, OnceLock, Weak};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -91,6 +93,9 @@ pub(crate) struct GroupMap {
     /// covered).
     writing: tokio::sync::Mutex<()>,
 }
+
+/// One node's answer to the record script: its group, its index in the group, the reply.
+type NodeAnswer = Pin<Box<dyn Future<Output = (usize, usize, Reply)> + Send>>;
 
 /// How long a round waits for the nodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -244,18 +249,16 @@ impl GroupMap {
             return Ok(Round::Confirmed);
         };
         let start = Instant::now();
-        let cmd = group_map_request(RECORD_KEY, &self.ours, lease);
-        let cmd = &cmd;
-        let mut pending: FuturesUnordered<_> = groups
-            .iter()
-            .enumerate()
-            .flat_map(|(g, nodes)| {
-                nodes
-                    .iter()
-                    .enumerate()
-                    .map(move |(i, node)| async move { (g, i, node.query(cmd, timeout).await) })
-            })
-            .collect();
+        let cmd = Arc::new(group_map_request(RECORD_KEY, &self.ours, lease));
+        let mut pending: FuturesUnordered<NodeAnswer> = FuturesUnordered::new();
+        for (g, nodes) in groups.iter().enumerate() {
+            for (i, node) in nodes.iter().enumerate() {
+                let (node, cmd) = (node.clone(), cmd.clone());
+                pending.push(Box::pin(
+                    async move { (g, i, node.query(&cmd, timeout).await) },
+                ));
+            }
+        }
         let mut answers: Vec<Vec<Option<Answer>>> =
             groups.iter().map(|nodes| vec![None; nodes.len()]).collect();
         while let Some((g, i, reply)) = pending.next().await {
@@ -282,7 +285,11 @@ impl GroupMap {
                 break;
             }
         }
-        drop(pending);
+        // The slower nodes still take the write (each within the timeout): the record
+        // then lives on every node that answers, not only on the quorum waited for.
+        if !pending.is_empty() {
+            crate::background::spawn(async move { while pending.next().await.is_some() {} });
+        }
         match short_group(&answers) {
             None => {
                 if !lease.is_zero()

@@ -104,17 +104,14 @@ impl Inner {
                 .map(|node| node.read_identity(config.connect_timeout)),
         )
         .await;
-        for (i, (node, read)) in nodes.iter().zip(reads).enumerate() {
+        for (node, read) in nodes.iter().zip(reads) {
             let no_answer = matches!(read, identity::Read::NoAnswer(_));
             if let Err(why) = node.settle_identity(read) {
                 if no_answer {
                     tracing::warn!(node = %node.addr, %why, "quorumlock: voter's identity not read at start-up; its votes count once a later request reads it");
                     continue;
                 }
-                return Err(Error::config(
-                    "nodes",
-                    format!("voter #{} ({}): {why}", i + 1, node.addr),
-                ));
+                return Err(Error::config("nodes", why));
             }
         }
         // The checks run in the background and only warn: give each query more patience

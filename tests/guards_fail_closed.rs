@@ -134,7 +134,10 @@ async fn one_store_given_twice_is_refused_while_another_voter_is_paused() {
         {
             Err(Error::Config(e)) => {
                 let text = e.to_string();
-                assert!(text.contains("one store with voter #1"), "{text}");
+                assert!(
+                    text.contains("voters #1") && text.contains("and #2"),
+                    "{text}"
+                );
             }
             Ok(_) => accepted += 1,
             Err(e) => panic!("unexpected error: {e}"),
@@ -219,7 +222,7 @@ async fn a_voter_not_read_at_build_votes_only_once_read() {
             let refused = votes
                 .iter()
                 .filter(|v| {
-                    matches!(&v.outcome, NodeOutcome::Failed(t) if t.contains("one store with voter"))
+                    matches!(&v.outcome, NodeOutcome::Failed(t) if t.contains("one Redis server"))
                 })
                 .count();
             assert_eq!(refused, 1, "{votes:#}");

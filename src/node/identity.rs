@@ -142,28 +142,38 @@ impl Admission {
     /// Takes in what a read found: `Ok` when the voter is admitted now, `Err` with why
     /// not (for good when it is refused; for now when it did not answer).
     pub(crate) fn settle(&self, read: Read) -> Result<(), String> {
+        let me = format!(
+            "voter #{} ({})",
+            self.index + 1,
+            self.registry.addr(self.index)
+        );
         let outcome = match read {
-            Read::Ids(ids) if ids.iter().any(|x| x == CLUSTER_NODE) => State::Refused(
-                "a node of a Redis Cluster, given as one master; give the cluster as one voter, \
-                 redis+cluster://host:port[,host:port…] (its keys are spread over its shards)"
-                    .to_owned(),
-            ),
+            Read::Ids(ids) if ids.iter().any(|x| x == CLUSTER_NODE) => State::Refused(format!(
+                "{me} is a node of a Redis Cluster, given as one master; give the cluster as \
+                 one voter, redis+cluster://host:port[,host:port…] (its keys are spread over \
+                 its shards)"
+            )),
             Read::Ids(ids) => match self.registry.admit(self.index, ids) {
                 Ok(()) => State::Admitted,
                 Err(j) => State::Refused(format!(
-                    "one store with voter #{} ({}): every voter must be an independent store, or one failure counts twice",
-                    j + 1,
-                    self.registry.addr(j)
+                    "voters #{} ({}) and #{} ({}) are one Redis server or one Redis Cluster under \
+                     two addresses; every voter must be an independent store, or one failure \
+                     counts twice",
+                    j.min(self.index) + 1,
+                    self.registry.addr(j.min(self.index)),
+                    j.max(self.index) + 1,
+                    self.registry.addr(j.max(self.index)),
                 )),
             },
             Read::Refused(why) => State::Refused(format!(
-                "cannot tell which store it is ({why}); quorumlock reads INFO (server, cluster) on a master and CLUSTER NODES on a Redis Cluster voter to tell that voters are distinct stores"
+                "{me}: cannot tell which store it is ({why}); quorumlock reads INFO (server, \
+                 cluster) on a master and CLUSTER NODES on a Redis Cluster voter to tell that \
+                 voters are distinct stores: allow the ACL user those commands"
             )),
-            Read::NotCluster => State::Refused(
-                "not a Redis Cluster (cluster support is disabled on it), given as \
+            Read::NotCluster => State::Refused(format!(
+                "{me} is not a Redis Cluster (cluster support is disabled on it), given as \
                  redis+cluster://; give a single master as redis://host:port"
-                    .to_owned(),
-            ),
+            )),
             Read::NoAnswer(why) => {
                 self.set_unknown_done();
                 return Err(format!("identity not read yet ({why})"));
@@ -336,7 +346,7 @@ mod tests {
         assert!(c.begin().is_err(), "read again within the gap");
         // b is a's store under another address.
         let why = b.settle(Read::Ids(ids(&["r1"]))).unwrap_err();
-        assert!(why.contains("voter #1 (a)"), "{why}");
+        assert!(why.contains("voters #1 (a) and #2 (b)"), "{why}");
         assert!(b.begin().is_err());
         // A refusal is for good, whatever a later read finds.
         assert!(b.settle(Read::Ids(ids(&["r2"]))).is_err());
