@@ -455,8 +455,8 @@ pub(crate) mod tls {
             let key = PrivateKeyDer::from_pem_slice(&self.key).map_err(|e| match e {
                 pem::Error::NoItemsFound => Error::config(
                     field,
-                    "no private key in the key PEM (expected a -----BEGIN PRIVATE KEY-----, \
-                     BEGIN RSA PRIVATE KEY or BEGIN EC PRIVATE KEY block)",
+                    "no private key in the key PEM (expected a PKCS#8, RSA or EC private key \
+                     block)",
                 ),
                 // The parser's own text may quote a line of the key: never shown.
                 _ => Error::config(field, "the private key is not valid PEM"),
@@ -1886,6 +1886,63 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The client certificate goes wherever the certificate authorities go: into a single
+    /// master's connection settings (read by its command connection, its connection manager
+    /// and its release subscription), and into a Redis Cluster voter's TLS settings (read by
+    /// [`cluster_builder`], so its commands and sharded subscriptions on every node).
+    #[cfg(feature = "tls-rustls")]
+    #[test]
+    fn the_client_certificate_reaches_single_masters_and_cluster_voters() -> Result<(), Error> {
+        let fail = |e: rcgen::Error| Error::config("test", e.to_string());
+        let key = rcgen::KeyPair::generate().map_err(fail)?;
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+            .map_err(fail)?
+            .self_signed(&key)
+            .map_err(fail)?;
+        let ca = tls::RootCa::new(cert.pem().into_bytes());
+        let auth = tls::ClientAuth::new(cert.pem().into_bytes(), key.serialize_pem().into_bytes());
+        ca.validate()?;
+        auth.validate()?;
+        let Some(certs) = tls::certificates(None, Some(&auth)) else {
+            return Err(Error::config(
+                "test",
+                "no TLS settings for a client certificate",
+            ));
+        };
+        assert!(certs.client_tls.is_some() && certs.root_cert.is_none());
+        assert!(tls::certificates(None, None).is_none());
+        let Some(both) = tls::certificates(Some(&ca), Some(&auth)) else {
+            return Err(Error::config("test", "no TLS settings"));
+        };
+        assert!(both.client_tls.is_some() && both.root_cert.is_some());
+
+        let cluster = NodeSpec::parse(0, "rediss+cluster://127.0.0.1:1,127.0.0.1:2")?
+            .with_tls(&both, "tls_client_auth")?;
+        let Some(kept) = &cluster.tls else {
+            return Err(Error::config(
+                "test",
+                "the cluster voter lost its TLS settings",
+            ));
+        };
+        assert!(kept.client_tls.is_some() && kept.root_cert.is_some());
+
+        let single =
+            NodeSpec::parse(0, "rediss://127.0.0.1:1")?.with_tls(&both, "tls_client_auth")?;
+        assert!(matches!(
+            single.info.addr(),
+            ConnectionAddr::TcpTls {
+                tls_params: Some(_),
+                ..
+            }
+        ));
+        // A plain node is left alone.
+        let plain =
+            NodeSpec::parse(0, "redis://127.0.0.1:1")?.with_tls(&both, "tls_client_auth")?;
+        assert!(plain.tls.is_none());
+        assert!(matches!(plain.info.addr(), ConnectionAddr::Tcp(..)));
+        Ok(())
+    }
 
     #[test]
     fn a_request_is_routed_by_its_keys_slot() -> Result<(), Error> {
