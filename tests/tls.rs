@@ -4,119 +4,17 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use quorumlock::testkit::LocalCluster;
 use quorumlock::{Error, NodeOutcome, Redlock};
+use support::pki::{ClientCert, Pki};
 use support::*;
 
 const TTL: Duration = Duration::from_secs(10);
 
 /// How a node's failure reads when the server's certificate does not verify.
 const REJECTED: &str = "TLS handshake failed, server certificate rejected (see tls_root_ca): invalid peer certificate: ";
-
-/// A certificate authority and a server certificate it signed (for `127.0.0.1` and
-/// `localhost` unless said otherwise), as PEM files in a temporary directory.
-struct Pki {
-    dir: tempfile::TempDir,
-    ca_pem: String,
-    ca: rcgen::Issuer<'static, rcgen::KeyPair>,
-}
-
-/// A client certificate and its private key, as PEM.
-struct ClientCert {
-    cert_pem: String,
-    key_pem: String,
-}
-
-impl ClientCert {
-    /// Pieces of the key's PEM body that must never be shown: every base64 line.
-    fn secrets(&self) -> Vec<&str> {
-        let lines: Vec<&str> = self
-            .key_pem
-            .lines()
-            .filter(|l| !l.starts_with("-----") && l.len() >= 16)
-            .collect();
-        assert!(!lines.is_empty(), "the key has a body");
-        lines
-    }
-}
-
-impl Pki {
-    fn new(name: &str) -> Pki {
-        Pki::for_names(name, &["127.0.0.1", "localhost"])
-    }
-
-    fn for_names(name: &str, names: &[&str]) -> Pki {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let ca_key = rcgen::KeyPair::generate().expect("CA key");
-        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA");
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca_params.distinguished_name.push(
-            rcgen::DnType::CommonName,
-            format!("quorumlock test CA {name}"),
-        );
-        let ca_cert = ca_params.self_signed(&ca_key).expect("CA certificate");
-        let ca = rcgen::Issuer::new(ca_params, ca_key);
-        let key = rcgen::KeyPair::generate().expect("server key");
-        // "127.0.0.1" becomes an IP address subject alternative name.
-        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
-        let params = rcgen::CertificateParams::new(names).expect("server params");
-        let cert = params.signed_by(&key, &ca).expect("server certificate");
-        let ca_pem = ca_cert.pem();
-        std::fs::write(dir.path().join("ca.pem"), &ca_pem).expect("write ca.pem");
-        std::fs::write(dir.path().join("server.pem"), cert.pem()).expect("write server.pem");
-        std::fs::write(dir.path().join("server.key"), key.serialize_pem()).expect("write key");
-        Pki { dir, ca_pem, ca }
-    }
-
-    /// A client certificate signed by this PKI's CA.
-    fn client_cert(&self, name: &str) -> ClientCert {
-        let key = rcgen::KeyPair::generate().expect("client key");
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("client");
-        params.distinguished_name.push(
-            rcgen::DnType::CommonName,
-            format!("quorumlock client {name}"),
-        );
-        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
-        let cert = params
-            .signed_by(&key, &self.ca)
-            .expect("client certificate");
-        ClientCert {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-        }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    /// `nodes` redis-server processes serving TLS with this PKI's server certificate.
-    async fn cluster(&self, nodes: usize) -> LocalCluster {
-        LocalCluster::builder(nodes)
-            .tls(self.path("server.pem"), self.path("server.key"), self.path("ca.pem"))
-            .launch()
-            .await
-            .expect("start TLS redis-server nodes (is redis-server installed? run scripts/install-deps.sh)")
-    }
-
-    /// As [`Pki::cluster`], with servers that require a client certificate signed by this
-    /// PKI's CA (`--tls-auth-clients yes`).
-    async fn cluster_requiring_client_certs(&self, nodes: usize) -> LocalCluster {
-        LocalCluster::builder(nodes)
-            .tls(
-                self.path("server.pem"),
-                self.path("server.key"),
-                self.path("ca.pem"),
-            )
-            .tls_auth_clients(true)
-            .launch()
-            .await
-            .expect("start TLS redis-server nodes requiring client certificates")
-    }
-}
 
 /// A client with a generous per-node timeout: a TLS handshake on a loaded 2-core machine
 /// in a debug build is slow, and these tests are about outcomes.
