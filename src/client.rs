@@ -490,7 +490,9 @@ impl RedlockBuilder {
     /// [`Error::Config`] for an invalid configuration: no nodes, more than 64, a malformed
     /// URL, a `rediss://` URL without the `tls-rustls` feature or with `#insecure`, the same
     /// node twice, a drift factor outside `0.0..0.5`, a zero node or connect timeout, an
-    /// invalid retry policy, a `tls_root_ca` that holds no usable certificate.
+    /// invalid retry policy, a `tls_root_ca` that holds no usable certificate, a
+    /// `tls_client_auth` without a certificate, without a private key, or whose key is not
+    /// the certificate's.
     ///
     /// # Example
     ///

@@ -274,6 +274,9 @@ pub(crate) struct Config {
     /// Certificate authorities trusted for `rediss://` nodes; `None`: the system's.
     #[cfg(feature = "tls-rustls")]
     pub(crate) tls_root_ca: Option<crate::node::tls::RootCa>,
+    /// The client certificate and key shown to `rediss://` nodes; `None`: none.
+    #[cfg(feature = "tls-rustls")]
+    pub(crate) tls_client_auth: Option<crate::node::tls::ClientAuth>,
 }
 
 impl Config {
@@ -402,6 +405,8 @@ impl RedlockBuilder {
                 notify: true,
                 #[cfg(feature = "tls-rustls")]
                 tls_root_ca: None,
+                #[cfg(feature = "tls-rustls")]
+                tls_client_auth: None,
             },
         }
     }
@@ -616,6 +621,65 @@ impl RedlockBuilder {
         self
     }
 
+    /// Show this client certificate, with its private key, to the `rediss://` nodes: for
+    /// Redis servers that require TLS client authentication (`tls-auth-clients yes`).
+    /// `cert_pem` is a PEM bundle whose first `-----BEGIN CERTIFICATE-----` block is the
+    /// client's certificate (intermediate certificates may follow); `key_pem` is its private
+    /// key (`BEGIN PRIVATE KEY`, `BEGIN RSA PRIVATE KEY` or `BEGIN EC PRIVATE KEY`; RSA,
+    /// ECDSA or Ed25519). The certificate must be signed by a certificate authority the
+    /// servers trust (their `tls-ca-cert-file`). Every connection to a `rediss://` or
+    /// `rediss+cluster://` node shows it: commands, release notifications, and every node of
+    /// a Redis Cluster voter. `redis://` and `redis+unix://` nodes are not affected. It
+    /// combines with [`tls_root_ca`](RedlockBuilder::tls_root_ca), which says which servers
+    /// this client trusts.
+    ///
+    /// A server that refuses the certificate (or wants one and gets none) fails that node
+    /// on every request, with the TLS error as its
+    /// [`NodeOutcome::Failed`](crate::NodeOutcome::Failed) text, `TLS handshake failed,
+    /// client certificate refused by the server (see tls_client_auth): …` (so a lock attempt
+    /// on such nodes ends in [`Error::NoQuorum`]); it never panics.
+    ///
+    /// Checked in [`build`](RedlockBuilder::build): a certificate PEM without a certificate,
+    /// a key PEM without a private key, PEM that does not parse, or a key that is not the
+    /// certificate's is an [`Error::Config`] naming the field `tls_client_auth`. The key
+    /// never appears in an error, a log line or a `Debug` output (which shows the
+    /// certificate's size only).
+    ///
+    /// The default for this is none: no client certificate is shown.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let ca = std::fs::read("/etc/redis/tls/ca.crt")?;
+    /// let cert = std::fs::read("/etc/quorumlock/client.crt")?;
+    /// let key = std::fs::read("/etc/quorumlock/client.key")?;
+    /// let locks = quorumlock::Redlock::builder([
+    ///     "rediss://redis-a.internal:6380",
+    ///     "rediss://redis-b.internal:6380",
+    ///     "rediss://redis-c.internal:6380",
+    /// ])
+    /// .tls_root_ca(ca)
+    /// .tls_client_auth(cert, key)
+    /// .build()
+    /// .await?;
+    /// # let _ = locks;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls-rustls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls-rustls")))]
+    pub fn tls_client_auth(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> RedlockBuilder {
+        self.config.tls_client_auth = Some(crate::node::tls::ClientAuth::new(
+            cert_pem.into(),
+            key_pem.into(),
+        ));
+        self
+    }
+
     /// Adds a lock group: `urls` are the nodes of another, independent group of masters.
     /// The nodes given to [`Redlock::builder`](crate::Redlock::builder) are the first
     /// group. With several groups, every resource lives in exactly one group, chosen by a
@@ -810,15 +874,26 @@ impl RedlockBuilder {
         }
         c.retry.validate()?;
         #[cfg(feature = "tls-rustls")]
-        let specs = match &c.tls_root_ca {
-            Some(ca) => {
+        let specs = {
+            if let Some(ca) = &c.tls_root_ca {
                 ca.validate()?;
-                specs
-                    .into_iter()
-                    .map(|s| s.trusting(ca))
-                    .collect::<Result<Vec<_>, _>>()?
             }
-            None => specs,
+            if let Some(auth) = &c.tls_client_auth {
+                auth.validate()?;
+            }
+            let field = if c.tls_client_auth.is_some() {
+                "tls_client_auth"
+            } else {
+                "tls_root_ca"
+            };
+            match crate::node::tls::certificates(c.tls_root_ca.as_ref(), c.tls_client_auth.as_ref())
+            {
+                Some(certs) => specs
+                    .into_iter()
+                    .map(|s| s.with_tls(&certs, field))
+                    .collect::<Result<Vec<_>, _>>()?,
+                None => specs,
+            }
         };
         Ok(specs)
     }

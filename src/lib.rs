@@ -170,7 +170,8 @@
 //!   ("Monitoring") for the metric table and how to install an exporter.
 //! * `tls-rustls`: `rediss://` URLs through redis-rs and rustls. Servers are verified
 //!   against the system's trust store, or against your own CA with
-//!   `RedlockBuilder::tls_root_ca`. `build` installs rustls's `ring` crypto provider as
+//!   `RedlockBuilder::tls_root_ca`; a client certificate for servers with
+//!   `tls-auth-clients yes` with `RedlockBuilder::tls_client_auth`. `build` installs rustls's `ring` crypto provider as
 //!   the process default unless one is installed already (install yours first to use
 //!   another).
 //!

@@ -151,10 +151,11 @@ pub(crate) struct NodeSpec {
     pub(crate) info: ConnectionInfo,
     /// A Redis Cluster voter's seed nodes (`redis+cluster://`), `None` for one master.
     pub(crate) seeds: Option<Arc<[ConnectionInfo]>>,
-    /// The certificate authorities a `rediss+cluster://` voter's nodes are checked against
-    /// ([`NodeSpec::trusting`]; a single master keeps them in `info`).
+    /// The TLS settings of a `rediss+cluster://` voter's nodes: the certificate authorities
+    /// they are checked against and the client certificate they are shown
+    /// ([`NodeSpec::with_tls`]; a single master keeps them in `info`).
     #[cfg(feature = "tls-rustls")]
-    root_ca: Option<Vec<u8>>,
+    tls: Option<redis::TlsCertificates>,
 }
 
 impl NodeSpec {
@@ -176,7 +177,7 @@ impl NodeSpec {
             info,
             seeds: None,
             #[cfg(feature = "tls-rustls")]
-            root_ca: None,
+            tls: None,
         })
     }
 
@@ -200,7 +201,7 @@ impl NodeSpec {
             info: first,
             seeds: Some(infos.into()),
             #[cfg(feature = "tls-rustls")]
-            root_ca: None,
+            tls: None,
         })
     }
 
@@ -265,28 +266,25 @@ impl NodeSpec {
         matches!(self.info.addr(), ConnectionAddr::TcpTls { .. })
     }
 
-    /// For a `rediss://` node: trust exactly these certificate authorities instead of the
-    /// system's trust store. Other nodes are returned unchanged.
+    /// For a `rediss://` node: these TLS settings (validated already, see
+    /// [`tls::certificates`]) instead of redis-rs's defaults. Other nodes are returned
+    /// unchanged.
     #[cfg(feature = "tls-rustls")]
-    pub(crate) fn trusting(mut self, ca: &tls::RootCa) -> Result<NodeSpec, Error> {
+    pub(crate) fn with_tls(
+        mut self,
+        certs: &redis::TlsCertificates,
+        field: &'static str,
+    ) -> Result<NodeSpec, Error> {
         if !self.is_tls() {
             return Ok(self);
         }
         if self.is_cluster() {
-            ca.validate()?;
-            self.root_ca = Some(ca.pem().to_vec());
+            self.tls = Some(certs.clone());
             return Ok(self);
         }
-        let certs = redis::TlsCertificates {
-            client_tls: None,
-            root_cert: Some(ca.pem().to_vec()),
-        };
-        let client = redis::Client::build_with_tls(self.info.clone(), certs).map_err(|e| {
-            Error::config(
-                "tls_root_ca",
-                format!("{}: {}", self.addr, Reply::error_text(&e)),
-            )
-        })?;
+        // The error's text is redis-rs's kind only: its detail could quote the PEM.
+        let client = redis::Client::build_with_tls(self.info.clone(), certs.clone())
+            .map_err(|e| Error::config(field, format!("{}: {}", self.addr, e.kind_str())))?;
         self.info = client.get_connection_info().clone();
         Ok(self)
     }
@@ -355,8 +353,9 @@ pub(crate) mod tls {
     use std::fmt;
     use std::sync::Arc;
 
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::pem::{self, PemObject};
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use rustls::sign::CertifiedKey;
 
     use crate::error::Error;
 
@@ -410,8 +409,105 @@ pub(crate) mod tls {
         }
     }
 
+    /// A client certificate (chain) and its private key (PEM), shown to `rediss://` servers
+    /// that ask for one (`tls-auth-clients yes`). `Debug` shows the certificate's size and
+    /// never the key.
+    #[derive(Clone)]
+    pub(crate) struct ClientAuth {
+        cert: Arc<[u8]>,
+        key: Arc<[u8]>,
+    }
+
+    impl fmt::Debug for ClientAuth {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(
+                f,
+                "<certificate: {} bytes of PEM, private key: redacted>",
+                self.cert.len()
+            )
+        }
+    }
+
+    impl ClientAuth {
+        pub(crate) fn new(cert: Vec<u8>, key: Vec<u8>) -> ClientAuth {
+            ClientAuth {
+                cert: cert.into(),
+                key: key.into(),
+            }
+        }
+
+        /// Checks that the certificate PEM holds at least one certificate, the key PEM a
+        /// private key of a kind rustls signs with, and that the key is the first
+        /// certificate's. No error text quotes the key PEM, nor any detail parsed from it.
+        pub(crate) fn validate(&self) -> Result<(), Error> {
+            let field = "tls_client_auth";
+            let certs = CertificateDer::pem_slice_iter(&self.cert)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| {
+                    Error::config(field, format!("the certificate is not valid PEM: {e}"))
+                })?;
+            if certs.is_empty() {
+                return Err(Error::config(
+                    field,
+                    "no certificate in the certificate PEM (expected one or more \
+                     -----BEGIN CERTIFICATE----- blocks, the client's own first)",
+                ));
+            }
+            let key = PrivateKeyDer::from_pem_slice(&self.key).map_err(|e| match e {
+                pem::Error::NoItemsFound => Error::config(
+                    field,
+                    "no private key in the key PEM (expected a PKCS#8, RSA or EC private key \
+                     block)",
+                ),
+                // The parser's own text may quote a line of the key: never shown.
+                _ => Error::config(field, "the private key is not valid PEM"),
+            })?;
+            let provider = rustls::crypto::ring::default_provider();
+            match CertifiedKey::from_der(certs, key, &provider) {
+                Ok(_) => Ok(()),
+                Err(rustls::Error::InconsistentKeys(_)) => Err(Error::config(
+                    field,
+                    "the private key does not belong to the certificate (the first \
+                     certificate of the PEM must be the client's own)",
+                )),
+                Err(rustls::Error::InvalidCertificate(e)) => Err(Error::config(
+                    field,
+                    format!("the certificate does not parse: {e:?}"),
+                )),
+                Err(_) => Err(Error::config(
+                    field,
+                    "the private key is not usable (an RSA, ECDSA or Ed25519 key is expected)",
+                )),
+            }
+        }
+
+        /// The certificate and key as redis-rs takes them.
+        pub(crate) fn config(&self) -> redis::ClientTlsConfig {
+            redis::ClientTlsConfig {
+                client_cert: self.cert.to_vec(),
+                client_key: self.key.to_vec(),
+            }
+        }
+    }
+
+    /// The redis-rs TLS settings for these options, `None` when neither is set (redis-rs's
+    /// defaults: the system's trust store, no client certificate). Both must be validated.
+    pub(crate) fn certificates(
+        root_ca: Option<&RootCa>,
+        client: Option<&ClientAuth>,
+    ) -> Option<redis::TlsCertificates> {
+        if root_ca.is_none() && client.is_none() {
+            return None;
+        }
+        Some(redis::TlsCertificates {
+            client_tls: client.map(ClientAuth::config),
+            root_cert: root_ca.map(|ca| ca.pem().to_vec()),
+        })
+    }
+
     /// The text of a failed TLS handshake, when `e` is one: rustls's reason, said to be a
-    /// TLS failure, with a hint for a rejected server certificate. `None` for other errors.
+    /// TLS failure, with a hint for a rejected server certificate or a refused client
+    /// certificate. `None` for other errors.
     pub(crate) fn failure(e: &redis::RedisError) -> Option<String> {
         use std::error::Error as StdError;
         type Shared = Arc<dyn StdError + Send + Sync>;
@@ -426,6 +522,10 @@ pub(crate) mod tls {
                     rustls::Error::InvalidCertificate(_) => format!(
                         "TLS handshake failed, server certificate rejected \
                          (see tls_root_ca): {t}"
+                    ),
+                    rustls::Error::AlertReceived(alert) if client_refused(*alert) => format!(
+                        "TLS handshake failed, client certificate refused by the server \
+                         (see tls_client_auth): {t}"
                     ),
                     _ => format!("TLS handshake failed: {t}"),
                 });
@@ -442,6 +542,23 @@ pub(crate) mod tls {
             };
         }
         None
+    }
+
+    /// Whether a TLS alert from the server says it did not accept our client certificate
+    /// (none given, or not signed by a certificate authority it trusts).
+    fn client_refused(alert: rustls::AlertDescription) -> bool {
+        use rustls::AlertDescription as A;
+        matches!(
+            alert,
+            A::CertificateRequired
+                | A::BadCertificate
+                | A::UnknownCA
+                | A::CertificateUnknown
+                | A::UnsupportedCertificate
+                | A::CertificateExpired
+                | A::CertificateRevoked
+                | A::AccessDenied
+        )
     }
 
     /// Makes sure rustls has a process-level crypto provider, so that opening a TLS
@@ -750,7 +867,8 @@ fn cluster_connection(
 
 /// The cluster client settings of a Redis Cluster voter, shared by its command connection
 /// and its release subscriptions: the seeds, [`CLUSTER_RETRIES`], short retry pauses, the
-/// connect timeout, and the certificate authorities of a `rediss+cluster://` voter.
+/// connect timeout, and the TLS settings (certificate authorities, client certificate) of a
+/// `rediss+cluster://` voter.
 pub(crate) fn cluster_builder(
     spec: &NodeSpec,
     seeds: &[ConnectionInfo],
@@ -769,11 +887,8 @@ pub(crate) fn cluster_builder(
     // at once (no Nagle delay behind an unacknowledged one).
     let builder = builder.tcp_settings(cluster_tcp());
     #[cfg(feature = "tls-rustls")]
-    if let Some(ca) = &spec.root_ca {
-        return builder.certs(redis::TlsCertificates {
-            client_tls: None,
-            root_cert: Some(ca.clone()),
-        });
+    if let Some(certs) = &spec.tls {
+        return builder.certs(certs.clone());
     }
     #[cfg(not(feature = "tls-rustls"))]
     let _ = spec;
@@ -1817,6 +1932,63 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The client certificate goes wherever the certificate authorities go: into a single
+    /// master's connection settings (read by its command connection, its connection manager
+    /// and its release subscription), and into a Redis Cluster voter's TLS settings (read by
+    /// [`cluster_builder`], so its commands and sharded subscriptions on every node).
+    #[cfg(feature = "tls-rustls")]
+    #[test]
+    fn the_client_certificate_reaches_single_masters_and_cluster_voters() -> Result<(), Error> {
+        let fail = |e: rcgen::Error| Error::config("test", e.to_string());
+        let key = rcgen::KeyPair::generate().map_err(fail)?;
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+            .map_err(fail)?
+            .self_signed(&key)
+            .map_err(fail)?;
+        let ca = tls::RootCa::new(cert.pem().into_bytes());
+        let auth = tls::ClientAuth::new(cert.pem().into_bytes(), key.serialize_pem().into_bytes());
+        ca.validate()?;
+        auth.validate()?;
+        let Some(certs) = tls::certificates(None, Some(&auth)) else {
+            return Err(Error::config(
+                "test",
+                "no TLS settings for a client certificate",
+            ));
+        };
+        assert!(certs.client_tls.is_some() && certs.root_cert.is_none());
+        assert!(tls::certificates(None, None).is_none());
+        let Some(both) = tls::certificates(Some(&ca), Some(&auth)) else {
+            return Err(Error::config("test", "no TLS settings"));
+        };
+        assert!(both.client_tls.is_some() && both.root_cert.is_some());
+
+        let cluster = NodeSpec::parse(0, "rediss+cluster://127.0.0.1:1,127.0.0.1:2")?
+            .with_tls(&both, "tls_client_auth")?;
+        let Some(kept) = &cluster.tls else {
+            return Err(Error::config(
+                "test",
+                "the cluster voter lost its TLS settings",
+            ));
+        };
+        assert!(kept.client_tls.is_some() && kept.root_cert.is_some());
+
+        let single =
+            NodeSpec::parse(0, "rediss://127.0.0.1:1")?.with_tls(&both, "tls_client_auth")?;
+        assert!(matches!(
+            single.info.addr(),
+            ConnectionAddr::TcpTls {
+                tls_params: Some(_),
+                ..
+            }
+        ));
+        // A plain node is left alone.
+        let plain =
+            NodeSpec::parse(0, "redis://127.0.0.1:1")?.with_tls(&both, "tls_client_auth")?;
+        assert!(plain.tls.is_none());
+        assert!(matches!(plain.info.addr(), ConnectionAddr::Tcp(..)));
+        Ok(())
+    }
 
     #[test]
     fn a_request_is_routed_by_its_keys_slot() -> Result<(), Error> {

@@ -10,6 +10,9 @@ use quorumlock::Redlock;
 use quorumlock::testkit::LocalCluster;
 use tokio::process::{Child, Command};
 
+#[cfg(feature = "tls-rustls")]
+mod support;
+
 const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
 const USAGE: i32 = 64;
 const UNAVAILABLE: i32 = 69;
@@ -23,6 +26,9 @@ fn bare() -> Command {
     c.env_remove("QUORUMLOCK_NODES")
         .env_remove("QUORUMLOCK_LOG")
         .env_remove("QUORUMLOCK_FENCING_TOKEN")
+        .env_remove("QUORUMLOCK_TLS_CA")
+        .env_remove("QUORUMLOCK_TLS_CERT")
+        .env_remove("QUORUMLOCK_TLS_KEY")
         .kill_on_drop(true);
     c
 }
@@ -1357,4 +1363,138 @@ async fn cli_runs_on_cluster_voters() {
         String::from_utf8_lossy(&out.stderr)
     );
     held.release().await.expect("release");
+}
+
+/// `run` and `inspect` against TLS nodes that require a client certificate.
+#[cfg(feature = "tls-rustls")]
+mod tls {
+    use super::support::pki::Pki;
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tls_client_certificate_from_flags_or_environment() {
+        let pki = Pki::new("A");
+        let me = pki.client_cert("cli");
+        let (cert, key) = pki.write_client(&me, "client");
+        let cluster = pki.cluster_requiring_client_certs(3).await;
+        let dir = tmp();
+        let marker = file(&dir, "ran");
+        let ca = pki.path("ca.pem");
+
+        // Flags.
+        let mut cmd = ql(&cluster);
+        cmd.args(["run", "--resource", "tls:cli", "--no-wait", "--tls-ca"])
+            .arg(&ca)
+            .arg("--tls-cert")
+            .arg(&cert)
+            .arg("--tls-key")
+            .arg(&key)
+            .args(["--", "sh", "-c", r#"touch "$MARKER""#])
+            .env("MARKER", &marker);
+        let out = output(&mut cmd, Duration::from_secs(30)).await;
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert!(marker.exists(), "COMMAND ran under the lock");
+
+        // Environment variables, with inspect.
+        let mut cmd = ql(&cluster);
+        cmd.args(["inspect", "tls:cli", "--json", "--timeout", "5s"])
+            .env("QUORUMLOCK_TLS_CA", &ca)
+            .env("QUORUMLOCK_TLS_CERT", &cert)
+            .env("QUORUMLOCK_TLS_KEY", &key);
+        let out = output(&mut cmd, Duration::from_secs(30)).await;
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let json: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+        let shown = json.to_string();
+        assert_eq!(
+            shown.matches("\"state\":\"answered\"").count(),
+            3,
+            "every node answered: {shown}"
+        );
+
+        // Without a client certificate: every node refuses, a clear message, exit 69.
+        let _ = std::fs::remove_file(&marker);
+        let mut cmd = ql(&cluster);
+        cmd.args(["run", "--resource", "tls:cli", "--no-wait", "--tls-ca"])
+            .arg(&ca)
+            .args(["--", "sh", "-c", r#"touch "$MARKER""#])
+            .env("MARKER", &marker)
+            .env("QUORUMLOCK_LOG", "debug");
+        let out = output(&mut cmd, Duration::from_secs(30)).await;
+        assert_eq!(out.status.code(), Some(UNAVAILABLE), "{}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("client certificate refused by the server"),
+            "{err}"
+        );
+        assert!(!marker.exists(), "COMMAND did not run");
+
+        // With the certificate, debug logs never show the key.
+        let mut cmd = ql(&cluster);
+        cmd.args(["inspect", "tls:cli", "--tls-ca"])
+            .arg(&ca)
+            .arg("--tls-cert")
+            .arg(&cert)
+            .arg("--tls-key")
+            .arg(&key)
+            .env("QUORUMLOCK_LOG", "trace");
+        let out = output(&mut cmd, Duration::from_secs(30)).await;
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let all = format!("{}{}", stdout(&out), stderr(&out));
+        assert!(!all.contains("PRIVATE KEY-----"), "{all}");
+        for secret in me.secrets() {
+            assert!(!all.contains(secret), "key material in the output: {all}");
+        }
+    }
+
+    #[tokio::test]
+    async fn tls_flags_that_do_not_fit_are_usage_errors() {
+        let pki = Pki::new("A");
+        let me = pki.client_cert("cli");
+        let (cert, key) = pki.write_client(&me, "client");
+        let missing = pki.path("missing.pem");
+        let node = "rediss://127.0.0.1:1";
+        let path = |p: &PathBuf| p.to_string_lossy().into_owned();
+        let (cert, key, missing) = (path(&cert), path(&key), path(&missing));
+        let cases: Vec<(&str, Vec<&str>, &str)> = vec![
+            (
+                "a certificate without a key",
+                vec!["--tls-cert", &cert],
+                "--tls-key",
+            ),
+            (
+                "a key without a certificate",
+                vec!["--tls-key", &key],
+                "--tls-cert",
+            ),
+            (
+                "an unreadable certificate",
+                vec!["--tls-cert", &missing, "--tls-key", &key],
+                "--tls-cert",
+            ),
+            (
+                "the key in place of the certificate",
+                vec!["--tls-cert", &key, "--tls-key", &key],
+                "tls_client_auth",
+            ),
+            (
+                "the certificate in place of the key",
+                vec!["--tls-cert", &cert, "--tls-key", &cert],
+                "tls_client_auth",
+            ),
+        ];
+        for (what, flags, said) in cases {
+            let mut cmd = bare();
+            cmd.args(["run", "--nodes", node, "--resource", "r", "--no-wait"])
+                .args(&flags)
+                .args(["--", "true"]);
+            let out = output(&mut cmd, Duration::from_secs(30)).await;
+            let err = stderr(&out);
+            assert_eq!(out.status.code(), Some(USAGE), "{what}: {err}");
+            assert!(err.contains(said), "{what}: {err}");
+            assert!(!err.contains("PRIVATE KEY-----"), "{what}: {err}");
+            for secret in me.secrets() {
+                assert!(!err.contains(secret), "{what}: key material: {err}");
+            }
+        }
+    }
 }

@@ -4,66 +4,17 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use quorumlock::testkit::LocalCluster;
 use quorumlock::{Error, NodeOutcome, Redlock};
+use support::pki::{ClientCert, Pki};
 use support::*;
 
 const TTL: Duration = Duration::from_secs(10);
 
 /// How a node's failure reads when the server's certificate does not verify.
 const REJECTED: &str = "TLS handshake failed, server certificate rejected (see tls_root_ca): invalid peer certificate: ";
-
-/// A certificate authority and a server certificate it signed (for `127.0.0.1` and
-/// `localhost` unless said otherwise), as PEM files in a temporary directory.
-struct Pki {
-    dir: tempfile::TempDir,
-    ca_pem: String,
-}
-
-impl Pki {
-    fn new(name: &str) -> Pki {
-        Pki::for_names(name, &["127.0.0.1", "localhost"])
-    }
-
-    fn for_names(name: &str, names: &[&str]) -> Pki {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let ca_key = rcgen::KeyPair::generate().expect("CA key");
-        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA");
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca_params.distinguished_name.push(
-            rcgen::DnType::CommonName,
-            format!("quorumlock test CA {name}"),
-        );
-        let ca_cert = ca_params.self_signed(&ca_key).expect("CA certificate");
-        let ca = rcgen::Issuer::new(ca_params, ca_key);
-        let key = rcgen::KeyPair::generate().expect("server key");
-        // "127.0.0.1" becomes an IP address subject alternative name.
-        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
-        let params = rcgen::CertificateParams::new(names).expect("server params");
-        let cert = params.signed_by(&key, &ca).expect("server certificate");
-        let ca_pem = ca_cert.pem();
-        std::fs::write(dir.path().join("ca.pem"), &ca_pem).expect("write ca.pem");
-        std::fs::write(dir.path().join("server.pem"), cert.pem()).expect("write server.pem");
-        std::fs::write(dir.path().join("server.key"), key.serialize_pem()).expect("write key");
-        Pki { dir, ca_pem }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    /// `nodes` redis-server processes serving TLS with this PKI's server certificate.
-    async fn cluster(&self, nodes: usize) -> LocalCluster {
-        LocalCluster::builder(nodes)
-            .tls(self.path("server.pem"), self.path("server.key"), self.path("ca.pem"))
-            .launch()
-            .await
-            .expect("start TLS redis-server nodes (is redis-server installed? run scripts/install-deps.sh)")
-    }
-}
 
 /// A client with a generous per-node timeout: a TLS handshake on a loaded 2-core machine
 /// in a debug build is slow, and these tests are about outcomes.
@@ -324,4 +275,295 @@ async fn t60_testkit_tls_refuses_proxies_and_reports_bad_files() {
         .await
         .expect_err("missing key file");
     assert!(err.to_string().contains("exited during start-up"), "{err}");
+}
+
+/// Every tracing event of this test binary, at every level, formatted as a subscriber
+/// would print it (installed once, for the whole process).
+static LOGS: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+
+struct LogCapture;
+
+impl std::io::Write for LogCapture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        LOGS.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn capture_logs() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(|| LogCapture)
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber");
+    });
+}
+
+fn logs() -> String {
+    String::from_utf8_lossy(&LOGS.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
+}
+
+/// Asserts that no piece of `key` is in `shown` (`what` says where it comes from).
+fn assert_no_key(shown: &str, key: &ClientCert, what: &str) {
+    assert!(
+        !shown.contains("PRIVATE KEY-----"),
+        "{what} shows a key: {shown}"
+    );
+    for secret in key.secrets() {
+        assert!(
+            !shown.contains(secret),
+            "{what} shows key material: {shown}"
+        );
+    }
+}
+
+/// Tries `res` until every node of `locks` has failed at least once (a vote ends as soon as
+/// a quorum failed, so one attempt may leave a node not awaited), at most 10 attempts;
+/// asserts no attempt is granted anywhere. Returns each node's failure text, by node.
+async fn every_node_fails(
+    locks: &Redlock,
+    res: &str,
+) -> std::collections::BTreeMap<String, String> {
+    let mut failed = std::collections::BTreeMap::new();
+    for _ in 0..10 {
+        let err = locks.try_lock(res, TTL).await.expect_err("no grant");
+        let votes = match &err {
+            Error::NoQuorum(v) => v,
+            other => panic!("expected NoQuorum, got {other:?}"),
+        };
+        assert_eq!(votes.granted(), 0, "{votes:#}");
+        assert!(votes.failed() >= votes.quorum(), "{votes:#}");
+        for v in votes.iter() {
+            match &v.outcome {
+                NodeOutcome::Failed(text) => {
+                    failed.insert(v.node.to_string(), text.clone());
+                }
+                NodeOutcome::NotAwaited => {}
+                other => panic!("node {}: {other:?} ({votes:#})", v.node),
+            }
+        }
+        if failed.len() == locks.nodes().len() {
+            break;
+        }
+    }
+    failed
+}
+
+/// How a node's failure reads when the server refuses the client's certificate.
+const CLIENT_REFUSED: &str =
+    "TLS handshake failed, client certificate refused by the server (see tls_client_auth): ";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t70_client_certificate_locks_extends_and_releases() {
+    capture_logs();
+    let pki = Pki::new("A");
+    let me = pki.client_cert("good");
+    let c = pki.cluster_requiring_client_certs(3).await;
+    let urls = c.urls();
+    let a = builder(&urls)
+        .tls_root_ca(pki.ca_pem.clone())
+        .tls_client_auth(me.cert_pem.clone(), me.key_pem.clone());
+    assert_no_key(&format!("{a:?}"), &me, "the builder's Debug");
+    let a = a.build().await.expect("build a");
+    let b = builder(&urls)
+        .tls_root_ca(pki.ca_pem.as_bytes())
+        .tls_client_auth(me.cert_pem.as_bytes(), me.key_pem.as_bytes())
+        .build()
+        .await
+        .expect("build b");
+    let shown = format!("{a:?}");
+    assert!(shown.contains("private key: redacted"), "{shown}");
+    assert_no_key(&shown, &me, "the client's Debug");
+
+    let mut lock = a
+        .try_lock("tls:mtls", TTL)
+        .await
+        .expect("lock with a client certificate");
+    assert_no_key(&format!("{lock:?}"), &me, "the lock's Debug");
+    let key = lock_key("tls:mtls");
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            count_key(&c, 0..3, &key).await == 3
+        })
+        .await,
+        "the key is on every node"
+    );
+    lock.extend(Duration::from_secs(60))
+        .await
+        .expect("extend with a client certificate");
+    for i in 0..3 {
+        let mut con = raw(&c, i).await;
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut con)
+            .await
+            .expect("PTTL");
+        assert!(
+            pttl > TTL.as_millis() as i64,
+            "node {i}: extended, PTTL {pttl}"
+        );
+    }
+
+    // A waiter's release subscription shows the certificate too.
+    let waiter = tokio::spawn(async move { b.lock("tls:mtls", TTL).await });
+    let tls_port = c.tls_port(0).expect("node 0").expect("TLS port");
+    let laddr = format!("laddr=127.0.0.1:{tls_port} ");
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            client_list(&c, 0)
+                .await
+                .lines()
+                .any(|l| l.contains(&laddr) && l.contains(" sub=1 "))
+        })
+        .await,
+        "the waiter's subscription is on the TLS port: {}",
+        client_list(&c, 0).await
+    );
+    lock.release()
+        .await
+        .expect("release with a client certificate");
+    let next = tokio::time::timeout(Duration::from_secs(15), waiter)
+        .await
+        .expect("waiter finished")
+        .expect("waiter task")
+        .expect("waiter got the lock after the release");
+    next.release().await.expect("release");
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            count_key(&c, 0..3, &key).await == 0
+        })
+        .await,
+        "released on every node"
+    );
+    assert_no_key(&logs(), &me, "the log");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t71_missing_client_certificate_is_refused_by_every_node() {
+    capture_logs();
+    let pki = Pki::new("A");
+    let c = pki.cluster_requiring_client_certs(3).await;
+    let locks = builder(&c.urls())
+        .tls_root_ca(pki.ca_pem.clone())
+        .build()
+        .await
+        .expect("build succeeds: unreachable nodes are retried on each request");
+    // A server that requires a client certificate and gets none must not grant.
+    let failed = every_node_fails(&locks, "tls:no-cert").await;
+    let urls = c.urls();
+    assert_eq!(failed.len(), 3, "every node failed: {failed:#?}");
+    for (node, text) in &failed {
+        assert!(
+            urls.iter().any(|u| u == node),
+            "the vote names the node: {node}"
+        );
+        assert!(
+            text.starts_with(CLIENT_REFUSED) && text.contains("CertificateRequired"),
+            "a clear client certificate error for {node}: {text}"
+        );
+    }
+    assert_eq!(count_key(&c, 0..3, &lock_key("tls:no-cert")).await, 0);
+    // The log capture works: the start-up warning names the refusal.
+    assert!(
+        logs().contains("client certificate refused by the server"),
+        "{}",
+        logs()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t72_client_certificate_from_another_ca_is_refused_by_every_node() {
+    capture_logs();
+    let pki = Pki::new("A");
+    let other = Pki::new("B");
+    let stranger = other.client_cert("stranger");
+    let c = pki.cluster_requiring_client_certs(3).await;
+    let locks = builder(&c.urls())
+        .tls_root_ca(pki.ca_pem.clone())
+        .tls_client_auth(stranger.cert_pem.clone(), stranger.key_pem.clone())
+        .build()
+        .await
+        .expect("build");
+    // A certificate from a CA the servers do not trust must not grant.
+    let failed = every_node_fails(&locks, "tls:other-ca").await;
+    assert_eq!(failed.len(), 3, "every node failed: {failed:#?}");
+    for (node, text) in &failed {
+        assert!(
+            text.starts_with(CLIENT_REFUSED) && text.contains("UnknownCA"),
+            "a clear client certificate error for {node}: {text}"
+        );
+    }
+    let err = locks
+        .try_lock("tls:other-ca", TTL)
+        .await
+        .expect_err("no grant");
+    assert_no_key(&format!("{err:?} {err} {err:#}"), &stranger, "the error");
+    assert_no_key(&format!("{locks:?}"), &stranger, "the client's Debug");
+    assert_eq!(count_key(&c, 0..3, &lock_key("tls:other-ca")).await, 0);
+    let shown = logs();
+    assert!(shown.contains("UnknownCA"), "the log is captured: {shown}");
+    assert_no_key(&shown, &stranger, "the log");
+}
+
+#[tokio::test]
+async fn t73_bad_client_auth_is_a_config_error_that_never_shows_the_key() {
+    capture_logs();
+    let pki = Pki::new("A");
+    let me = pki.client_cert("me");
+    let someone = pki.client_cert("someone");
+    // A key PEM whose body is distinctive: the base64 of a marker, repeated.
+    let marker = "UVVPUlVNTE9DSy1TRUNSRVQtS0VZLU1BVEVSSUFMLTEyMzQ1Njc4OTA";
+    let fake_key =
+        format!("-----BEGIN PRIVATE KEY-----\n{marker}\n{marker}\n-----END PRIVATE KEY-----\n");
+    let bad_base64 =
+        format!("-----BEGIN PRIVATE KEY-----\n%%{marker}%%\n-----END PRIVATE KEY-----\n");
+    let cases: Vec<(&str, String, String)> = vec![
+        ("no certificate", String::new(), me.key_pem.clone()),
+        ("no key", me.cert_pem.clone(), String::new()),
+        (
+            "certificate and key swapped",
+            me.key_pem.clone(),
+            me.cert_pem.clone(),
+        ),
+        (
+            "another certificate's key",
+            me.cert_pem.clone(),
+            someone.key_pem.clone(),
+        ),
+        ("a key that is not a key", me.cert_pem.clone(), fake_key),
+        ("a key that is not base64", me.cert_pem.clone(), bad_base64),
+        (
+            "a certificate that is not PEM",
+            "not a certificate".to_owned(),
+            me.key_pem.clone(),
+        ),
+    ];
+    for (what, cert, key) in cases {
+        let b = Redlock::builder(["rediss://127.0.0.1:1"])
+            .tls_root_ca(pki.ca_pem.clone())
+            .tls_client_auth(cert, key);
+        let mut shown = format!("{b:?}");
+        let err = b.build().await.expect_err(what);
+        match &err {
+            Error::Config(c) => assert_eq!(c.field(), "tls_client_auth", "{what}: {err}"),
+            other => panic!("{what}: expected a config error, got {other:?}"),
+        }
+        assert!(err.to_string().contains("tls_client_auth"), "{what}: {err}");
+        shown.push_str(&format!(" {err} {err:?} {err:#}"));
+        assert!(!shown.contains(&marker[..24]), "{what}: {shown}");
+        assert_no_key(&shown, &me, what);
+        assert_no_key(&shown, &someone, what);
+        println!("{what}: {err}");
+    }
+    let shown = logs();
+    assert!(!shown.contains(&marker[..24]), "{shown}");
+    assert_no_key(&shown, &me, "the log");
 }

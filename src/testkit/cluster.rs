@@ -92,6 +92,7 @@ pub struct LocalClusterBuilder {
     node_args: Vec<(usize, String)>,
     startup_timeout: Duration,
     tls: Option<ServerTls>,
+    tls_auth_clients: bool,
 }
 
 /// The certificate files of a TLS server (see [`LocalClusterBuilder::tls`]).
@@ -100,6 +101,9 @@ struct ServerTls {
     cert: PathBuf,
     key: PathBuf,
     ca: PathBuf,
+    /// Whether clients must show a certificate signed by `ca`
+    /// ([`LocalClusterBuilder::tls_auth_clients`]).
+    auth_clients: bool,
 }
 
 impl LocalClusterBuilder {
@@ -159,7 +163,8 @@ impl LocalClusterBuilder {
     /// and key (PEM files), and [`LocalCluster::urls`] hand out
     /// `rediss://127.0.0.1:<tls port>`. `ca` is the PEM file of the certificate authority
     /// the server trusts for client certificates; clients are not asked for one
-    /// (`--tls-auth-clients no`). The server is started with
+    /// (`--tls-auth-clients no`) unless [`tls_auth_clients`](Self::tls_auth_clients) says
+    /// so. The server is started with
     /// `--tls-port <port> --tls-cert-file <cert> --tls-key-file <key> --tls-ca-cert-file <ca>`.
     ///
     /// The plain port stays open on 127.0.0.1 for the kit's own start-up probes and for raw
@@ -196,7 +201,34 @@ impl LocalClusterBuilder {
             cert: cert.into(),
             key: key.into(),
             ca: ca.into(),
+            auth_clients: false,
         });
+        self
+    }
+
+    /// With [`tls`](Self::tls): whether the TLS port requires a client certificate signed by
+    /// the `ca` given there (`--tls-auth-clients yes`). The plain port, used by the kit's
+    /// own probes and for raw inspection, is not affected.
+    ///
+    /// The default for this is `false` (`--tls-auth-clients no`).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use quorumlock::testkit::LocalCluster;
+    ///
+    /// # async fn demo() -> std::io::Result<()> {
+    /// let cluster = LocalCluster::builder(3)
+    ///     .tls("certs/server.pem", "certs/server.key", "certs/ca.pem")
+    ///     .tls_auth_clients(true)
+    ///     .launch()
+    ///     .await?;
+    /// # let _ = cluster;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn tls_auth_clients(mut self, required: bool) -> Self {
+        self.tls_auth_clients = required;
         self
     }
 
@@ -271,7 +303,10 @@ impl LocalClusterBuilder {
             args: args.clone(),
             replicaof,
             startup_timeout: self.startup_timeout,
-            tls: self.tls.clone(),
+            tls: self.tls.clone().map(|t| ServerTls {
+                auth_clients: self.tls_auth_clients,
+                ..t
+            }),
         };
         let master = Server::launch(spec(format!("node {i}"), None)).await?;
         let replicated = self.replicated.contains(&i);
@@ -348,6 +383,7 @@ impl LocalCluster {
             node_args: Vec::new(),
             startup_timeout: Duration::from_secs(10),
             tls: None,
+            tls_auth_clients: false,
         }
     }
 
@@ -871,7 +907,8 @@ impl Server {
                 .arg(&tls.key)
                 .arg("--tls-ca-cert-file")
                 .arg(&tls.ca)
-                .args(["--tls-auth-clients", "no"]);
+                .arg("--tls-auth-clients")
+                .arg(if tls.auth_clients { "yes" } else { "no" });
         }
         cmd.args(&self.args);
         let log = OpenOptions::new()

@@ -1,6 +1,9 @@
 //! Shared helpers for the integration tests: raw access to a node, bounded polling.
 #![allow(dead_code)]
 
+#[cfg(feature = "tls-rustls")]
+pub mod pki;
+
 use std::future::Future;
 use std::time::{Duration, Instant};
 

@@ -37,7 +37,8 @@ pub const HELP: &str = "\
 Exit codes:
   COMMAND's status    run: COMMAND exited (killed by signal N: 128+N)
   0                   inspect, demo: done
-  64  EX_USAGE        bad arguments, invalid node URL, TTL or resource name
+  64  EX_USAGE        bad arguments, invalid node URL, TTL or resource name,
+                      unreadable or invalid TLS file
   69  EX_UNAVAILABLE  too few nodes answered for a quorum
   70  EX_SOFTWARE     run: the lock was lost while COMMAND ran (COMMAND was stopped)
   71  EX_OSERR        the operating system's random number generator failed

@@ -67,9 +67,14 @@ pub async fn inspect(args: InspectArgs) -> u8 {
         eprintln!("quorumlock: --timeout must be above zero");
         return exit::USAGE;
     }
-    let locks = match args
-        .nodes
-        .builder()
+    let builder = match args.nodes.builder() {
+        Ok(builder) => builder,
+        Err(e) => {
+            eprintln!("quorumlock: {e}");
+            return exit::USAGE;
+        }
+    };
+    let locks = match builder
         .node_timeout(args.timeout)
         .connect_timeout(args.timeout)
         .build()

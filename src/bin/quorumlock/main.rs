@@ -10,7 +10,10 @@
 //!
 //! Nodes come from `--nodes` or the `QUORUMLOCK_NODES` environment variable (comma
 //! separated; lock groups separated by `;`, as in `URL,URL,URL;URL,URL,URL`, with
-//! `--groups-version` / `QUORUMLOCK_GROUPS_VERSION`). Node URLs are printed with their passwords redacted. Library diagnostics go
+//! `--groups-version` / `QUORUMLOCK_GROUPS_VERSION`). With the `tls-rustls` feature,
+//! `--tls-ca FILE` (`QUORUMLOCK_TLS_CA`) trusts a private certificate authority for
+//! `rediss://` nodes, and `--tls-cert FILE --tls-key FILE` (`QUORUMLOCK_TLS_CERT`,
+//! `QUORUMLOCK_TLS_KEY`) show a client certificate to servers with `tls-auth-clients yes`. Node URLs are printed with their passwords redacted. Library diagnostics go
 //! to stderr, filtered by `QUORUMLOCK_LOG` (`tracing` env-filter syntax; default `error`).
 //!
 //! Exit codes: see [`exit`]. `run` exits with COMMAND's status (128+N when COMMAND was
@@ -92,12 +95,37 @@ pub struct Nodes {
     /// guide's "Sharded lock groups". Default: none (0 when there are several groups).
     #[arg(long, env = "QUORUMLOCK_GROUPS_VERSION", value_name = "N")]
     pub groups_version: Option<u16>,
+    /// PEM file of the certificate authorities trusted for rediss:// nodes (the servers'
+    /// tls-ca-cert-file). Default: the system's trust store.
+    #[cfg(feature = "tls-rustls")]
+    #[arg(long, env = "QUORUMLOCK_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// PEM file of the client certificate shown to rediss:// nodes, for servers with
+    /// tls-auth-clients yes (needs --tls-key). Default: none.
+    #[cfg(feature = "tls-rustls")]
+    #[arg(
+        long,
+        env = "QUORUMLOCK_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// PEM file of the client certificate's private key (needs --tls-cert). Default: none.
+    #[cfg(feature = "tls-rustls")]
+    #[arg(
+        long,
+        env = "QUORUMLOCK_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<std::path::PathBuf>,
 }
 
 impl Nodes {
     /// A client builder over these nodes: the first group given to `Redlock::builder`,
-    /// each further `;`-separated group added with `group`.
-    pub fn builder(&self) -> RedlockBuilder {
+    /// each further `;`-separated group added with `group`, with the TLS files read. The
+    /// error says which file could not be read (never its contents).
+    pub fn builder(&self) -> Result<RedlockBuilder, String> {
         let mut groups = split_groups(&self.nodes).into_iter();
         let mut builder = Redlock::builder(groups.next().unwrap_or_default());
         for group in groups {
@@ -106,7 +134,24 @@ impl Nodes {
         if let Some(v) = self.groups_version {
             builder = builder.groups_version(v);
         }
-        builder
+        #[cfg(feature = "tls-rustls")]
+        {
+            let read = |flag: &str, path: &std::path::Path| {
+                std::fs::read(path).map_err(|e| format!("{flag} {}: {e}", path.display()))
+            };
+            if let Some(ca) = &self.tls_ca {
+                builder = builder.tls_root_ca(read("--tls-ca", ca)?);
+            }
+            match (&self.tls_cert, &self.tls_key) {
+                (Some(cert), Some(key)) => {
+                    builder =
+                        builder.tls_client_auth(read("--tls-cert", cert)?, read("--tls-key", key)?);
+                }
+                (None, None) => {}
+                _ => return Err("--tls-cert and --tls-key go together".to_owned()),
+            }
+        }
+        Ok(builder)
     }
 }
 

@@ -117,11 +117,14 @@ pub async fn run(args: RunArgs) -> u8 {
     let node_timeout = args.node_timeout.unwrap_or_else(|| {
         (args.ttl / 50).clamp(Duration::from_millis(50), Duration::from_millis(250))
     });
-    let mut builder = args
-        .nodes
-        .builder()
-        .node_timeout(node_timeout)
-        .fencing(args.fencing);
+    let builder = match args.nodes.builder() {
+        Ok(builder) => builder,
+        Err(e) => {
+            eprintln!("quorumlock: {e}");
+            return exit::USAGE;
+        }
+    };
+    let mut builder = builder.node_timeout(node_timeout).fencing(args.fencing);
     if !args.no_wait && !args.wait.is_zero() {
         // Read locks, write locks and permits wait with the client's retry policy.
         builder = builder.retry(Retry::new().max_wait(args.wait));
