@@ -1203,10 +1203,14 @@ async fn sim_node_matches_redis() {
         .await
         .expect("launch redis-server");
     let url = cluster.direct_url(0).expect("url");
+    // redis-rs gives up on a reply after 500 ms by default; on a loaded machine (a build
+    // beside the test) a request can wait longer, which says nothing of the model.
+    let config =
+        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(30)));
     let connect = || async {
         redis::Client::open(url.as_str())
             .expect("client")
-            .get_multiplexed_async_connection()
+            .get_multiplexed_async_connection_with_config(&config)
             .await
             .expect("connect")
     };
