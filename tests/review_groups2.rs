@@ -112,13 +112,10 @@ async fn review2_a_lock_handed_over_is_covered_by_the_record() {
 /// docs say a mismatch is missed only where every shared node *lost* the record; here
 /// none did.
 ///
-/// Known limitation, kept as a written decision: the check counts any node that answers,
-/// not a majority of every group. Requiring a majority of every group before locking in
-/// any would close this, at the price of making one group's outage stop the locks of all
-/// the others; not built yet (docs/safety.md, section 8, says so). Run it with
-/// `--ignored` to see it fail.
+/// A lock now goes ahead only once its client's record is confirmed on a majority of every
+/// group: B, cut off from group #1, refuses every lock until it reaches group #1, where
+/// it finds A's record.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known limitation: the group-map check is not a quorum check (docs/safety.md, section 8)"]
 async fn review2_a_new_client_cut_off_from_the_old_group_does_not_lock_beside_it() {
     let (g1, g2) = (group().await, group().await);
     let a = unsharded(&g1).await;
