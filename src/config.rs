@@ -61,6 +61,11 @@ pub struct Defaults {
     pub max_ttl: Duration,
 }
 
+/// The largest [`max_ttl`](RedlockBuilder::max_ttl) accepted: half of `i64::MAX` ms, so
+/// that the node's clock plus any TTL (or the group-map record's lease) stays a valid
+/// expiry.
+pub(crate) const LONGEST_TTL_BOUND: Duration = Duration::from_millis(i64::MAX as u64 / 2);
+
 /// The defaults. See [`Defaults`].
 pub const DEFAULTS: Defaults = Defaults {
     drift_factor: 0.01,
@@ -866,7 +871,7 @@ impl RedlockBuilder {
         if c.connect_timeout.is_zero() {
             return Err(Error::config("connect_timeout", "zero"));
         }
-        if c.max_ttl.is_zero() || c.max_ttl > Duration::from_millis(i64::MAX as u64 / 2) {
+        if c.max_ttl.is_zero() || c.max_ttl > LONGEST_TTL_BOUND {
             return Err(Error::config(
                 "max_ttl",
                 format!("{:?} is not a usable TTL bound", c.max_ttl),

@@ -23,10 +23,11 @@ use tokio::sync::{Notify, watch};
 
 use crate::error::{Error, LostReason};
 use crate::fanout::KeptNodes;
+use crate::groupmap::GroupMap;
 use crate::node::{ExtendBatch, Node, Request};
 use crate::protocol::keep::{self, Applied, Kept, Lost, Policy, Sweep};
 use crate::protocol::semaphore::{self, NodeSet};
-use crate::protocol::{Decision, Tally};
+use crate::protocol::{Ballot, Decision, Tally};
 use crate::time::log_ms;
 
 /// The public reason for a kept lock's loss.
@@ -290,6 +291,8 @@ pub(crate) struct Registry {
     nodes: Arc<[Node]>,
     quorum: usize,
     node_timeout: NodeTimeout,
+    /// The client's group map: no kept lock is extended past the record's coverage.
+    map: Arc<GroupMap>,
     /// The task; restarted by [`Registry::add`] if it is not running (never started
     /// outside a runtime, or its runtime shut down).
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -303,13 +306,19 @@ impl Drop for Registry {
 
 impl Registry {
     /// A registry for these nodes; its task starts with the first kept lock.
-    pub(crate) fn start(nodes: &Arc<[Node]>, quorum: usize, node_timeout: NodeTimeout) -> Registry {
+    pub(crate) fn start(
+        nodes: &Arc<[Node]>,
+        quorum: usize,
+        node_timeout: NodeTimeout,
+        map: Arc<GroupMap>,
+    ) -> Registry {
         Registry {
             entries: Arc::new(Mutex::new(Vec::new())),
             wake: Arc::new(Notify::new()),
             nodes: nodes.clone(),
             quorum,
             node_timeout,
+            map,
             task: Mutex::new(None),
         }
     }
@@ -352,6 +361,7 @@ impl Registry {
             nodes: self.nodes.clone(),
             quorum: self.quorum,
             node_timeout: self.node_timeout.clone(),
+            map: self.map.clone(),
         }
         .run();
         *task = Some(rt.spawn(run));
@@ -364,6 +374,7 @@ struct Task {
     nodes: Arc<[Node]>,
     quorum: usize,
     node_timeout: NodeTimeout,
+    map: Arc<GroupMap>,
 }
 
 impl Entry {
@@ -442,15 +453,45 @@ impl Task {
         }
     }
 
+    /// No kept lock outlives the group-map record's coverage: `false` (and the round of
+    /// `due` failed, as if no node answered: the locks are retried, and reported lost
+    /// before their validity ends) when the record cannot be made to cover the longest TTL
+    /// of the round within `patience`.
+    async fn covered(&self, due: &[Arc<Entry>], patience: Duration, start: Instant) -> bool {
+        let longest_ttl = due.iter().map(|e| e.ttl).max().unwrap_or_default();
+        match self.map.cover_held(longest_ttl, patience).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!(error = %e, "quorumlock: watchdog: group map record does not cover the extensions");
+                self.fail_round(due, start);
+                false
+            }
+        }
+    }
+
+    /// Ends a round of `due` that was not sent, as if no node had answered.
+    fn fail_round(&self, due: &[Arc<Entry>], start: Instant) {
+        for entry in due {
+            let mut tally = Tally::new(self.nodes.len(), entry.quorum);
+            for _ in 0..self.nodes.len() {
+                tally.record(Ballot::Failed);
+            }
+            apply(entry, tally.final_decision(), &tally, start, Instant::now());
+        }
+    }
+
     /// One pipelined round: per node, `SCRIPT LOAD` then one `EVALSHA` per due lock. Each
     /// lock is decided as soon as its own votes are certain; the round ends when every lock
     /// is, and the slower nodes' answers finish in the background.
     async fn round(&self, due: Vec<Arc<Entry>>) {
         let longest = due.iter().map(|e| (self.node_timeout)(e.ttl)).max();
         let timeout = keep::round_timeout(longest.unwrap_or(Duration::from_millis(50)), due.len());
+        let start = Instant::now();
+        if !self.covered(&due, longest.unwrap_or(timeout), start).await {
+            return;
+        }
         let voters: Vec<Option<NodeSet>> = due.iter().map(|e| e.voters()).collect();
         let plan = batches(&due, &voters, self.nodes.len());
-        let start = Instant::now();
         crate::metrics::watchdog_round(due.len());
         let span = tracing::debug_span!(
             "quorumlock.watchdog",

@@ -65,10 +65,6 @@ pub const GROUP_MAP_LEASE: Duration = Duration::from_secs(30);
 /// How often the record is written again: a third of the shortest lease.
 pub(crate) const REFRESH: Duration = Duration::from_secs(10);
 
-/// The longest lease ever asked for (a year: far beyond any TTL the builder accepts by
-/// default, and a `PX` every Redis takes).
-const LEASE_CAP: Duration = Duration::from_secs(365 * 86_400);
-
 /// The key of the record on every node.
 pub(crate) const RECORD_KEY: &str = "quorumlock:groupmap";
 
@@ -83,6 +79,12 @@ pub(crate) struct GroupMap {
     /// How long one node may take to answer the reads and writes at build and the
     /// background refreshes (a lock's own write waits its per-node timeout).
     timeout: Duration,
+    /// The longest TTL the client accepts: no lease is longer than that plus two refreshes
+    /// and its drift.
+    max_ttl: Duration,
+    /// The client's drift factor: a record's lease counts only less its drift, as a lock's
+    /// TTL does (the nodes' clocks may run a little fast).
+    drift_factor: f64,
     mismatch: OnceLock<GroupMapMismatch>,
     /// The longest TTL this client was asked for.
     longest: Mutex<Duration>,
@@ -129,12 +131,20 @@ enum Answer {
 }
 
 impl GroupMap {
-    /// A map named `ours`; its nodes come later ([`set_nodes`](GroupMap::set_nodes)).
-    pub(crate) fn new(ours: String, timeout: Duration) -> GroupMap {
+    /// A map named `ours`; its nodes come later ([`set_groups`](GroupMap::set_groups)).
+    /// `max_ttl`: the longest TTL the client accepts.
+    pub(crate) fn new(
+        ours: String,
+        timeout: Duration,
+        max_ttl: Duration,
+        drift_factor: f64,
+    ) -> GroupMap {
         GroupMap {
             ours,
             groups: OnceLock::new(),
             timeout,
+            max_ttl,
+            drift_factor,
             mismatch: OnceLock::new(),
             longest: Mutex::new(Duration::ZERO),
             covered: Mutex::new(None),
@@ -160,13 +170,18 @@ impl GroupMap {
         }
     }
 
-    /// The lease a write asks for now: [`GROUP_MAP_LEASE`], or the longest TTL asked of
-    /// the client plus two refresh periods when that is longer.
+    /// The lease a write asks for now: [`GROUP_MAP_LEASE`], or, when longer, the longest
+    /// TTL asked of the client plus two refresh periods and twice its drift (so that the
+    /// lease less its own drift still outlives such a lock by about two refreshes).
     fn lease(&self) -> Duration {
-        let longest = self.longest.lock().map_or(LEASE_CAP, |l| *l);
-        GROUP_MAP_LEASE
-            .max(longest.saturating_add(REFRESH.saturating_mul(2)))
-            .min(LEASE_CAP)
+        let lease_for = |ttl: Duration| {
+            let margin = crate::protocol::tally::drift(ttl, self.drift_factor);
+            ttl.saturating_add(margin.saturating_mul(2))
+                .saturating_add(REFRESH.saturating_mul(2))
+        };
+        let cap = lease_for(self.max_ttl);
+        let longest = self.longest.lock().map_or(cap, |l| lease_for(*l));
+        GROUP_MAP_LEASE.max(longest).min(cap)
     }
 
     /// Reads the record on every node, writing nothing: `Err` on the first node that
@@ -188,34 +203,54 @@ impl GroupMap {
 
     /// Before taking a lock for `ttl`: `Err` if a mismatch was seen; otherwise makes sure
     /// the record outlives the lock on a quorum of every group, writing it now (with a
-    /// longer lease) if the last covering write may lapse first. The write waits for each
-    /// node at most `patience` (the lock's per-node timeout) and decides as soon as a
-    /// quorum of every group agreed or one node records another map. When it cannot
-    /// confirm the record on a quorum of some group, the lock is refused:
-    /// [`Error::NoQuorum`] with that group's answers.
+    /// longer lease) if the last covering write may lapse first. The write decides as soon
+    /// as a quorum of every group agreed or one node records another map, and all of it
+    /// (waiting for another caller's write included) takes at most `patience`, the lock's
+    /// per-node timeout. When it cannot confirm the record on a quorum of some group, the
+    /// lock is refused: [`Error::NoQuorum`] with that group's answers.
     pub(crate) async fn cover(&self, ttl: Duration, patience: Duration) -> Result<(), Error> {
         self.usable()?;
+        self.cover_held(ttl, patience).await
+    }
+
+    /// Before a held lock is extended (by a call, or by the watchdog) or handed over to a
+    /// new holder for `ttl`: `Ok` when the record covers it; else, unless a mismatch was
+    /// seen (the record is then no longer written, and a lock lives only within the
+    /// coverage it has), a write as in [`cover`](GroupMap::cover). A lock never outlives
+    /// the record's coverage.
+    pub(crate) async fn cover_held(&self, ttl: Duration, patience: Duration) -> Result<(), Error> {
         if let Ok(mut longest) = self.longest.lock() {
             *longest = (*longest).max(ttl);
         }
         if self.covers(ttl) {
             return Ok(());
         }
+        self.usable()?;
+        let deadline = Instant::now().checked_add(patience);
+        let left = || deadline.map_or(patience, |d| d.saturating_duration_since(Instant::now()));
         // One write at a time: a caller that waited for another's write finds it covered.
-        // The wait for that write is bounded too: its round lasts at most `patience`.
-        let one = tokio::time::timeout(patience.saturating_mul(2), self.writing.lock()).await;
-        let round = match one {
+        let round = match tokio::time::timeout(left(), self.writing.lock()).await {
             Ok(_one) if self.covers(ttl) => return self.usable(),
             Ok(_one) => self
-                .round(self.lease(), patience, Wait::Quorum)
+                .round(self.lease(), left(), Wait::Quorum)
                 .await
                 .map_err(Error::GroupMapMismatch)?,
-            Err(_) => Round::Unconfirmed(self.votes_of(0, &[], Duration::ZERO)),
+            Err(_) => Round::Unconfirmed(self.votes_of(
+                0,
+                &[],
+                patience,
+                "another write of the group map record still under way",
+            )),
         };
         self.usable()?;
         match round {
             Round::Confirmed if self.covers(ttl) => Ok(()),
-            Round::Confirmed => Err(Error::NoQuorum(self.votes_of(0, &[], Duration::ZERO))),
+            Round::Confirmed => Err(Error::NoQuorum(self.votes_of(
+                0,
+                &[],
+                patience,
+                "group map record confirmed for less than the lock's TTL",
+            ))),
             Round::Unconfirmed(votes) => {
                 tracing::warn!(%votes, "quorumlock: group map record not confirmed on a quorum; lock refused");
                 Err(Error::NoQuorum(votes))
@@ -223,7 +258,8 @@ impl GroupMap {
         }
     }
 
-    /// Whether the last covering write outlives a lock of `ttl` taken now.
+    /// Whether the last covering write (its lease less its drift) outlives a lock of
+    /// `ttl` taken now.
     fn covers(&self, ttl: Duration) -> bool {
         let Ok(covered) = self.covered.lock() else {
             return false;
@@ -249,34 +285,13 @@ impl GroupMap {
             return Ok(Round::Confirmed);
         };
         let start = Instant::now();
-        let cmd = Arc::new(group_map_request(RECORD_KEY, &self.ours, lease));
-        let mut pending: FuturesUnordered<NodeAnswer> = FuturesUnordered::new();
-        for (g, nodes) in groups.iter().enumerate() {
-            for (i, node) in nodes.iter().enumerate() {
-                let (node, cmd) = (node.clone(), cmd.clone());
-                pending.push(Box::pin(
-                    async move { (g, i, node.query(&cmd, timeout).await) },
-                ));
-            }
-        }
+        let mut pending = self.send(groups, lease, timeout);
         let mut answers: Vec<Vec<Option<Answer>>> =
             groups.iter().map(|nodes| vec![None; nodes.len()]).collect();
         while let Some((g, i, reply)) = pending.next().await {
             let answer = answer_of(reply);
-            let node = groups.get(g).and_then(|nodes| nodes.get(i));
-            match (&answer, node) {
-                (Answer::Differs(other), Some(node)) => {
-                    let m =
-                        GroupMapMismatch::new(node.addr.clone(), other.clone(), self.ours.clone());
-                    if self.mismatch.set(m.clone()).is_ok() {
-                        tracing::error!(error = %m, "quorumlock: group map mismatch; this client takes no lock from now on");
-                    }
-                    return Err(m);
-                }
-                (Answer::Skipped(why), Some(node)) => {
-                    tracing::debug!(node = %node.addr, %why, "quorumlock: group map not checked on this node");
-                }
-                _ => {}
+            if let Some(node) = groups.get(g).and_then(|nodes| nodes.get(i)) {
+                self.note(node, &answer)?;
             }
             if let Some(slot) = answers.get_mut(g).and_then(|a| a.get_mut(i)) {
                 *slot = Some(answer);
@@ -293,8 +308,13 @@ impl GroupMap {
         match short_group(&answers) {
             None => {
                 if !lease.is_zero()
-                    && let (Ok(mut covered), Some(until)) =
-                        (self.covered.lock(), start.checked_add(lease))
+                    && let (Ok(mut covered), Some(until)) = (
+                        self.covered.lock(),
+                        start.checked_add(lease.saturating_sub(crate::protocol::tally::drift(
+                            lease,
+                            self.drift_factor,
+                        ))),
+                    )
                 {
                     *covered = Some(covered.map_or(until, |c| c.max(until)));
                 }
@@ -302,14 +322,64 @@ impl GroupMap {
             }
             Some(g) => {
                 let group = answers.get(g).map_or(&[][..], Vec::as_slice);
-                Ok(Round::Unconfirmed(self.votes_of(g, group, start.elapsed())))
+                Ok(Round::Unconfirmed(self.votes_of(
+                    g,
+                    group,
+                    start.elapsed(),
+                    "group map record not confirmed within the node timeout",
+                )))
             }
         }
     }
 
-    /// The answers of group `g` as votes (a node with no answer in `answers` was not
-    /// awaited).
-    fn votes_of(&self, g: usize, answers: &[Option<Answer>], elapsed: Duration) -> Votes {
+    /// Sends the record script with `lease` to every node, each within `timeout`.
+    fn send(
+        &self,
+        groups: &[Vec<Node>],
+        lease: Duration,
+        timeout: Duration,
+    ) -> FuturesUnordered<NodeAnswer> {
+        let cmd = Arc::new(group_map_request(RECORD_KEY, &self.ours, lease));
+        let pending: FuturesUnordered<NodeAnswer> = FuturesUnordered::new();
+        for (g, nodes) in groups.iter().enumerate() {
+            for (i, node) in nodes.iter().enumerate() {
+                let (node, cmd) = (node.clone(), cmd.clone());
+                pending.push(Box::pin(
+                    async move { (g, i, node.query(&cmd, timeout).await) },
+                ));
+            }
+        }
+        pending
+    }
+
+    /// Takes in one node's answer: `Err` (the mismatch kept for the client's life) when it
+    /// records another map.
+    fn note(&self, node: &Node, answer: &Answer) -> Result<(), GroupMapMismatch> {
+        match answer {
+            Answer::Differs(other) => {
+                let m = GroupMapMismatch::new(node.addr.clone(), other.clone(), self.ours.clone());
+                if self.mismatch.set(m.clone()).is_ok() {
+                    tracing::error!(error = %m, "quorumlock: group map mismatch; this client takes no lock from now on");
+                }
+                Err(m)
+            }
+            Answer::Skipped(why) => {
+                tracing::debug!(node = %node.addr, %why, "quorumlock: group map not checked on this node");
+                Ok(())
+            }
+            Answer::Agrees => Ok(()),
+        }
+    }
+
+    /// The answers of group `g` as votes; a node with no answer in `answers` fails with
+    /// `unanswered`.
+    fn votes_of(
+        &self,
+        g: usize,
+        answers: &[Option<Answer>],
+        elapsed: Duration,
+        unanswered: &str,
+    ) -> Votes {
         let nodes = self
             .groups
             .get()
@@ -328,9 +398,7 @@ impl GroupMap {
                     Some(Some(Answer::Differs(other))) => {
                         NodeOutcome::Failed(format!("group map record: {other}"))
                     }
-                    _ => NodeOutcome::Failed(
-                        "group map record not confirmed within the node timeout".to_owned(),
-                    ),
+                    _ => NodeOutcome::Failed(unanswered.to_owned()),
                 },
             })
             .collect();
@@ -481,7 +549,12 @@ mod tests {
 
     #[test]
     fn the_lease_covers_the_longest_ttl_and_two_refreshes() {
-        let map = GroupMap::new("v1/2/ab".to_owned(), Duration::from_secs(1));
+        let map = GroupMap::new(
+            "v1/2/ab".to_owned(),
+            Duration::from_secs(1),
+            Duration::from_secs(86_400),
+            0.01,
+        );
         assert_eq!(map.lease(), GROUP_MAP_LEASE);
         let note = |d: Duration| {
             if let Ok(mut l) = map.longest.lock() {
@@ -490,12 +563,14 @@ mod tests {
         };
         note(Duration::from_secs(5));
         assert_eq!(map.lease(), GROUP_MAP_LEASE);
+        // 90 s, twice its drift (0.9 s + 2 ms), two refreshes.
         note(Duration::from_secs(90));
-        assert_eq!(map.lease(), Duration::from_secs(110));
+        assert_eq!(map.lease(), Duration::from_millis(111_804));
         note(Duration::from_secs(1));
-        assert_eq!(map.lease(), Duration::from_secs(110));
+        assert_eq!(map.lease(), Duration::from_millis(111_804));
+        // At most what the longest TTL accepted would ask.
         note(Duration::MAX);
-        assert_eq!(map.lease(), LEASE_CAP);
+        assert_eq!(map.lease(), Duration::from_millis(88_148_004));
         // Nothing written yet: nothing is covered.
         assert!(!map.covers(Duration::ZERO));
         if let Ok(mut c) = map.covered.lock() {
@@ -504,5 +579,22 @@ mod tests {
         assert!(map.covers(Duration::from_secs(30)));
         assert!(!map.covers(Duration::from_secs(90)));
         assert!(!map.covers(Duration::MAX));
+    }
+
+    #[test]
+    fn a_lease_less_its_drift_outlives_the_longest_ttl_by_a_refresh() {
+        for secs in [1, 30, 3_600, 86_400, 10_000_000] {
+            let ttl = Duration::from_secs(secs);
+            let map = GroupMap::new("unsharded".to_owned(), Duration::from_secs(1), ttl, 0.01);
+            if let Ok(mut l) = map.longest.lock() {
+                *l = ttl;
+            }
+            let lease = map.lease();
+            let counted = lease.saturating_sub(crate::protocol::tally::drift(lease, 0.01));
+            assert!(
+                counted >= ttl + REFRESH,
+                "{ttl:?}: lease {lease:?}, counted {counted:?}"
+            );
+        }
     }
 }

@@ -65,7 +65,12 @@ impl Groups {
             || groupmap::UNSHARDED.to_owned(),
             |v| groups::fingerprint(v, &ids),
         );
-        let map = Arc::new(GroupMap::new(ours, config.connect_timeout));
+        let map = Arc::new(GroupMap::new(
+            ours,
+            config.connect_timeout,
+            config.max_ttl,
+            config.drift_factor,
+        ));
         let members: Vec<Arc<Inner>> = join_all(
             groups
                 .iter()

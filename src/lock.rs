@@ -507,9 +507,14 @@ impl Lock {
     /// (never `Span::current()`: with the span disabled that is the caller's).
     async fn extend_inner(&mut self, ttl: Duration, span: &tracing::Span) -> Result<(), Error> {
         let inner = self.inner.clone();
-        // The group-map record must outlive the extended lock too. A mismatch found now
-        // does not stop the extension: locks already held are not revoked.
-        let _ = inner.cover(ttl).await;
+        // The group-map record must outlive the extended lock: an extension it does not
+        // cover (and cannot be written to cover now) is refused, and the lock keeps its
+        // current validity. A mismatch does not revoke the lock, but it is extended only
+        // within the coverage it has.
+        if let Err(e) = inner.cover_held(ttl).await {
+            span.record("outcome", "group map record not confirmed");
+            return Err(e);
+        }
         let node_timeout = inner.config.node_timeout_for(ttl);
         let call = Arc::new(self.extend_request(ttl));
         let inflight = self.inflight.clone();

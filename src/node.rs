@@ -681,6 +681,13 @@ impl Node {
         })
     }
 
+    /// [`Node::admit`] within `timeout`: `Ok` with the time left for the request itself.
+    async fn admitted_within(&self, timeout: Duration) -> Result<Duration, Reply> {
+        let start = std::time::Instant::now();
+        self.admit(timeout).await?;
+        Ok(timeout.saturating_sub(start.elapsed()))
+    }
+
     /// Makes this node voter `index` of `registry`: its votes count only once its
     /// identity was read and differs from every other voter's ([`identity`]).
     pub(crate) fn with_admission(
@@ -1532,7 +1539,7 @@ impl Node {
         timeout: Duration,
     ) -> Option<QueuePlace> {
         // A queue join counts as a vote: it reports a key transferred to the waiter.
-        self.admit(timeout).await.ok()?;
+        let timeout = self.admitted_within(timeout).await.ok()?;
         decode_join(self.eval(&join.call, timeout).await)
     }
 
@@ -1545,12 +1552,16 @@ impl Node {
     }
 
     async fn send_raw(&self, req: &Request, timeout: Duration) -> Reply {
-        // A release only deletes our own token: always sent. Every other request votes.
-        if req.op() != Op::Release
-            && let Err(refused) = self.admit(timeout).await
-        {
-            return refused;
-        }
+        // A release only deletes our own token: always sent. Every other request votes:
+        // a voter read now (not admitted at build) leaves the request the rest of the time.
+        let timeout = if req.op() == Op::Release {
+            timeout
+        } else {
+            match self.admitted_within(timeout).await {
+                Ok(left) => left,
+                Err(refused) => return refused,
+            }
+        };
         match &req.wire {
             Wire::Cmd(c) => {
                 let slot = if self.is_cluster() { key_slot(c) } else { None };
@@ -1595,26 +1606,29 @@ impl Node {
     }
 
     async fn extend_replies(&self, batch: &ExtendBatch, timeout: Duration) -> Vec<Typed> {
-        if let Err(refused) = self.admit(timeout).await {
-            let text = match &refused {
-                Reply::Error(e) => Reply::error_text(e),
-                _ => "voter not admitted".to_owned(),
-            };
-            return batch
-                .answers
-                .iter()
-                .map(|a| {
-                    decode(
-                        *a,
-                        Reply::Error(RedisError::from((
-                            redis::ErrorKind::Client,
-                            "voter not admitted",
-                            text.clone(),
-                        ))),
-                    )
-                })
-                .collect();
-        }
+        let timeout = match self.admitted_within(timeout).await {
+            Ok(left) => left,
+            Err(refused) => {
+                let text = match &refused {
+                    Reply::Error(e) => Reply::error_text(e),
+                    _ => "voter not admitted".to_owned(),
+                };
+                return batch
+                    .answers
+                    .iter()
+                    .map(|a| {
+                        decode(
+                            *a,
+                            Reply::Error(RedisError::from((
+                                redis::ErrorKind::Client,
+                                "voter not admitted",
+                                text.clone(),
+                            ))),
+                        )
+                    })
+                    .collect();
+            }
+        };
         if self.is_cluster() {
             // The locks' keys are in many slots, so each extension goes to its own shard.
             let sends = batch.requests.iter().map(|r| self.send_raw(r, timeout));

@@ -87,6 +87,7 @@ impl Inner {
             .enumerate()
             .map(|(i, s)| Ok(Node::new(s, config.connect_timeout)?.with_admission(&registry, i)))
             .collect::<Result<Vec<_>, Error>>()?;
+        registry.set_readers(nodes.iter().map(Node::reader).collect());
         let n = nodes.len();
         if n % 2 == 0 {
             tracing::warn!(
@@ -144,6 +145,15 @@ impl Inner {
     /// waiting for that write at most the lock's per-node timeout (see `groupmap`).
     pub(crate) async fn cover(&self, ttl: Duration) -> Result<(), Error> {
         self.map.cover(ttl, self.config.node_timeout_for(ttl)).await
+    }
+
+    /// Before a held lock is extended, or handed over, for `ttl`: `Ok` when the group-map
+    /// record covers it (writing it now if needed, as [`cover`](Inner::cover)); a lock
+    /// never outlives the record's coverage, even after a mismatch (see `groupmap`).
+    pub(crate) async fn cover_held(&self, ttl: Duration) -> Result<(), Error> {
+        self.map
+            .cover_held(ttl, self.config.node_timeout_for(ttl))
+            .await
     }
 }
 

@@ -323,6 +323,11 @@ impl Waiter {
     /// With a quorum counted: the lock, if the validity (and, fenced, the commit) allows;
     /// `None` to retire.
     async fn hold(&mut self) -> Option<Lock> {
+        // A lock handed over holds for `ttl` without an acquisition round of its own: the
+        // group-map record must cover it now, not only when the waiter queued.
+        if self.inner.cover_held(self.ttl).await.is_err() {
+            return None;
+        }
         let config = &self.inner.config;
         let q = self.inner.quorum;
         let counted: Vec<Instant> = self

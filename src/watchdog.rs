@@ -412,7 +412,7 @@ impl Lock {
             let registry = inner.watchdog.get_or_init(|| {
                 let config = inner.config.clone();
                 let node_timeout = Arc::new(move |ttl| config.node_timeout_for(ttl));
-                Registry::start(&inner.nodes, inner.quorum, node_timeout)
+                Registry::start(&inner.nodes, inner.quorum, node_timeout, inner.map.clone())
             });
             registry.add(e.clone());
         }

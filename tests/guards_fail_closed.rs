@@ -253,3 +253,145 @@ async fn plain_masters_given_as_cluster_voters_are_refused_at_build() {
         Err(e) => panic!("unexpected error: {e}"),
     }
 }
+
+/// One server is two voters: #1 directly on database 0, #2 through a proxy on database 1.
+/// #2 is silent at build; the server then restarts, so its `run_id` changes. #2 is read
+/// when it first votes, and compared with what #1 answers then: refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_read_after_its_server_restarted_is_refused() {
+    let c = LocalCluster::builder(2)
+        .proxies(true)
+        .launch()
+        .await
+        .expect("launch");
+    let urls = [
+        format!("{}/0", c.direct_url(0).expect("url")),
+        format!("{}/1", c.url(0).expect("url")),
+        format!("{}/0", c.direct_url(1).expect("url")),
+    ];
+    c.disconnect(0).await.expect("cut #2's path");
+    let locks = Redlock::builder(urls)
+        .connect_timeout(Duration::from_millis(300))
+        .node_timeout(Duration::from_millis(200))
+        .build()
+        .await
+        .expect("build with #2 silent");
+    c.restart(0, Duration::from_millis(200))
+        .await
+        .expect("restart n0");
+    c.reconnect(0).await.expect("restore #2's path");
+    // Requests until one is granted (n0 once and n1): by then #2 has been read.
+    let mut granted = false;
+    for _ in 0..50 {
+        if let Ok(lock) = locks.try_lock("probe", Duration::from_secs(5)).await {
+            lock.release().await.expect("release");
+            granted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(granted, "no lock once n0 answered again");
+    // n1 paused: n0 alone, as two voters, must not grant a quorum of three.
+    c.pause(1).await.expect("pause");
+    let alone = locks.try_lock("alone", Duration::from_secs(10)).await;
+    c.resume(1).await.expect("resume");
+    match alone {
+        Err(Error::NoQuorum(votes)) => assert!(votes.granted() <= 1, "{votes:#}"),
+        Ok(lock) => panic!(
+            "one server granted a quorum of three as two voters ({:?} left)",
+            lock.remaining()
+        ),
+        Err(e) => panic!("expected no quorum, got {e}"),
+    }
+}
+
+/// B (groups g1, g2) holds a name in g1 and loses its links to a majority of g2: an
+/// extension past what its record covers is refused (the record on g2 may lapse, and a
+/// client with another map could then lock the name elsewhere), and the lock keeps the
+/// validity it had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extension_past_the_records_coverage_is_refused() {
+    let g1 = nodes(3).await;
+    let g2 = LocalCluster::builder(3)
+        .proxies(true)
+        .launch()
+        .await
+        .expect("launch");
+    let b = Redlock::builder(g1.urls())
+        .group(g2.urls())
+        .groups_version(1)
+        .node_timeout(Duration::from_millis(250))
+        .build()
+        .await
+        .expect("build B");
+    let name = (0..500)
+        .map(|i| format!("acct-{i}"))
+        .find(|n| b.group_of(n) == 0)
+        .expect("a name in g1");
+    let mut held = b
+        .try_lock(&name, Duration::from_secs(5))
+        .await
+        .expect("B locks in g1");
+    g2.disconnect(0).await.expect("cut");
+    g2.disconnect(1).await.expect("cut");
+    let extended = held.extend(Duration::from_secs(60)).await;
+    let left = held.remaining();
+    g2.reconnect(0).await.expect("reconnect");
+    g2.reconnect(1).await.expect("reconnect");
+    match extended {
+        Err(Error::NoQuorum(votes)) => {
+            let text = format!("{votes:#}");
+            assert!(text.contains("group map record"), "{text}");
+        }
+        Ok(()) => panic!("extended to 60 s past the group map record's coverage"),
+        Err(e) => panic!("expected no quorum for the record, got {e}"),
+    }
+    assert!(left <= Duration::from_secs(5), "{left:?}");
+    held.release().await.expect("release");
+}
+
+/// The watchdog keeps a lock only within the record's coverage: B's kept lock in g1, with
+/// its links to a majority of g2 cut, is reported lost once the record it confirmed can
+/// no longer cover an extension, so that a client with another map that locks the name
+/// after the record lapsed never overlaps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_keeps_a_lock_only_within_the_records_coverage() {
+    let g1 = nodes(3).await;
+    let g2 = LocalCluster::builder(3)
+        .proxies(true)
+        .launch()
+        .await
+        .expect("launch");
+    let before_build = std::time::Instant::now();
+    let b = Redlock::builder(g1.urls())
+        .group(g2.urls())
+        .groups_version(1)
+        .node_timeout(Duration::from_millis(250))
+        .build()
+        .await
+        .expect("build B");
+    let name = (0..500)
+        .map(|i| format!("acct-{i}"))
+        .find(|n| b.group_of(n) == 0)
+        .expect("a name in g1");
+    let kept = b
+        .try_lock(&name, Duration::from_secs(3))
+        .await
+        .expect("B locks in g1")
+        .keep_alive(quorumlock::Watchdog::new());
+    g2.disconnect(0).await.expect("cut");
+    g2.disconnect(1).await.expect("cut");
+    // The record B wrote at build covers 30 s; its refreshes no longer reach a majority of
+    // g2, so the kept lock must be lost before that (bounded wait on its lost signal).
+    let lost = tokio::time::timeout(Duration::from_secs(40), kept.lost()).await;
+    let lost_at = before_build.elapsed();
+    g2.reconnect(0).await.expect("reconnect");
+    g2.reconnect(1).await.expect("reconnect");
+    assert!(lost.is_ok(), "the kept lock was still held after 40 s");
+    assert!(kept.is_lost());
+    // Its validity never passed the record's coverage: the build's write, 30 s.
+    assert!(
+        lost_at < quorumlock::GROUP_MAP_LEASE,
+        "reported lost {lost_at:?} after the build, past the record's lease"
+    );
+}

@@ -21,9 +21,18 @@
 //! at build, or a read that the ACL refuses, can cost availability, never safety.
 //! Releases are always sent (they only delete our own token).
 //!
-//! This module may touch one node's connection (through [`Node::query`]) and nothing else.
+//! A server's `run_id` changes when it restarts, so a voter read late is compared with
+//! what every other voter answers *now* as well as with every id it ever answered: the
+//! other admitted voters are read again at the same time, and one that does not answer
+//! then is no longer admitted (it is read again, and compared, before it votes again). So
+//! a duplicate that comes back after a restart, or after its path recovers, is found
+//! whichever of the two comes back first; of two voters found to be one store, the one
+//! read last never counts.
+//!
+//! This module may touch the voters' connections (through [`Node::query`]) and nothing
+//! else.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use redis::RedisError;
@@ -53,69 +62,27 @@ pub(crate) enum Read {
     NotCluster,
 }
 
-/// Every voter's identity in one group of voters, to tell a voter that is another's store.
+/// Every voter of one group: whether each one's votes count, and every id each answered.
 #[derive(Debug)]
 pub(crate) struct Registry {
-    /// The ids of each voter admitted so far, by the voter's index.
-    known: Mutex<Vec<Option<Vec<String>>>>,
+    voters: Mutex<Vec<Voter>>,
     /// Each voter's address, for the messages.
     addrs: Vec<String>,
-}
-
-impl Registry {
-    /// A registry for voters with these addresses, none admitted.
-    pub(crate) fn new(addrs: Vec<String>) -> Arc<Registry> {
-        Arc::new(Registry {
-            known: Mutex::new(vec![None; addrs.len()]),
-            addrs,
-        })
-    }
-
-    /// Admits voter `i` with `ids` unless another voter already admitted shares one of
-    /// them: `Err(j)` names that voter.
-    pub(crate) fn admit(&self, i: usize, ids: Vec<String>) -> Result<(), usize> {
-        let Ok(mut known) = self.known.lock() else {
-            return Err(i);
-        };
-        if let Some(j) = same_store(&known, i, &ids) {
-            return Err(j);
-        }
-        if let Some(slot) = known.get_mut(i) {
-            *slot = Some(ids);
-        }
-        Ok(())
-    }
-
-    /// Voter `j`'s address.
-    pub(crate) fn addr(&self, j: usize) -> &str {
-        self.addrs.get(j).map_or("?", String::as_str)
-    }
-}
-
-/// The first voter other than `i` that shares an id with `ids`.
-fn same_store(known: &[Option<Vec<String>>], i: usize, ids: &[String]) -> Option<usize> {
-    known
-        .iter()
-        .enumerate()
-        .filter(|(j, _)| *j != i)
-        .find_map(|(j, k)| {
-            k.as_ref()
-                .is_some_and(|k| k.iter().any(|x| ids.contains(x)))
-                .then_some(j)
-        })
-}
-
-/// Whether one voter's votes count.
-#[derive(Debug)]
-pub(crate) struct Admission {
-    registry: Arc<Registry>,
-    index: usize,
-    state: Mutex<State>,
+    /// Each voter's connection (without admission: no cycle back to the registry), to read
+    /// the others again when one is admitted late.
+    readers: OnceLock<Vec<Node>>,
 }
 
 #[derive(Debug, Clone)]
+struct Voter {
+    state: State,
+    /// Every id this voter ever answered (a restart adds a new `run_id`).
+    ids: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum State {
-    /// Not read yet: when the last read started, and whether one is under way.
+    /// Not admitted: when the last read started, and whether one is under way.
     Unknown {
         last: Option<Instant>,
         reading: bool,
@@ -126,92 +93,133 @@ enum State {
     Refused(String),
 }
 
-impl Admission {
-    /// Voter `index` of `registry`, not admitted yet.
-    pub(crate) fn new(registry: Arc<Registry>, index: usize) -> Arc<Admission> {
-        Arc::new(Admission {
-            registry,
-            index,
-            state: Mutex::new(State::Unknown {
+impl Registry {
+    /// A registry for voters with these addresses, none admitted.
+    pub(crate) fn new(addrs: Vec<String>) -> Arc<Registry> {
+        let unknown = Voter {
+            state: State::Unknown {
                 last: None,
                 reading: false,
-            }),
+            },
+            ids: Vec::new(),
+        };
+        Arc::new(Registry {
+            voters: Mutex::new(vec![unknown; addrs.len()]),
+            addrs,
+            readers: OnceLock::new(),
         })
     }
 
-    /// Takes in what a read found: `Ok` when the voter is admitted now, `Err` with why
-    /// not (for good when it is refused; for now when it did not answer).
-    pub(crate) fn settle(&self, read: Read) -> Result<(), String> {
-        let me = format!(
-            "voter #{} ({})",
-            self.index + 1,
-            self.registry.addr(self.index)
-        );
-        let outcome = match read {
-            Read::Ids(ids) if ids.iter().any(|x| x == CLUSTER_NODE) => State::Refused(format!(
-                "{me} is a node of a Redis Cluster, given as one master; give the cluster as \
-                 one voter, redis+cluster://host:port[,host:port…] (its keys are spread over \
-                 its shards)"
-            )),
-            Read::Ids(ids) => match self.registry.admit(self.index, ids) {
-                Ok(()) => State::Admitted,
-                Err(j) => State::Refused(format!(
-                    "voters #{} ({}) and #{} ({}) are one Redis server or one Redis Cluster under \
-                     two addresses; every voter must be an independent store, or one failure \
-                     counts twice",
-                    j.min(self.index) + 1,
-                    self.registry.addr(j.min(self.index)),
-                    j.max(self.index) + 1,
-                    self.registry.addr(j.max(self.index)),
-                )),
-            },
-            Read::Refused(why) => State::Refused(format!(
-                "{me}: cannot tell which store it is ({why}); quorumlock reads INFO (server, \
-                 cluster) on a master and CLUSTER NODES on a Redis Cluster voter to tell that \
-                 voters are distinct stores: allow the ACL user those commands"
-            )),
-            Read::NotCluster => State::Refused(format!(
-                "{me} is not a Redis Cluster (cluster support is disabled on it), given as \
-                 redis+cluster://; give a single master as redis://host:port"
-            )),
-            Read::NoAnswer(why) => {
-                self.set_unknown_done();
-                return Err(format!("identity not read yet ({why})"));
-            }
+    /// The voters' connections, once (see the field).
+    pub(crate) fn set_readers(&self, readers: Vec<Node>) {
+        let _ = self.readers.set(readers);
+    }
+
+    fn addr(&self, j: usize) -> &str {
+        self.addrs.get(j).map_or("?", String::as_str)
+    }
+
+    fn name(&self, i: usize) -> String {
+        format!("voter #{} ({})", i + 1, self.addr(i))
+    }
+
+    /// Takes in what a read of voter `i` found (with the other voters' fresh reads, when
+    /// it was read late): `Ok` when it is admitted now, `Err` with why not (for good when
+    /// it is refused; for now when it did not answer).
+    pub(crate) fn settle(
+        &self,
+        i: usize,
+        read: Read,
+        others: &[(usize, Read)],
+    ) -> Result<(), String> {
+        let Ok(mut voters) = self.voters.lock() else {
+            return Err("voter states unavailable".to_owned());
         };
-        let Ok(mut state) = self.state.lock() else {
-            return Err("identity state unavailable".to_owned());
+        note_fresh(&mut voters, others);
+        let outcome = self.judge(&mut voters, i, read)?;
+        let Some(v) = voters.get_mut(i) else {
+            return Err("no such voter".to_owned());
         };
-        if let State::Refused(why) = &*state {
+        if let State::Refused(why) = &v.state {
             return Err(why.clone());
         }
-        *state = outcome.clone();
+        v.state = outcome.clone();
         match outcome {
             State::Admitted => Ok(()),
             State::Refused(why) => {
-                tracing::error!(voter = self.index + 1, %why, "quorumlock: voter refused; it never counts towards a quorum");
+                tracing::error!(%why, "quorumlock: voter refused; it never counts towards a quorum");
                 Err(why)
             }
             State::Unknown { .. } => Err("identity not read yet".to_owned()),
         }
     }
 
-    fn set_unknown_done(&self) {
-        if let Ok(mut state) = self.state.lock()
-            && let State::Unknown { reading, .. } = &mut *state
-        {
-            *reading = false;
-        }
+    /// What a read of voter `i` makes of it (`voters` locked); `Err` when it did not
+    /// answer (not admitted, for now).
+    fn judge(&self, voters: &mut [Voter], i: usize, read: Read) -> Result<State, String> {
+        Ok(match read {
+            Read::Ids(ids) if ids.iter().any(|x| x == CLUSTER_NODE) => State::Refused(format!(
+                "{} is a node of a Redis Cluster, given as one master; give the cluster as \
+                 one voter, redis+cluster://host:port[,host:port…] (its keys are spread over \
+                 its shards)",
+                self.name(i)
+            )),
+            Read::Ids(ids) => match same_store(voters, i, &ids) {
+                None => {
+                    if let Some(v) = voters.get_mut(i) {
+                        add_ids(&mut v.ids, &ids);
+                    }
+                    State::Admitted
+                }
+                Some(j) => State::Refused(format!(
+                    "voters #{} ({}) and #{} ({}) are one Redis server or one Redis Cluster under \
+                     two addresses; every voter must be an independent store, or one failure \
+                     counts twice",
+                    j.min(i) + 1,
+                    self.addr(j.min(i)),
+                    j.max(i) + 1,
+                    self.addr(j.max(i)),
+                )),
+            },
+            Read::Refused(why) => State::Refused(format!(
+                "{}: cannot tell which store it is ({why}); quorumlock reads INFO (server, \
+                 cluster) on a master and CLUSTER NODES on a Redis Cluster voter to tell that \
+                 voters are distinct stores: allow the ACL user those commands",
+                self.name(i)
+            )),
+            Read::NotCluster => State::Refused(format!(
+                "{} is not a Redis Cluster (cluster support is disabled on it), given as \
+                 redis+cluster://; give a single master as redis://host:port",
+                self.name(i)
+            )),
+            Read::NoAnswer(why) => {
+                if let Some(State::Unknown { reading, .. }) =
+                    voters.get_mut(i).map(|v| &mut v.state)
+                {
+                    *reading = false;
+                }
+                return Err(format!("identity not read yet ({why})"));
+            }
+        })
     }
 
-    /// `Ok(None)` when the voter is admitted, `Err(why)` when it is refused for good or a
-    /// read is under way (or was tried a moment ago), `Ok(Some(guard))` when the caller
-    /// should read it now (the guard marks the read as under way until it is dropped).
-    fn begin(&self) -> Result<Option<Reading<'_>>, String> {
-        let Ok(mut state) = self.state.lock() else {
-            return Err("identity state unavailable".to_owned());
+    /// `Ok(None)` when voter `i` is admitted; `Err(why)` when it is refused for good, or a
+    /// read is under way or was tried a moment ago; `Ok(Some((guard, others)))` when the
+    /// caller should read it now, with the other admitted voters (`others`) read again.
+    fn begin(&self, i: usize) -> Result<Option<(Reading<'_>, Vec<usize>)>, String> {
+        let Ok(mut voters) = self.voters.lock() else {
+            return Err("voter states unavailable".to_owned());
         };
-        match &mut *state {
+        let others: Vec<usize> = voters
+            .iter()
+            .enumerate()
+            .filter(|(j, v)| *j != i && v.state == State::Admitted)
+            .map(|(j, _)| j)
+            .collect();
+        let Some(v) = voters.get_mut(i) else {
+            return Err("no such voter".to_owned());
+        };
+        match &mut v.state {
             State::Admitted => Ok(None),
             State::Refused(why) => Err(why.clone()),
             State::Unknown { reading: true, .. } => {
@@ -224,18 +232,84 @@ impl Admission {
                 }
                 *last = Some(now);
                 *reading = true;
-                Ok(Some(Reading(self)))
+                Ok(Some((Reading(self, i), others)))
             }
+        }
+    }
+
+    fn done_reading(&self, i: usize) {
+        if let Ok(mut voters) = self.voters.lock()
+            && let Some(State::Unknown { reading, .. }) = voters.get_mut(i).map(|v| &mut v.state)
+        {
+            *reading = false;
         }
     }
 }
 
+/// Takes in the other voters' fresh reads: their ids are added to what they ever
+/// answered; one that is silent now may come back as another voter's store (a restart
+/// changes its run_id), so it is no longer admitted: read and compared again before it
+/// votes.
+fn note_fresh(voters: &mut [Voter], others: &[(usize, Read)]) {
+    for (j, fresh) in others {
+        let Some(v) = voters.get_mut(*j) else {
+            continue;
+        };
+        match fresh {
+            Read::Ids(ids) => add_ids(&mut v.ids, ids),
+            _ if v.state == State::Admitted => {
+                v.state = State::Unknown {
+                    last: None,
+                    reading: false,
+                };
+            }
+            _ => {}
+        }
+    }
+}
+
+fn add_ids(known: &mut Vec<String>, ids: &[String]) {
+    for id in ids {
+        if !known.contains(id) {
+            known.push(id.clone());
+        }
+    }
+}
+
+/// The first voter other than `i`, and not refused, that ever answered an id in `ids`.
+fn same_store(voters: &[Voter], i: usize, ids: &[String]) -> Option<usize> {
+    voters
+        .iter()
+        .enumerate()
+        .filter(|(j, v)| *j != i && !matches!(v.state, State::Refused(_)))
+        .find_map(|(j, v)| v.ids.iter().any(|x| ids.contains(x)).then_some(j))
+}
+
+/// One voter of a [`Registry`], as its node holds it.
+#[derive(Debug)]
+pub(crate) struct Admission {
+    registry: Arc<Registry>,
+    index: usize,
+}
+
+impl Admission {
+    /// Voter `index` of `registry`.
+    pub(crate) fn new(registry: Arc<Registry>, index: usize) -> Arc<Admission> {
+        Arc::new(Admission { registry, index })
+    }
+
+    /// Takes in what a read at build found (every voter read at once).
+    pub(crate) fn settle(&self, read: Read) -> Result<(), String> {
+        self.registry.settle(self.index, read, &[])
+    }
+}
+
 /// A read under way; dropping it (the request was cancelled) lets the next request read.
-struct Reading<'a>(&'a Admission);
+struct Reading<'a>(&'a Registry, usize);
 
 impl Drop for Reading<'_> {
     fn drop(&mut self) {
-        self.0.set_unknown_done();
+        self.0.done_reading(self.1);
     }
 }
 
@@ -286,20 +360,38 @@ impl Node {
     }
 
     /// Before a request that votes: `Ok` when this voter's votes count (admitted now, or
-    /// before), else the reply to count in its place: a failure naming why.
+    /// before), else the reply to count in its place: a failure naming why. A voter not
+    /// admitted yet is read now, within `timeout`, and the other admitted voters with it.
     pub(crate) async fn admit(&self, timeout: Duration) -> Result<(), Reply> {
         let Some(admission) = &self.admission else {
             return Ok(());
         };
-        let reading = match admission.begin() {
+        let registry = &admission.registry;
+        let (reading, others) = match registry.begin(admission.index) {
             Ok(None) => return Ok(()),
-            Ok(Some(reading)) => reading,
+            Ok(Some(begun)) => begun,
             Err(why) => return Err(refusal(why)),
         };
-        let read = self.read_identity(timeout).await;
-        let settled = admission.settle(read);
+        let readers = registry.readers.get();
+        let fresh = others.iter().filter_map(|&j| {
+            let node = readers?.get(j)?.clone();
+            Some(async move { (j, node.read_identity(timeout).await) })
+        });
+        let (read, fresh) = futures::join!(
+            self.read_identity(timeout),
+            futures::future::join_all(fresh)
+        );
+        let settled = registry.settle(admission.index, read, &fresh);
         drop(reading);
         settled.map_err(refusal)
+    }
+
+    /// This node without its admission: a reader of the voter, for the registry.
+    pub(crate) fn reader(&self) -> Node {
+        Node {
+            admission: None,
+            ..self.clone()
+        }
     }
 }
 
@@ -330,65 +422,143 @@ mod tests {
         v.iter().map(|s| (*s).to_owned()).collect()
     }
 
+    fn registry(n: usize) -> Arc<Registry> {
+        Registry::new((0..n).map(|i| format!("n{i}")).collect())
+    }
+
+    fn state(reg: &Registry, i: usize) -> State {
+        reg.voters
+            .lock()
+            .map(|v| v[i].state.clone())
+            .unwrap_or(State::Admitted)
+    }
+
+    fn is_admitted(reg: &Registry, i: usize) -> bool {
+        matches!(reg.begin(i), Ok(None))
+    }
+
     #[test]
     fn a_voter_sharing_an_id_with_an_admitted_one_is_refused_for_good() {
-        let reg = Registry::new(vec!["a".into(), "b".into(), "c".into()]);
-        let (a, b, c) = (
-            Admission::new(reg.clone(), 0),
-            Admission::new(reg.clone(), 1),
-            Admission::new(reg.clone(), 2),
+        let reg = registry(3);
+        assert_eq!(reg.settle(0, Read::Ids(ids(&["r1"])), &[]), Ok(()));
+        assert!(is_admitted(&reg, 0));
+        // #3 has not answered: not admitted, and asked again only after the gap.
+        assert!(matches!(reg.begin(2), Ok(Some(_))));
+        assert!(
+            reg.settle(2, Read::NoAnswer("timed out".into()), &[])
+                .is_err()
         );
-        assert_eq!(a.settle(Read::Ids(ids(&["r1"]))), Ok(()));
-        assert!(matches!(a.begin(), Ok(None)));
-        // c has not answered: not admitted, and asked again only after the gap.
-        assert!(c.begin().is_ok_and(|g| g.is_some()));
-        assert!(c.settle(Read::NoAnswer("timed out".into())).is_err());
-        assert!(c.begin().is_err(), "read again within the gap");
-        // b is a's store under another address.
-        let why = b.settle(Read::Ids(ids(&["r1"]))).unwrap_err();
-        assert!(why.contains("voters #1 (a) and #2 (b)"), "{why}");
-        assert!(b.begin().is_err());
+        assert!(reg.begin(2).is_err(), "read again within the gap");
+        // #2 is #1's store under another address.
+        let why = reg.settle(1, Read::Ids(ids(&["r1"])), &[]).unwrap_err();
+        assert!(why.contains("voters #1 (n0) and #2 (n1)"), "{why}");
+        assert!(reg.begin(1).is_err());
         // A refusal is for good, whatever a later read finds.
-        assert!(b.settle(Read::Ids(ids(&["r2"]))).is_err());
-        assert!(b.begin().is_err());
+        assert!(reg.settle(1, Read::Ids(ids(&["r2"])), &[]).is_err());
+        assert!(reg.begin(1).is_err());
+        // The refused voter is not compared with: #1 stays admitted.
+        assert!(is_admitted(&reg, 0));
+    }
+
+    #[test]
+    fn a_restart_does_not_hide_a_duplicate_read_late() {
+        // #1 admitted with run_id r1; #2 (its store) silent at build; the server restarts
+        // (run_id r2); #2 is read late, and #1 is read again with it.
+        let reg = registry(3);
+        assert_eq!(reg.settle(0, Read::Ids(ids(&["r1"])), &[]), Ok(()));
+        assert_eq!(reg.settle(2, Read::Ids(ids(&["x"])), &[]), Ok(()));
+        let fresh = [(0, Read::Ids(ids(&["r2"]))), (2, Read::Ids(ids(&["x"])))];
+        let why = reg.settle(1, Read::Ids(ids(&["r2"])), &fresh).unwrap_err();
+        assert!(why.contains("voters #1 (n0) and #2 (n1)"), "{why}");
+    }
+
+    #[test]
+    fn a_voter_silent_when_another_is_read_late_is_read_again_before_it_votes() {
+        let reg = registry(3);
+        assert_eq!(reg.settle(0, Read::Ids(ids(&["r1"])), &[]), Ok(()));
+        assert_eq!(reg.settle(2, Read::Ids(ids(&["x"])), &[]), Ok(()));
+        // #2 is read late while #1 is silent; #2's server restarted (r2): nothing is
+        // known to match, #2 is admitted, and #1 is no longer.
+        let fresh = [
+            (0, Read::NoAnswer("timed out".into())),
+            (2, Read::Ids(ids(&["x"]))),
+        ];
+        assert_eq!(reg.settle(1, Read::Ids(ids(&["r2"])), &fresh), Ok(()));
+        assert!(matches!(state(&reg, 0), State::Unknown { .. }));
+        // #1 comes back as the same server as #2: refused.
+        assert!(matches!(reg.begin(0), Ok(Some(_))));
+        let why = reg.settle(0, Read::Ids(ids(&["r2"])), &[]).unwrap_err();
+        assert!(why.contains("are one Redis server"), "{why}");
+        assert!(is_admitted(&reg, 1));
     }
 
     #[test]
     fn one_store_given_twice_is_found() {
-        let known = vec![Some(ids(&["a", "x"])), None, Some(ids(&["b"]))];
-        assert_eq!(same_store(&known, 1, &ids(&["c"])), None);
-        assert_eq!(same_store(&known, 1, &ids(&["y", "x"])), Some(0));
-        assert_eq!(same_store(&known, 2, &ids(&["b"])), None, "itself");
-        assert_eq!(same_store(&known, 1, &[]), None);
+        let v = |state: State, i: &[&str]| Voter { state, ids: ids(i) };
+        let voters = vec![
+            v(State::Admitted, &["a", "x"]),
+            v(
+                State::Unknown {
+                    last: None,
+                    reading: false,
+                },
+                &[],
+            ),
+            v(State::Refused("dup".into()), &["y"]),
+            v(
+                State::Unknown {
+                    last: None,
+                    reading: false,
+                },
+                &["z"],
+            ),
+        ];
+        assert_eq!(same_store(&voters, 1, &ids(&["c"])), None);
+        assert_eq!(same_store(&voters, 1, &ids(&["q", "x"])), Some(0));
+        assert_eq!(same_store(&voters, 0, &ids(&["a"])), None, "itself");
+        assert_eq!(
+            same_store(&voters, 1, &ids(&["y"])),
+            None,
+            "a refused voter"
+        );
+        assert_eq!(
+            same_store(&voters, 1, &ids(&["z"])),
+            Some(3),
+            "a voter read before"
+        );
+        assert_eq!(same_store(&voters, 1, &[]), None);
     }
 
     #[test]
     fn a_refused_read_refuses_the_voter() {
-        let reg = Registry::new(vec!["a".into()]);
-        let a = Admission::new(reg, 0);
-        let why = a
-            .settle(Read::Refused(
-                "NOPERM this user has no permissions to run the 'info' command".into(),
-            ))
+        let reg = registry(1);
+        let why = reg
+            .settle(
+                0,
+                Read::Refused(
+                    "NOPERM this user has no permissions to run the 'info' command".into(),
+                ),
+                &[],
+            )
             .unwrap_err();
         assert!(why.contains("NOPERM") && why.contains("INFO"), "{why}");
-        assert!(a.begin().is_err());
+        assert!(reg.begin(0).is_err());
     }
 
     #[test]
     fn a_cancelled_read_lets_the_next_request_read() {
-        let reg = Registry::new(vec!["a".into()]);
-        let a = Admission::new(reg, 0);
-        let guard = a.begin();
+        let reg = registry(1);
+        let guard = reg.begin(0);
         assert!(matches!(guard, Ok(Some(_))));
+        assert!(reg.begin(0).is_err(), "a read is under way");
         drop(guard);
         // Within the gap it is not read again; the gap is short.
-        assert!(a.begin().is_err());
-        if let Ok(mut s) = a.state.lock()
-            && let State::Unknown { last, .. } = &mut *s
+        assert!(reg.begin(0).is_err());
+        if let Ok(mut v) = reg.voters.lock()
+            && let State::Unknown { last, .. } = &mut v[0].state
         {
             *last = Instant::now().checked_sub(RETRY_GAP);
         }
-        assert!(matches!(a.begin(), Ok(Some(_))));
+        assert!(matches!(reg.begin(0), Ok(Some(_))));
     }
 }

@@ -7,12 +7,14 @@ local cur = redis.call('GET', KEYS[1])
 if cur and cur ~= ARGV[1] then
   return {0, cur}
 end
+-- The lease goes to Redis as the text it came as: a Lua number past 2^53 would be sent in
+-- exponent form, which PSETEX and PEXPIRE refuse.
 local lease = tonumber(ARGV[2])
 if lease and lease > 0 then
   if not cur then
-    redis.call('PSETEX', KEYS[1], lease, ARGV[1])
+    redis.call('PSETEX', KEYS[1], ARGV[2], ARGV[1])
   elseif redis.call('PTTL', KEYS[1]) < lease then
-    redis.call('PEXPIRE', KEYS[1], lease)
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
   end
 end
 return {1, ARGV[1]}
