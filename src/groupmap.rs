@@ -9,7 +9,7 @@
 //! ```
 //!
 //! Every client records its *group map* (`v<version>/<groups>/<hash>`, or `unsharded` for
-//! one group without a version) in [`RECORD_KEY`] on every node of every group, with a
+//! one group without a version) in the key `<namespace>:groupmap` (`quorumlock:groupmap` by default) on every node of every group, with a
 //! lease of at least [`GROUP_MAP_LEASE`], and **at least the longest TTL the client was
 //! asked for plus two refresh periods**: a record outlives every lock its client took, even
 //! when that client is paused or dies, so a client with another map cannot start while such
@@ -54,8 +54,6 @@ pub(crate) const REFRESH: Duration = Duration::from_secs(10);
 /// default, and a `PX` every Redis takes).
 const LEASE_CAP: Duration = Duration::from_secs(365 * 86_400);
 
-/// The key of the record on every node.
-pub(crate) const RECORD_KEY: &str = "quorumlock:groupmap";
 
 /// The map of a client with one group and no version.
 pub(crate) const UNSHARDED: &str = "unsharded";
@@ -83,6 +81,8 @@ const TRANSIENT: &[&str] = &[
 /// One client's group map and what it knows of the record.
 pub(crate) struct GroupMap {
     ours: String,
+    /// The record's key on every node (`<namespace>:groupmap`, `Keyspace::record_key`).
+    key: Vec<u8>,
     /// Every group's nodes, set once they are connected.
     nodes: OnceLock<Vec<Node>>,
     /// How long one node may take to answer a read or a write.
@@ -112,9 +112,10 @@ enum Answer {
 
 impl GroupMap {
     /// A map named `ours`; its nodes come later ([`set_nodes`](GroupMap::set_nodes)).
-    pub(crate) fn new(ours: String, timeout: Duration) -> GroupMap {
+    pub(crate) fn new(ours: String, key: Vec<u8>, timeout: Duration) -> GroupMap {
         GroupMap {
             ours,
+            key,
             nodes: OnceLock::new(),
             timeout,
             mismatch: OnceLock::new(),
@@ -221,7 +222,7 @@ impl GroupMap {
         {
             *last = Some(start);
         }
-        let cmd = group_map_request(RECORD_KEY, &self.ours, lease);
+        let cmd = group_map_request(&self.key, &self.ours, lease);
         let answers = join_all(nodes.iter().map(|node| node.query(&cmd, self.timeout))).await;
         let mut agreed = 0usize;
         for (node, answer) in nodes.iter().zip(answers) {
@@ -357,7 +358,7 @@ mod tests {
 
     #[test]
     fn the_lease_covers_the_longest_ttl_and_two_refreshes() {
-        let map = GroupMap::new("v1/2/ab".to_owned(), Duration::from_secs(1));
+        let map = GroupMap::new("v1/2/ab".to_owned(), b"quorumlock:groupmap".to_vec(), Duration::from_secs(1));
         assert_eq!(map.lease(), GROUP_MAP_LEASE);
         let note = |d: Duration| {
             if let Ok(mut l) = map.longest.lock() {

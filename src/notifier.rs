@@ -35,7 +35,7 @@ use tokio::sync::{mpsc, watch};
 use crate::node::{NodeAddr, NodeSpec};
 use crate::protocol::contention::{self, Announced, POLITE_WINDOW, Releases, parse_announcement};
 use crate::protocol::handoff;
-use crate::resource::Resources;
+use crate::resource::{Keyspace, Resources};
 use crate::time::later;
 
 mod sharded;
@@ -118,7 +118,7 @@ enum SubCmd {
 
 impl Notifier {
     /// Starts one subscription task per node (each connects on its own, in the background).
-    pub(crate) fn new(specs: &[NodeSpec]) -> Notifier {
+    pub(crate) fn new(specs: &[NodeSpec], keys: &Keyspace) -> Notifier {
         let mut senders = Vec::with_capacity(specs.len());
         let mut receivers = Vec::with_capacity(specs.len());
         for _ in specs {
@@ -131,7 +131,7 @@ impl Notifier {
             polite: Mutex::new(HashMap::new()),
             nodes: senders,
             transfers: Mutex::new(HashMap::new()),
-            inbox: inbox_channel(),
+            inbox: inbox_channel(keys),
         });
         for (index, (spec, rx)) in specs.iter().zip(receivers).enumerate() {
             let weak = Arc::downgrade(&shared);
@@ -259,8 +259,8 @@ impl Notifier {
 /// A fresh inbox channel name ([`resource::inbox_channel`](crate::resource::inbox_channel)
 /// with a random id; a collision between two clients would only route announcements to a
 /// client that ignores tokens it did not register).
-fn inbox_channel() -> Vec<u8> {
-    crate::resource::inbox_channel(rand::random::<u64>())
+fn inbox_channel(keys: &Keyspace) -> Vec<u8> {
+    keys.inbox_channel(rand::random::<u64>())
 }
 
 /// What woke an [`Interest`].
