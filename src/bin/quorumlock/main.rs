@@ -10,7 +10,9 @@
 //!
 //! Nodes come from `--nodes` or the `QUORUMLOCK_NODES` environment variable (comma
 //! separated; lock groups separated by `;`, as in `URL,URL,URL;URL,URL,URL`, with
-//! `--groups-version` / `QUORUMLOCK_GROUPS_VERSION`). Node URLs are printed with their passwords redacted. Library diagnostics go
+//! `--groups-version` / `QUORUMLOCK_GROUPS_VERSION`). Every key and channel starts with
+//! the namespace of `--namespace` or `QUORUMLOCK_NAMESPACE` (default `quorumlock`), which
+//! must match the one the locks' other clients use. Node URLs are printed with their passwords redacted. Library diagnostics go
 //! to stderr, filtered by `QUORUMLOCK_LOG` (`tracing` env-filter syntax; default `error`).
 //!
 //! Exit codes: see [`exit`]. `run` exits with COMMAND's status (128+N when COMMAND was
@@ -92,6 +94,11 @@ pub struct Nodes {
     /// guide's "Sharded lock groups". Default: none (0 when there are several groups).
     #[arg(long, env = "QUORUMLOCK_GROUPS_VERSION", value_name = "N")]
     pub groups_version: Option<u16>,
+    /// The namespace every key and channel starts with (`<NS>:lock:<resource>`, …), as
+    /// the resource's other clients use it; an ACL user confined to `~<NS>:* &<NS>:*`
+    /// can use it. Default: quorumlock.
+    #[arg(long, env = "QUORUMLOCK_NAMESPACE", value_name = "NS")]
+    pub namespace: Option<String>,
 }
 
 impl Nodes {
@@ -105,6 +112,9 @@ impl Nodes {
         }
         if let Some(v) = self.groups_version {
             builder = builder.groups_version(v);
+        }
+        if let Some(ns) = &self.namespace {
+            builder = builder.namespace(ns.as_str());
         }
         builder
     }
