@@ -899,7 +899,11 @@ mod tests {
         );
         assert_eq!(field(b(&ok).drift_factor(-0.1).validate()), "drift_factor");
         for bad in ["", "a:lock", "{a}", "a b", "a:", "x".repeat(300).as_str()] {
-            assert_eq!(field(b(&ok).namespace(bad).validate()), "namespace", "{bad:?}");
+            assert_eq!(
+                field(b(&ok).namespace(bad).validate()),
+                "namespace",
+                "{bad:?}"
+            );
         }
         assert!(b(&ok).namespace("app:locks").validate().is_ok());
         assert_eq!(&*b(&ok).config.namespace, "quorumlock");

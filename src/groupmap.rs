@@ -54,7 +54,6 @@ pub(crate) const REFRESH: Duration = Duration::from_secs(10);
 /// default, and a `PX` every Redis takes).
 const LEASE_CAP: Duration = Duration::from_secs(365 * 86_400);
 
-
 /// The map of a client with one group and no version.
 pub(crate) const UNSHARDED: &str = "unsharded";
 
@@ -358,7 +357,11 @@ mod tests {
 
     #[test]
     fn the_lease_covers_the_longest_ttl_and_two_refreshes() {
-        let map = GroupMap::new("v1/2/ab".to_owned(), b"quorumlock:groupmap".to_vec(), Duration::from_secs(1));
+        let map = GroupMap::new(
+            "v1/2/ab".to_owned(),
+            b"quorumlock:groupmap".to_vec(),
+            Duration::from_secs(1),
+        );
         assert_eq!(map.lease(), GROUP_MAP_LEASE);
         let note = |d: Duration| {
             if let Ok(mut l) = map.longest.lock() {

@@ -2,12 +2,14 @@
 //! connection per node, shared by every waiter of the client, started on first use.
 //!
 //! Every release on a resource's heralds that hands the lock to no one publishes
-//! `<release id>[:<waiter>…]` on the resource's channel (`quorumlock:released:{name}`). A
+//! `<release id>[:<waiter>…]` on the resource's channel (`<namespace>:released:{name}`,
+//! `quorumlock` being the default namespace). A
 //! release that transferred the lock to a queued token (on any node) publishes
 //! `<release id>:>:<token>[:<fence>]` on the channel the entry brought: the *inbox* of
-//! the waiter's client (`quorumlock:released:\xFFinbox:<random>`, one per `Redlock`,
+//! the waiter's client (`<namespace>:released:\xFFinbox:<random>`, one per `Redlock`,
 //! subscribed on every node for the client's lifetime; under the release channels' prefix,
-//! so the one ACL channel pattern `&quorumlock:released:*` covers it), so a hand-off costs one message per node, to
+//! so the one ACL channel pattern `&<namespace>:released:*` covers it), so a hand-off
+//! costs one message per node, to
 //! the one client that waits for it, however many other clients listen to the resource.
 //! Each node's subscription task hands such a transfer, with the node's index, to the
 //! transfer waiter that registered that token ([`Notifier::route`]; current and retired
@@ -590,7 +592,7 @@ impl Link {
                         node = %self.addr,
                         channel = %String::from_utf8_lossy(&ch),
                         error = %e,
-                        "quorumlock: the node refused a release subscription; waiters fall back to their retry delay until it is accepted (an ACL user needs the channels `quorumlock:released:*`)"
+                        "quorumlock: the node refused a release subscription; waiters fall back to their retry delay until it is accepted (an ACL user needs the channels `<namespace>:released:*`, `quorumlock:released:*` by default)"
                     );
                 }
                 self.refused.insert(ch);

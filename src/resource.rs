@@ -1,7 +1,12 @@
 //! Resource names and the Redis keys they map to.
 //!
 //! Every resource maps to its own keys under fixed prefixes, so the mapping is
-//! unambiguous by construction:
+//! unambiguous by construction. Every key and channel starts with the client's
+//! *namespace* ([`RedlockBuilder::namespace`](crate::RedlockBuilder::namespace), checked by
+//! [`check_namespace`]), then `:`, a kind word ([`KINDS`]) and `:`; the table spells them
+//! with the default namespace, `quorumlock`, and another namespace replaces that first
+//! part only (`app:locks:lock:{name}`), so an ACL user confined to `~<namespace>:*
+//! &<namespace>:*` reaches all of them. [`Keyspace`] builds every one of them:
 //!
 //! | key | holds |
 //! | --- | --- |
@@ -17,16 +22,22 @@
 //! | `quorumlock:rwfence:{name}` | the writer fence counter (fencing only; as `fence`) |
 //! | `quorumlock:sem:{name}` | a semaphore's holders: member = permit token, score = its expiry (node ms) |
 //! | `quorumlock:semcfg:{name}` | the semaphore's `"P:c:Q:N"`, expiring with the last holder |
+//! | `quorumlock:groupmap` | the group-map record (see `groupmap`); the one key with no name |
+//!
+//! With [`Layout::Slotted`] (Redis Cluster voters), every key of a name carries the hash
+//! tag of the name's slot right after `<namespace>:<kind>:`, and the channels are shard
+//! channels: `<namespace>:released:`, byte [`SHARD_MARK`], the tag, then the name or the
+//! inbox part. A namespace holds no `{` or `}`, so the tag is always the one Redis hashes.
 //!
 //! Every sorted set expires at its largest score (`PEXPIREAT`, set again after every change),
 //! so an idle one vanishes by itself; a member is live while its score is ahead of the
 //! node's clock, and every script purges the others first.
 //!
 //! Names are arbitrary non-empty byte strings (up to 4 KiB); nothing is concatenated, so no
-//! two different names share a key, and the namespaces never collide because the prefixes
-//! differ before the name starts: a mutex, a read-write lock and a semaphore of the same
-//! name are three independent things. A multi-resource lock is a
-//! *set*: its keys are the keys of its names, sorted; duplicates are refused, so two
+//! two different names share a key, and the kinds never collide because the prefixes
+//! differ before the name starts (two namespaces never collide either: [`KINDS`]): a
+//! mutex, a read-write lock and a semaphore of the same name are three independent
+//! things. A multi-resource lock is a *set*: its keys are the keys of its names, sorted; duplicates are refused, so two
 //! different sets never map to the same keys, and `["a", "b"]` and `["b", "a"]` are the
 //! same lock.
 
@@ -92,10 +103,7 @@ pub(crate) fn check_namespace(ns: &str) -> Result<(), Error> {
         return refuse("empty; the default is \"quorumlock\"".to_owned());
     }
     if ns.len() > MAX_NAMESPACE_LEN {
-        return refuse(format!(
-            "{} bytes; at most {MAX_NAMESPACE_LEN}",
-            ns.len()
-        ));
+        return refuse(format!("{} bytes; at most {MAX_NAMESPACE_LEN}", ns.len()));
     }
     if let Some(c) = ns
         .chars()
@@ -238,12 +246,12 @@ pub(crate) struct Resources {
 /// client of the group finds every other client's keys.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) enum Layout {
-    /// Plain masters: `quorumlock:lock:<name>`, as in every release before cluster voters
+    /// Plain masters: `<namespace>:lock:<name>`, as in every release before cluster voters
     /// (clients of different versions share a group of plain masters).
     #[default]
     Plain,
     /// Redis Cluster voters: every key of a name carries, right after its prefix, the hash
-    /// tag of the name's own slot ([`crate::slot`]), `quorumlock:lock:{1f3}<name>`, so one
+    /// tag of the name's own slot ([`crate::slot`]), `<namespace>:lock:{1f3}<name>`, so one
     /// script can touch all of them and they live in the slot `CLUSTER KEYSLOT <name>` names.
     Slotted,
 }
@@ -303,10 +311,7 @@ impl Resources {
         &self.lock_keys
     }
     pub(crate) fn fence_keys(&self) -> Vec<Vec<u8>> {
-        self.names
-            .iter()
-            .map(|n| self.space.fence_key(n))
-            .collect()
+        self.names.iter().map(|n| self.space.fence_key(n)).collect()
     }
     /// The keyspace of the group these resources were validated for.
     pub(crate) fn keyspace(&self) -> &Keyspace {
@@ -604,10 +609,7 @@ mod tests {
 
     #[test]
     fn namespaces_are_disjoint() {
-        assert_ne!(
-            plain().lock_key("fence:x"),
-            plain().fence_key("x")
-        );
+        assert_ne!(plain().lock_key("fence:x"), plain().fence_key("x"));
         assert_ne!(plain().lock_key("x"), plain().channel("x"));
         assert!(plain().lock_key("x").starts_with(b"quorumlock:lock:"));
         let rw = RwKeys::new("x", &plain());
@@ -670,7 +672,10 @@ mod tests {
         assert_eq!(p.record_key(), b"quorumlock:groupmap");
         let s = slotted();
         let tag = crate::slot::name_tag("x");
-        assert_eq!(s.lock_key("x"), format!("quorumlock:lock:{tag}x").as_bytes());
+        assert_eq!(
+            s.lock_key("x"),
+            format!("quorumlock:lock:{tag}x").as_bytes()
+        );
         let mut ch = b"quorumlock:released:\xfe".to_vec();
         ch.extend_from_slice(format!("{tag}x").as_bytes());
         assert_eq!(s.channel("x"), ch);
@@ -687,7 +692,11 @@ mod tests {
             let theirs = every_key(&default, "orders:42");
             assert_eq!(ours.len(), theirs.len());
             for (o, t) in ours.iter().zip(&theirs) {
-                assert!(o.starts_with(b"app:locks:"), "{}", String::from_utf8_lossy(o));
+                assert!(
+                    o.starts_with(b"app:locks:"),
+                    "{}",
+                    String::from_utf8_lossy(o)
+                );
                 assert_eq!(&o[b"app:locks".len()..], &t[DEFAULT_NAMESPACE.len()..]);
                 // The shard mark, and so the choice of SPUBLISH, is found with any namespace.
                 assert_eq!(is_sharded(o), is_sharded(t));
@@ -753,9 +762,7 @@ mod tests {
     fn namespace() -> impl Strategy<Value = String> {
         let first = prop::sample::select(vec!["a", "b", "lock", "qset", "groupmap", "released"]);
         let later = prop::collection::vec(prop::sample::select(vec!["a", "b", "ab"]), 0..3);
-        (first, later).prop_map(|(f, l)| {
-            std::iter::once(f).chain(l).collect::<Vec<_>>().join(":")
-        })
+        (first, later).prop_map(|(f, l)| std::iter::once(f).chain(l).collect::<Vec<_>>().join(":"))
     }
 
     #[test]

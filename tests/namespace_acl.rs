@@ -215,7 +215,11 @@ async fn a_user_confined_to_its_namespace_uses_every_feature() {
         "{key} on every node"
     );
     assert!(matches!(
-        locks.try_lock("job", TTL).await.map(drop).map_err(|e| e.kind()),
+        locks
+            .try_lock("job", TTL)
+            .await
+            .map(drop)
+            .map_err(|e| e.kind()),
         Err(ErrorKind::Held)
     ));
     lock.release().await.expect("release");
@@ -234,7 +238,11 @@ async fn a_user_confined_to_its_namespace_uses_every_feature() {
         .await
         .expect("try_lock_many");
     assert!(matches!(
-        locks.try_lock("b", TTL).await.map(drop).map_err(|e| e.kind()),
+        locks
+            .try_lock("b", TTL)
+            .await
+            .map(drop)
+            .map_err(|e| e.kind()),
         Err(ErrorKind::Held)
     ));
     many.release().await.expect("release many");
@@ -262,7 +270,10 @@ async fn a_user_confined_to_its_namespace_uses_every_feature() {
         }
     }
     assert!(permits.len() >= pool.capacity() as usize && !permits.is_empty());
-    assert!(permits.len() <= pool.permits() as usize, "more permits than the pool has");
+    assert!(
+        permits.len() <= pool.permits() as usize,
+        "more permits than the pool has"
+    );
     for p in permits {
         p.release().await.expect("release a permit");
     }
@@ -378,7 +389,11 @@ async fn two_namespaces_hold_the_same_resource_at_once() {
     // in another, and a lock in one is not held in another.
     a.release().await.expect("release ns");
     assert!(matches!(
-        theirs.try_lock("shared", TTL).await.map(drop).map_err(|e| e.kind()),
+        theirs
+            .try_lock("shared", TTL)
+            .await
+            .map(drop)
+            .map_err(|e| e.kind()),
         Err(ErrorKind::Held)
     ));
     assert!(
@@ -389,7 +404,12 @@ async fn two_namespaces_hold_the_same_resource_at_once() {
     again.release().await.expect("release");
     b.release().await.expect("release other");
     c.release().await.expect("release default");
-    assert!(refused(&cluster, "others").await.iter().all(|d| d == "command config|get"));
+    assert!(
+        refused(&cluster, "others")
+            .await
+            .iter()
+            .all(|d| d == "command config|get")
+    );
 }
 
 /// Whether `text` reports an ACL refusal (`NOPERM`, as redis-rs spells it: `NoPerm`).
@@ -578,11 +598,14 @@ async fn the_cli_takes_the_namespace_from_a_flag_or_the_environment() {
         .await
         .expect("library client");
     let held = locks.try_lock("busy", TTL).await.expect("lock");
-    let out = output(
-        cli(&cluster)
-            .env("QUORUMLOCK_NAMESPACE", NS)
-            .args(["run", "--resource", "busy", "--no-wait", "--", "true"]),
-    )
+    let out = output(cli(&cluster).env("QUORUMLOCK_NAMESPACE", NS).args([
+        "run",
+        "--resource",
+        "busy",
+        "--no-wait",
+        "--",
+        "true",
+    ]))
     .await;
     assert_eq!(
         out.status.code(),

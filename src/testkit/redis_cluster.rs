@@ -23,9 +23,9 @@ use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use crate::resource::{Keyspace, Layout};
 use super::cluster::LocalCluster;
 use super::resp::{self, Reply};
+use crate::resource::{Keyspace, Layout};
 use std::io;
 
 /// The number of hash slots of a Redis Cluster.
