@@ -502,8 +502,11 @@ fn wait_ms(rng: &mut ChaCha8Rng, short: u32, client_lease: bool) -> u64 {
     }
 }
 
+/// Keys named by a request, borrowed from it.
+type KeyList<'a> = Vec<&'a [u8]>;
+
 /// The queue keys a join writes its ticket to, and the lease keys it writes its lease to.
-fn join_keys(req: &Request) -> Option<(Vec<&[u8]>, Vec<&[u8]>)> {
+fn join_keys(req: &Request) -> Option<(KeyList<'_>, KeyList<'_>)> {
     match req {
         Request::Enqueue { queue, leases, .. } => Some((vec![queue], vec![leases])),
         Request::EnqueueMany { queues, .. } => Some((
