@@ -212,7 +212,7 @@ impl Redlock {
         if let [name] = names {
             // One name (the common case): its keys built once, in its group's layout.
             let inner = self.groups.member_of(name.as_ref())?;
-            let res = Resources::in_layout(names, inner.layout)?;
+            let res = Resources::in_space(names, &inner.keys)?;
             self.groups.usable()?;
             inner.config.check_ttl(ttl)?;
             return Ok((res, inner));

@@ -16,6 +16,7 @@
 //! derived from each call's TTL (2 % of it, between 20 ms and 250 ms).
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Error;
@@ -276,6 +277,8 @@ pub(crate) struct Config {
     pub(crate) fencing: bool,
     pub(crate) max_ttl: Duration,
     pub(crate) notify: bool,
+    /// The first part of every key and channel (checked in `validate`).
+    pub(crate) namespace: Arc<str>,
     /// Certificate authorities trusted for `rediss://` nodes; `None`: the system's.
     #[cfg(feature = "tls-rustls")]
     pub(crate) tls_root_ca: Option<crate::node::tls::RootCa>,
@@ -408,6 +411,7 @@ impl RedlockBuilder {
                 fencing: false,
                 max_ttl: DEFAULTS.max_ttl,
                 notify: true,
+                namespace: Arc::from(crate::resource::DEFAULT_NAMESPACE),
                 #[cfg(feature = "tls-rustls")]
                 tls_root_ca: None,
                 #[cfg(feature = "tls-rustls")]
@@ -514,6 +518,48 @@ impl RedlockBuilder {
     /// ```
     pub fn notify(mut self, on: bool) -> RedlockBuilder {
         self.config.notify = on;
+        self
+    }
+
+    /// The namespace: the first part of every Redis key and pub/sub channel the client
+    /// uses (`<namespace>:lock:<name>`, `<namespace>:released:<name>`, …; see
+    /// `docs/operations.md`, "Sharing Redis with other applications"), so that an ACL user
+    /// confined to `~<namespace>:* &<namespace>:*` can use every feature, and applications
+    /// sharing the nodes keep apart: two namespaces never share a key or a channel, so
+    /// the same resource name is two independent locks in two namespaces.
+    ///
+    /// Every client of a resource must use the same namespace. A namespace is 1 to
+    /// [`MAX_NAMESPACE_LEN`](crate::MAX_NAMESPACE_LEN) bytes of `:`-separated, non-empty
+    /// segments, without `{`, `}` (they would make a Redis Cluster hash tag), whitespace
+    /// or control characters; no segment after the first may be a word the library puts
+    /// right after the namespace (`lock`, `fence`, `released`, `queue`, `qlease`,
+    /// `qattrs`, `qset`, `rw`, `readers`, `wintent`, `rwfence`, `sem`, `semcfg`,
+    /// `groupmap`), or `a` and `a:lock` could spell the same key. Checked in
+    /// [`build`](RedlockBuilder::build): an [`Error::Config`] naming the field `namespace`.
+    ///
+    /// The default for this is `quorumlock`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// // The ACL user `orders` has `~orders:locks:* &orders:locks:*`.
+    /// let locks = quorumlock::Redlock::builder([
+    ///     "redis://orders:secret@10.0.0.1:6379",
+    ///     "redis://orders:secret@10.0.0.2:6379",
+    ///     "redis://orders:secret@10.0.0.3:6379",
+    /// ])
+    /// .namespace("orders:locks")
+    /// .build()
+    /// .await?;
+    /// let lock = locks
+    ///     .try_lock("invoice:7", std::time::Duration::from_secs(10))
+    ///     .await?; // the key orders:locks:lock:invoice:7
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn namespace(mut self, namespace: impl Into<String>) -> RedlockBuilder {
+        self.config.namespace = Arc::from(namespace.into());
         self
     }
 
@@ -878,6 +924,7 @@ impl RedlockBuilder {
             ));
         }
         c.retry.validate()?;
+        crate::resource::check_namespace(&c.namespace)?;
         #[cfg(feature = "tls-rustls")]
         let specs = {
             if let Some(ca) = &c.tls_root_ca {
@@ -931,6 +978,15 @@ mod tests {
             "drift_factor"
         );
         assert_eq!(field(b(&ok).drift_factor(-0.1).validate()), "drift_factor");
+        for bad in ["", "a:lock", "{a}", "a b", "a:", "x".repeat(300).as_str()] {
+            assert_eq!(
+                field(b(&ok).namespace(bad).validate()),
+                "namespace",
+                "{bad:?}"
+            );
+        }
+        assert!(b(&ok).namespace("app:locks").validate().is_ok());
+        assert_eq!(&*b(&ok).config.namespace, "quorumlock");
         assert_eq!(field(b(&ok).drift_factor(0.5).validate()), "drift_factor");
         assert_eq!(
             field(b(&ok).node_timeout(Duration::ZERO).validate()),

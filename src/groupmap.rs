@@ -10,7 +10,7 @@
 //! ```
 //!
 //! Every client records its *group map* (`v<version>/<groups>/<hash>`, or `unsharded` for
-//! one group without a version) in [`RECORD_KEY`] on every node of every group, with a
+//! one group without a version) in the key `<namespace>:groupmap` (`quorumlock:groupmap` by default) on every node of every group, with a
 //! lease of at least [`GROUP_MAP_LEASE`], and **at least the longest TTL the client was
 //! asked for plus two refresh periods**: a record outlives every lock its client took, even
 //! when that client is paused or dies, so a client with another map cannot start while such
@@ -65,15 +65,14 @@ pub const GROUP_MAP_LEASE: Duration = Duration::from_secs(30);
 /// How often the record is written again: a third of the shortest lease.
 pub(crate) const REFRESH: Duration = Duration::from_secs(10);
 
-/// The key of the record on every node.
-pub(crate) const RECORD_KEY: &str = "quorumlock:groupmap";
-
 /// The map of a client with one group and no version.
 pub(crate) const UNSHARDED: &str = "unsharded";
 
 /// One client's group map and what it knows of the record.
 pub(crate) struct GroupMap {
     ours: String,
+    /// The record's key on every node (`<namespace>:groupmap`, `Keyspace::record_key`).
+    key: Vec<u8>,
     /// Every group's nodes, group by group, set once they are connected.
     groups: OnceLock<Vec<Vec<Node>>>,
     /// How long one node may take to answer the reads and writes at build and the
@@ -135,12 +134,14 @@ impl GroupMap {
     /// `max_ttl`: the longest TTL the client accepts.
     pub(crate) fn new(
         ours: String,
+        key: Vec<u8>,
         timeout: Duration,
         max_ttl: Duration,
         drift_factor: f64,
     ) -> GroupMap {
         GroupMap {
             ours,
+            key,
             groups: OnceLock::new(),
             timeout,
             max_ttl,
@@ -339,7 +340,7 @@ impl GroupMap {
         lease: Duration,
         timeout: Duration,
     ) -> FuturesUnordered<NodeAnswer> {
-        let cmd = Arc::new(group_map_request(RECORD_KEY, &self.ours, lease));
+        let cmd = Arc::new(group_map_request(&self.key, &self.ours, lease));
         let pending: FuturesUnordered<NodeAnswer> = FuturesUnordered::new();
         for (g, nodes) in groups.iter().enumerate() {
             for (i, node) in nodes.iter().enumerate() {
@@ -426,7 +427,13 @@ fn answer_of(answer: Reply) -> Answer {
             let text = Reply::error_text(&e);
             return match e.code() {
                 Some(_) if !is_transient(&e) => {
-                    Answer::Differs(format!("an unreadable record ({text})"))
+                    let hint = if e.code() == Some("NOPERM") {
+                        ": the ACL user may not use this client's namespace (its key patterns must \
+                         cover `<namespace>:*`)"
+                    } else {
+                        ""
+                    };
+                    Answer::Differs(format!("an unreadable record ({text}){hint}"))
                 }
                 _ => Answer::Skipped(text),
             };
@@ -551,6 +558,7 @@ mod tests {
     fn the_lease_covers_the_longest_ttl_and_two_refreshes() {
         let map = GroupMap::new(
             "v1/2/ab".to_owned(),
+            b"quorumlock:groupmap".to_vec(),
             Duration::from_secs(1),
             Duration::from_secs(86_400),
             0.01,
@@ -585,7 +593,13 @@ mod tests {
     fn a_lease_less_its_drift_outlives_the_longest_ttl_by_a_refresh() {
         for secs in [1, 30, 3_600, 86_400, 10_000_000] {
             let ttl = Duration::from_secs(secs);
-            let map = GroupMap::new("unsharded".to_owned(), Duration::from_secs(1), ttl, 0.01);
+            let map = GroupMap::new(
+                "unsharded".to_owned(),
+                b"quorumlock:groupmap".to_vec(),
+                Duration::from_secs(1),
+                ttl,
+                0.01,
+            );
             if let Ok(mut l) = map.longest.lock() {
                 *l = ttl;
             }

@@ -34,7 +34,7 @@ use crate::error::Error;
 use crate::groupmap::{self, GroupMap};
 use crate::node::NodeSpec;
 use crate::protocol::groups;
-use crate::resource::Resources;
+use crate::resource::{Keyspace, Layout, Resources};
 use crate::shared::Inner;
 
 /// The groups of one client and its group map.
@@ -65,8 +65,10 @@ impl Groups {
             || groupmap::UNSHARDED.to_owned(),
             |v| groups::fingerprint(v, &ids),
         );
+        let key = Keyspace::new(config.namespace.clone(), Layout::Plain).record_key();
         let map = Arc::new(GroupMap::new(
             ours,
+            key,
             config.connect_timeout,
             config.max_ttl,
             config.drift_factor,

@@ -5,7 +5,7 @@
 //!
 //! * the lock key's holder, shown as a [`TokenPrefix`] (at most the first 8 characters of
 //!   the token, never the whole token), and its remaining TTL (`PTTL`);
-//! * the fence counter (`quorumlock:fence:{name}`, present once a fenced lock reached the
+//! * the fence counter (`<namespace>:fence:{name}`, present once a fenced lock reached the
 //!   node): the largest fencing token issued or committed there, so at least the token of
 //!   the latest holder that committed on it;
 //! * the wait queue's length, on the resource's two *herald* nodes (the only nodes that

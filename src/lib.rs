@@ -251,7 +251,7 @@ pub use lock::{Lock, LockMode};
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use metrics::describe as describe_metrics;
-pub use resource::{MAX_RESOURCE_LEN, MAX_RESOURCES};
+pub use resource::{DEFAULT_NAMESPACE, MAX_NAMESPACE_LEN, MAX_RESOURCE_LEN, MAX_RESOURCES};
 pub use semaphore::Semaphore;
 pub use wait::QUEUE_LEASE;
 pub use watchdog::{KeptLock, LockContext, LostSignal, Watchdog};

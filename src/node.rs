@@ -132,7 +132,7 @@ const GROUP_MAP: &str = include_str!("scripts/groupmap.lua");
 
 /// The group-map record request: on the node, record `map` in `key` with `lease` (or only
 /// read it, when `lease` is zero); whole milliseconds, at least 1 when not zero.
-pub(crate) fn group_map_request(key: &str, map: &str, lease: Duration) -> Cmd {
+pub(crate) fn group_map_request(key: &[u8], map: &str, lease: Duration) -> Cmd {
     let ms = if lease.is_zero() {
         0
     } else {
@@ -1124,17 +1124,12 @@ impl Request {
         let mut args = Vec::with_capacity(2 + res.len() * 2);
         args.push(token.as_bytes().to_vec());
         args.push(waiter.to_vec());
-        let layout = res.layout();
+        let space = res.keyspace();
         for name in res.names() {
-            let [queue, leases, attrs] = crate::resource::queue_keys(layout, name);
-            keys.push(crate::resource::lock_key(layout, name));
-            keys.extend([
-                queue,
-                leases,
-                attrs,
-                crate::resource::fence_key(layout, name),
-            ]);
-            args.push(crate::resource::channel_in(layout, name));
+            let [queue, leases, attrs] = space.queue_keys(name);
+            keys.push(space.lock_key(name));
+            keys.extend([queue, leases, attrs, space.fence_key(name)]);
+            args.push(space.channel(name));
             args.push(if loud { b"1".to_vec() } else { b"0".to_vec() });
         }
         if res.len() > 1 {
@@ -1362,15 +1357,10 @@ impl QueueJoin {
     /// used.
     pub(crate) fn many(res: &Resources, set: &[u8], a: &JoinArgs<'_>) -> QueueJoin {
         let mut ks = Vec::with_capacity(res.len() * 4 + 1);
-        let layout = res.layout();
+        let space = res.keyspace();
         for name in res.names() {
-            let [queue, leases, attrs] = crate::resource::queue_keys(layout, name);
-            ks.extend([
-                queue,
-                leases,
-                attrs,
-                crate::resource::lock_key(layout, name),
-            ]);
+            let [queue, leases, attrs] = space.queue_keys(name);
+            ks.extend([queue, leases, attrs, space.lock_key(name)]);
         }
         ks.push(set.to_vec());
         let first = if a.first { b"1" } else { b"0" };

@@ -2,12 +2,14 @@
 //! connection per node, shared by every waiter of the client, started on first use.
 //!
 //! Every release on a resource's heralds that hands the lock to no one publishes
-//! `<release id>[:<waiter>…]` on the resource's channel (`quorumlock:released:{name}`). A
+//! `<release id>[:<waiter>…]` on the resource's channel (`<namespace>:released:{name}`,
+//! `quorumlock` being the default namespace). A
 //! release that transferred the lock to a queued token (on any node) publishes
 //! `<release id>:>:<token>[:<fence>]` on the channel the entry brought: the *inbox* of
-//! the waiter's client (`quorumlock:released:\xFFinbox:<random>`, one per `Redlock`,
+//! the waiter's client (`<namespace>:released:\xFFinbox:<random>`, one per `Redlock`,
 //! subscribed on every node for the client's lifetime; under the release channels' prefix,
-//! so the one ACL channel pattern `&quorumlock:released:*` covers it), so a hand-off costs one message per node, to
+//! so the one ACL channel pattern `&<namespace>:released:*` covers it), so a hand-off
+//! costs one message per node, to
 //! the one client that waits for it, however many other clients listen to the resource.
 //! Each node's subscription task hands such a transfer, with the node's index, to the
 //! transfer waiter that registered that token ([`Notifier::route`]; current and retired
@@ -35,7 +37,7 @@ use tokio::sync::{mpsc, watch};
 use crate::node::{NodeAddr, NodeSpec};
 use crate::protocol::contention::{self, Announced, POLITE_WINDOW, Releases, parse_announcement};
 use crate::protocol::handoff;
-use crate::resource::Resources;
+use crate::resource::{Keyspace, Resources};
 use crate::time::later;
 
 mod sharded;
@@ -118,7 +120,7 @@ enum SubCmd {
 
 impl Notifier {
     /// Starts one subscription task per node (each connects on its own, in the background).
-    pub(crate) fn new(specs: &[NodeSpec]) -> Notifier {
+    pub(crate) fn new(specs: &[NodeSpec], keys: &Keyspace) -> Notifier {
         let mut senders = Vec::with_capacity(specs.len());
         let mut receivers = Vec::with_capacity(specs.len());
         for _ in specs {
@@ -131,7 +133,7 @@ impl Notifier {
             polite: Mutex::new(HashMap::new()),
             nodes: senders,
             transfers: Mutex::new(HashMap::new()),
-            inbox: inbox_channel(),
+            inbox: inbox_channel(keys),
         });
         for (index, (spec, rx)) in specs.iter().zip(receivers).enumerate() {
             let weak = Arc::downgrade(&shared);
@@ -259,8 +261,8 @@ impl Notifier {
 /// A fresh inbox channel name ([`resource::inbox_channel`](crate::resource::inbox_channel)
 /// with a random id; a collision between two clients would only route announcements to a
 /// client that ignores tokens it did not register).
-fn inbox_channel() -> Vec<u8> {
-    crate::resource::inbox_channel(rand::random::<u64>())
+fn inbox_channel(keys: &Keyspace) -> Vec<u8> {
+    keys.inbox_channel(rand::random::<u64>())
 }
 
 /// What woke an [`Interest`].
@@ -590,7 +592,7 @@ impl Link {
                         node = %self.addr,
                         channel = %String::from_utf8_lossy(&ch),
                         error = %e,
-                        "quorumlock: the node refused a release subscription; waiters fall back to their retry delay until it is accepted (an ACL user needs the channels `quorumlock:released:*`)"
+                        "quorumlock: the node refused a release subscription; waiters fall back to their retry delay until it is accepted (an ACL user needs the channels `<namespace>:released:*`, `quorumlock:released:*` by default)"
                     );
                 }
                 self.refused.insert(ch);

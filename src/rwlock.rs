@@ -89,7 +89,7 @@ impl Redlock {
         ttl: Duration,
     ) -> Result<(Resources, Arc<RwKeys>, &Arc<Inner>), Error> {
         let (res, inner) = self.prepare(&[resource], ttl)?;
-        let keys = Arc::new(RwKeys::new(resource, inner.layout));
+        let keys = Arc::new(RwKeys::new(resource, &inner.keys));
         Ok((res, keys, inner))
     }
 

@@ -143,7 +143,7 @@ impl Semaphore {
         let res = inner.resources(&res)?;
         let quorum = inner.quorum;
         let mut s = Semaphore {
-            keys: Arc::new(SemKeys::new(name, inner.layout)),
+            keys: Arc::new(SemKeys::new(name, &inner.keys)),
             inner,
             res,
             permits,

@@ -19,7 +19,7 @@ use crate::metrics::ClientMetrics;
 use crate::node::{Node, NodeAddr, NodeSpec, identity};
 use crate::notifier::Notifier;
 use crate::protocol::tally;
-use crate::resource::{Layout, Resources};
+use crate::resource::{Keyspace, Layout, Resources};
 
 /// How long each start-up check query may take at the least (they run in the background).
 const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -38,8 +38,9 @@ pub(crate) struct Inner {
     /// The client's group map and its record, shared by all its lock groups: every
     /// acquisition checks it for a mismatch and has it cover the lock's TTL.
     pub(crate) map: Arc<GroupMap>,
-    /// How the group's keys are spelled: hash-tagged when its voters are Redis Clusters.
-    pub(crate) layout: Layout,
+    /// How the group's keys are spelled: under the configured namespace, hash-tagged when
+    /// its voters are Redis Clusters.
+    pub(crate) keys: Keyspace,
 }
 
 /// The key layout of a group: plain for masters, hash-tagged for Redis Cluster voters.
@@ -62,13 +63,13 @@ pub(crate) fn layout_of(specs: &[NodeSpec]) -> Result<Layout, Error> {
 }
 
 impl Inner {
-    /// `res` with this group's key layout (checked again: a Redis Cluster group needs a
+    /// `res` with this group's keyspace (checked again: a Redis Cluster group needs a
     /// multi-resource lock's names in one hash slot).
     pub(crate) fn resources(&self, res: &Resources) -> Result<Resources, Error> {
-        if res.layout() == self.layout {
+        if res.keyspace() == &self.keys {
             return Ok(res.clone());
         }
-        Resources::in_layout(res.names(), self.layout)
+        Resources::in_space(res.names(), &self.keys)
     }
 
     /// Creates every node's connection, opens them concurrently (waiting at most the
@@ -80,7 +81,7 @@ impl Inner {
         config: Config,
         map: Arc<GroupMap>,
     ) -> Result<Inner, Error> {
-        let layout = layout_of(specs)?;
+        let keys = Keyspace::new(config.namespace.clone(), layout_of(specs)?);
         let registry = identity::Registry::new(specs.iter().map(|s| s.addr.to_string()).collect());
         let nodes = specs
             .iter()
@@ -126,7 +127,7 @@ impl Inner {
             });
         }
         let addrs = nodes.iter().map(|n| n.addr.clone()).collect();
-        let notifier = config.notify.then(|| Notifier::new(specs));
+        let notifier = config.notify.then(|| Notifier::new(specs, &keys));
         Ok(Inner {
             nodes: nodes.into(),
             addrs,
@@ -136,7 +137,7 @@ impl Inner {
             watchdog: OnceLock::new(),
             metrics: ClientMetrics::new(),
             map,
-            layout,
+            keys,
         })
     }
 

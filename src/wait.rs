@@ -14,7 +14,7 @@
 //!   [`protocol::handoff`](crate::protocol::handoff) and the argument in docs/safety.md
 //!   ("Direct hand-off").
 //! * **Notify** (several resources, notify waiting): every release publishes on the
-//!   resource's channel (`quorumlock:released:{name}`). Waiters of a
+//!   resource's channel (`<namespace>:released:{name}`). Waiters of a
 //!   [`Redlock`](crate::Redlock) share one subscription connection per node
 //!   ([`Notifier`]) and, woken by a release, try again after a random stagger within the
 //!   resource's contention window (initially [`NOTIFY_STAGGER`]; it doubles on every split

@@ -1084,9 +1084,7 @@ async fn compare_keyspace(
         // key that expires while it runs is read before or after. Dump again when any
         // decision of the model falls anywhere within the dump's window.
         let (from, to) = (now / 1000, after / 1000);
-        let inside = buf
-            .iter()
-            .any(|&t| t + 5 >= from && t <= to + GUARD_MS);
+        let inside = buf.iter().any(|&t| t + 5 >= from && t <= to + GUARD_MS);
         if inside && attempt < 4 {
             continue;
         }

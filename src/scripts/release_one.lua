@@ -42,10 +42,11 @@
 local token, waiter = ARGV[1], ARGV[2]
 local prefix = string.sub(token, 1, 8)
 
--- A channel whose byte 21 (right after "quorumlock:released:") is 0xFE is a shard channel,
--- in this script's slot (Redis Cluster voters): SPUBLISH keeps the message on this shard.
+-- A channel that holds byte 0xFE (the shard mark, right after "<namespace>:released:";
+-- it never occurs in UTF-8, so never in a namespace or a name) is a shard channel, in this
+-- script's slot (Redis Cluster voters): SPUBLISH keeps the message on this shard.
 local function publish(channel, message)
-  if string.byte(channel, 21) == 254 then
+  if string.find(channel, '\254', 1, true) then
     return redis.call('SPUBLISH', channel, message)
   end
   return redis.call('PUBLISH', channel, message)

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use super::cluster::LocalCluster;
 use super::resp::{self, Reply};
+use crate::resource::{Keyspace, Layout};
 use std::io;
 
 /// The number of hash slots of a Redis Cluster.
@@ -65,7 +66,7 @@ pub fn key_slot(key: &[u8]) -> u16 {
 /// assert_eq!(key_slot(&key), key_slot(b"orders:42"));
 /// ```
 pub fn cluster_lock_key(name: &str) -> Vec<u8> {
-    crate::resource::lock_key(crate::resource::Layout::Slotted, name)
+    Keyspace::in_default(Layout::Slotted).lock_key(name)
 }
 
 /// The release channel of resource `name` on a voter that is a Redis Cluster: a shard
@@ -81,7 +82,7 @@ pub fn cluster_lock_key(name: &str) -> Vec<u8> {
 /// assert_eq!(key_slot(&channel), key_slot(b"orders:42"));
 /// ```
 pub fn cluster_release_channel(name: &str) -> Vec<u8> {
-    crate::resource::channel_in(crate::resource::Layout::Slotted, name)
+    Keyspace::in_default(Layout::Slotted).channel(name)
 }
 
 /// A local Redis Cluster: `masters` masters, each with `replicas` replicas, every slot
@@ -956,7 +957,7 @@ mod tests {
     async fn a_one_master_cluster_gets_a_direct_path_and_reads_its_map_once()
     -> Result<(), Box<dyn std::error::Error>> {
         use crate::node::{Node, NodeSpec, Request};
-        use crate::resource::{Layout, Resources};
+        use crate::resource::Resources;
         use crate::token::Token;
         let cluster = RedisCluster::launch(1, 0).await?;
         let addr = cluster.topology.addr(0)?;
@@ -964,7 +965,7 @@ mod tests {
             &NodeSpec::parse(0, &cluster.voter_url())?,
             Duration::from_secs(1),
         )?;
-        let res = Resources::in_layout(&["solo"], Layout::Slotted)?;
+        let res = Resources::in_space(&["solo"], &Keyspace::in_default(Layout::Slotted))?;
         let key = res.lock_keys().first().cloned().ok_or("no key")?;
         let token = Token::generate()?;
         let acquire = Request::acquire(std::slice::from_ref(&key), &token, Duration::from_secs(5));
@@ -998,14 +999,14 @@ mod tests {
     -> Result<(), Box<dyn std::error::Error>> {
         use crate::node::{Node, NodeSpec, Request};
         use crate::protocol::reply::Reply as Typed;
-        use crate::resource::{Layout, Resources};
+        use crate::resource::Resources;
         use crate::token::Token;
         let cluster = RedisCluster::launch(2, 1).await?;
         let node = Node::new(
             &NodeSpec::parse(0, &cluster.voter_url())?,
             Duration::from_secs(1),
         )?;
-        let res = Resources::in_layout(&["follow"], Layout::Slotted)?;
+        let res = Resources::in_space(&["follow"], &Keyspace::in_default(Layout::Slotted))?;
         let key = res.lock_keys().first().cloned().ok_or("no key")?;
         let slot = key_slot(&key);
         let cycle = || async {

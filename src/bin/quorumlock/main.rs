@@ -10,10 +10,13 @@
 //!
 //! Nodes come from `--nodes` or the `QUORUMLOCK_NODES` environment variable (comma
 //! separated; lock groups separated by `;`, as in `URL,URL,URL;URL,URL,URL`, with
-//! `--groups-version` / `QUORUMLOCK_GROUPS_VERSION`). With the `tls-rustls` feature,
+//! `--groups-version` / `QUORUMLOCK_GROUPS_VERSION`). Every key and channel starts with
+//! the namespace of `--namespace` or `QUORUMLOCK_NAMESPACE` (default `quorumlock`), which
+//! must match the one the locks' other clients use. With the `tls-rustls` feature,
 //! `--tls-ca FILE` (`QUORUMLOCK_TLS_CA`) trusts a private certificate authority for
 //! `rediss://` nodes, and `--tls-cert FILE --tls-key FILE` (`QUORUMLOCK_TLS_CERT`,
-//! `QUORUMLOCK_TLS_KEY`) show a client certificate to servers with `tls-auth-clients yes`. Node URLs are printed with their passwords redacted. Library diagnostics go
+//! `QUORUMLOCK_TLS_KEY`) show a client certificate to servers with `tls-auth-clients yes`.
+//! Node URLs are printed with their passwords redacted. Library diagnostics go
 //! to stderr, filtered by `QUORUMLOCK_LOG` (`tracing` env-filter syntax; default `error`).
 //!
 //! Exit codes: see [`exit`]. `run` exits with COMMAND's status (128+N when COMMAND was
@@ -119,6 +122,11 @@ pub struct Nodes {
         requires = "tls_cert"
     )]
     pub tls_key: Option<std::path::PathBuf>,
+    /// The namespace every key and channel starts with (`<NS>:lock:<resource>`, …), as
+    /// the resource's other clients use it; an ACL user confined to `~<NS>:* &<NS>:*`
+    /// can use it. Default: quorumlock.
+    #[arg(long, env = "QUORUMLOCK_NAMESPACE", value_name = "NS")]
+    pub namespace: Option<String>,
 }
 
 impl Nodes {
@@ -133,6 +141,9 @@ impl Nodes {
         }
         if let Some(v) = self.groups_version {
             builder = builder.groups_version(v);
+        }
+        if let Some(ns) = &self.namespace {
+            builder = builder.namespace(ns.as_str());
         }
         #[cfg(feature = "tls-rustls")]
         {
