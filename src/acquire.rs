@@ -206,6 +206,9 @@ impl Attempt {
     ) -> Result<Lock, Error> {
         let config = &self.inner.config;
         let (elapsed, validity) = self.round.measure(ttl, config.drift_factor, &self.span);
+        // Never past the group-map record's coverage (checked before the round; a pause
+        // since then must not stretch it).
+        let validity = validity.min(self.inner.map.coverage_from(self.round.started()));
         let tally = self.round.tally();
         let verdict = match self.ask.kind {
             Kind::Permit(_) => semaphore::acquire(decision, tally, validity, config.min_validity),

@@ -180,7 +180,8 @@ impl GroupMap {
             ttl.saturating_add(margin.saturating_mul(2))
                 .saturating_add(REFRESH.saturating_mul(2))
         };
-        let cap = lease_for(self.max_ttl);
+        // Far below i64::MAX ms from any node's clock, whatever the drift factor.
+        let cap = lease_for(self.max_ttl).min(Duration::from_millis(i64::MAX as u64 / 4 * 3));
         let longest = self.longest.lock().map_or(cap, |l| lease_for(*l));
         GROUP_MAP_LEASE.max(longest).min(cap)
     }
@@ -256,6 +257,20 @@ impl GroupMap {
                 tracing::warn!(%votes, "quorumlock: group map record not confirmed on a quorum; lock refused");
                 Err(Error::NoQuorum(votes))
             }
+        }
+    }
+
+    /// How long from `at` the last covering write still covers (its lease less its drift):
+    /// a lock's validity, measured from its round's start, is capped at this, so that a
+    /// client paused between its check and its round never holds past the record.
+    /// Unbounded for a client without groups yet.
+    pub(crate) fn coverage_from(&self, at: Instant) -> Duration {
+        if self.groups.get().is_none() {
+            return Duration::MAX;
+        }
+        match self.covered.lock().ok().and_then(|c| *c) {
+            Some(until) => until.saturating_duration_since(at),
+            None => Duration::ZERO,
         }
     }
 

@@ -544,6 +544,8 @@ impl Lock {
         let tally = *round.tally();
         let started = round.started();
         let min = inner.config.min_validity;
+        // Never past the group-map record's coverage (checked before the round).
+        let validity = validity.min(inner.map.coverage_from(started));
         let verdict = verdict::extend(decision, &tally, validity, min, self.is_valid());
         span.record("outcome", verdict.label("extended"));
         self.inner.metrics.extend(verdict, elapsed);

@@ -93,7 +93,8 @@ const KINDS: &[&str] = &[
 
 /// Refuses a namespace that is not usable as the first part of every key and channel:
 /// empty, longer than [`MAX_NAMESPACE_LEN`], with a `{` or `}` (a Redis Cluster hash tag
-/// must be the one the keys carry after their kind), whitespace or control characters, an
+/// must be the one the keys carry after their kind), a glob character `* ? [ ] \` (the ACL
+/// pattern `~<namespace>:*` must match this namespace only), whitespace or control characters, an
 /// empty `:`-separated segment (a leading, trailing or double colon), or a kind word as a
 /// segment after the first ([`KINDS`]: two namespaces could then spell one key). A `&str`
 /// never holds byte `0xFE` or `0xFF`, which mark shard channels and inboxes.
@@ -105,13 +106,13 @@ pub(crate) fn check_namespace(ns: &str) -> Result<(), Error> {
     if ns.len() > MAX_NAMESPACE_LEN {
         return refuse(format!("{} bytes; at most {MAX_NAMESPACE_LEN}", ns.len()));
     }
-    if let Some(c) = ns
-        .chars()
-        .find(|c| matches!(c, '{' | '}') || c.is_whitespace() || c.is_control())
-    {
+    if let Some(c) = ns.chars().find(|c| {
+        matches!(c, '{' | '}' | '*' | '?' | '[' | ']' | '\\') || c.is_whitespace() || c.is_control()
+    }) {
         return refuse(format!(
             "{:?} holds {c:?}; a namespace has no braces (they would make a Redis Cluster \
-             hash tag), whitespace or control characters",
+             hash tag), no glob characters `* ? [ ] \\` (an ACL pattern `~<namespace>:*` \
+             would then reach other namespaces' keys), whitespace or control characters",
             shorten(ns)
         ));
     }
@@ -750,6 +751,10 @@ mod tests {
             "app:locks:released",
             "a:groupmap",
             "a:b:qset",
+            "a*",
+            "app?",
+            "a[b]",
+            "a\\b",
         ] {
             assert_eq!(field(bad).as_deref(), Some("namespace"), "{bad:?}");
         }

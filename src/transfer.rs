@@ -489,8 +489,14 @@ pub(crate) async fn acquire(
     yield_first: bool,
 ) -> Result<Lock, Error> {
     // A lock handed over holds for `ttl` without an acquisition round of its own: the
-    // group-map record must cover it before the waiter queues (see `groupmap`).
-    inner.cover(ttl).await?;
+    // group-map record must cover it (see `groupmap`). A mismatch ends the wait; a record
+    // not confirmed now is waited out like any refusal (each claim covers again, and so
+    // does a hand-off before it is held).
+    if let Err(e) = inner.cover(ttl).await
+        && !e.is_retryable()
+    {
+        return Err(e);
+    }
     let start = Instant::now();
     let give_up_at = retry.max_wait.map(|d| later(start, d));
     let timeout = inner.config.node_timeout_for(ttl);

@@ -144,7 +144,7 @@ async fn t20_wrong_ca_fails_with_a_certificate_error() {
     assert!(!texts.is_empty());
     for t in &texts {
         assert!(
-            t.starts_with(REJECTED) && t.contains("UnknownIssuer"),
+            t.contains(REJECTED) && t.contains("UnknownIssuer"),
             "a clear certificate error: {t}"
         );
     }
@@ -179,7 +179,7 @@ async fn t25_certificate_for_another_host_fails_with_a_certificate_error() {
     let err = locks.try_lock("tls:name", TTL).await.expect_err("no grant");
     for t in failures(&err) {
         assert!(
-            t.starts_with(REJECTED) && t.to_lowercase().contains("not valid for"),
+            t.contains(REJECTED) && t.to_lowercase().contains("not valid for"),
             "a clear certificate error: {t}"
         );
     }
@@ -197,7 +197,7 @@ async fn t30_without_tls_root_ca_the_system_roots_apply() {
         .expect_err("no grant");
     for t in failures(&err) {
         assert!(
-            t.starts_with(REJECTED) && t.contains("UnknownIssuer"),
+            t.contains(REJECTED) && t.contains("UnknownIssuer"),
             "a clear certificate error: {t}"
         );
     }
@@ -466,7 +466,7 @@ async fn t71_missing_client_certificate_is_refused_by_every_node() {
             "the vote names the node: {node}"
         );
         assert!(
-            text.starts_with(CLIENT_REFUSED) && text.contains("CertificateRequired"),
+            text.contains(CLIENT_REFUSED) && text.contains("CertificateRequired"),
             "a clear client certificate error for {node}: {text}"
         );
     }
@@ -497,7 +497,7 @@ async fn t72_client_certificate_from_another_ca_is_refused_by_every_node() {
     assert_eq!(failed.len(), 3, "every node failed: {failed:#?}");
     for (node, text) in &failed {
         assert!(
-            text.starts_with(CLIENT_REFUSED) && text.contains("UnknownCA"),
+            text.contains(CLIENT_REFUSED) && text.contains("UnknownCA"),
             "a clear client certificate error for {node}: {text}"
         );
     }

@@ -266,6 +266,22 @@ fn note_fresh(voters: &mut [Voter], others: &[(usize, Read)]) {
             _ => {}
         }
     }
+    // Two voters admitted apart (each read while the other's server had another run_id:
+    // a restart between two reads) answer one id now: the later of the two never counts.
+    for (j, fresh) in others {
+        let Read::Ids(ids) = fresh else { continue };
+        let earlier = voters
+            .iter()
+            .take(*j)
+            .any(|v| v.state == State::Admitted && v.ids.iter().any(|x| ids.contains(x)));
+        if earlier && let Some(v) = voters.get_mut(*j) {
+            v.state = State::Refused(format!(
+                "voter #{} answers as another voter's store (its server restarted between \
+                 two reads); every voter must be an independent store",
+                j + 1
+            ));
+        }
+    }
 }
 
 fn add_ids(known: &mut Vec<String>, ids: &[String]) {
@@ -330,7 +346,7 @@ impl Node {
                 Err(_) => return Read::Refused("an answer that is not text".to_owned()),
             },
             Reply::TimedOut => return Read::NoAnswer("timed out".to_owned()),
-            Reply::Error(e) if is_no_answer(&e) => return Read::NoAnswer(Reply::error_text(&e)),
+            Reply::Error(e) if !is_refusal(&e) => return Read::NoAnswer(Reply::error_text(&e)),
             Reply::Error(e)
                 if field.is_none()
                     && e.detail()
@@ -372,15 +388,22 @@ impl Node {
             Ok(Some(begun)) => begun,
             Err(why) => return Err(refusal(why)),
         };
-        let readers = registry.readers.get();
-        let fresh = others.iter().filter_map(|&j| {
-            let node = readers?.get(j)?.clone();
-            Some(async move { (j, node.read_identity(timeout).await) })
-        });
-        let (read, fresh) = futures::join!(
-            self.read_identity(timeout),
-            futures::future::join_all(fresh)
-        );
+        // Its own read first: a voter that does not answer (a dead one, asked again every
+        // 100 ms) costs the others nothing. The others are read within what is left.
+        let start = std::time::Instant::now();
+        let read = self.read_identity(timeout).await;
+        let fresh = match &read {
+            Read::Ids(_) => {
+                let left = timeout.saturating_sub(start.elapsed());
+                let readers = registry.readers.get();
+                let reads = others.iter().filter_map(|&j| {
+                    let node = readers?.get(j)?.clone();
+                    Some(async move { (j, node.read_identity(left).await) })
+                });
+                futures::future::join_all(reads).await
+            }
+            _ => Vec::new(),
+        };
         let settled = registry.settle(admission.index, read, &fresh);
         drop(reading);
         settled.map_err(refusal)
@@ -404,14 +427,21 @@ fn refusal(why: String) -> Reply {
     )))
 }
 
-/// Whether an error says "no answer now" rather than "not this": an I/O or connection
-/// failure, or a server that is loading, busy or without a quorum of its own.
-fn is_no_answer(e: &RedisError) -> bool {
-    e.is_io_error()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.is_timeout()
-        || super::is_transient(e)
+/// Whether an error says "this voter will not tell": the ACL forbids the command
+/// (`NOPERM`), the server does not know it, or a voter given as a cluster is a single
+/// master. Every other error (I/O, a connection refused or dropped, a server loading,
+/// busy or out of connections) is "no answer now": the voter is read again later, and does
+/// not vote meanwhile.
+fn is_refusal(e: &RedisError) -> bool {
+    match e.code() {
+        Some("NOPERM") => true,
+        Some("ERR") => e.detail().is_some_and(|d| {
+            d.contains("unknown command")
+                || d.contains("unknown subcommand")
+                || d.contains("cluster support disabled")
+        }),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -490,6 +520,20 @@ mod tests {
         let why = reg.settle(0, Read::Ids(ids(&["r2"])), &[]).unwrap_err();
         assert!(why.contains("are one Redis server"), "{why}");
         assert!(is_admitted(&reg, 1));
+    }
+
+    #[test]
+    fn two_voters_admitted_apart_that_answer_one_id_now_keep_only_the_first() {
+        // #1 read while its server had run_id r1, #2 (the same server) after a restart
+        // (r2): both admitted. A later admission reads them again: both answer r2.
+        let reg = registry(3);
+        assert_eq!(reg.settle(0, Read::Ids(ids(&["r1"])), &[]), Ok(()));
+        assert_eq!(reg.settle(1, Read::Ids(ids(&["r2"])), &[]), Ok(()));
+        let fresh = [(0, Read::Ids(ids(&["r2"]))), (1, Read::Ids(ids(&["r2"])))];
+        assert_eq!(reg.settle(2, Read::Ids(ids(&["x"])), &fresh), Ok(()));
+        assert!(is_admitted(&reg, 0));
+        assert!(matches!(state(&reg, 1), State::Refused(_)));
+        assert!(is_admitted(&reg, 2));
     }
 
     #[test]
