@@ -1268,13 +1268,15 @@ async fn sim_node_matches_redis() {
             let window = widest_us;
             let mut ok = agree(&req, &real, &model, window);
             if !ok {
-                critical_instants(&before_sim, now, &mut buf);
                 let now_ms = now / 1000;
                 // An expiry the model set in an earlier request may be early by that
                 // request's window (the server ran it later within it): under load the
                 // window grows past a millisecond, so the model is also run up to the
-                // widest window of the run (and two milliseconds) earlier.
+                // widest window of the run (and two milliseconds) earlier. Its instants
+                // are read that much earlier too: a key the model let expire within the
+                // lag is one the server may still hold.
                 let lag_ms = widest_us / 1000 + 2;
+                critical_instants(&before_sim, now.saturating_sub(lag_ms * 1000), &mut buf);
                 if buf
                     .iter()
                     .any(|&t| t + lag_ms + 1 >= now_ms && t <= after / 1000 + 1)
