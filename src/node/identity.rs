@@ -32,6 +32,7 @@
 //! This module may touch the voters' connections (through [`Node::query`]) and nothing
 //! else.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -66,6 +67,9 @@ pub(crate) enum Read {
 #[derive(Debug)]
 pub(crate) struct Registry {
     voters: Mutex<Vec<Voter>>,
+    /// Whether each voter is admitted, as in `voters`, read without the lock: every
+    /// request to an admitted voter asks, so that costs one atomic load.
+    admitted: Vec<AtomicBool>,
     /// Each voter's address, for the messages.
     addrs: Vec<String>,
     /// Each voter's connection (without admission: no cycle back to the registry), to read
@@ -105,6 +109,7 @@ impl Registry {
         };
         Arc::new(Registry {
             voters: Mutex::new(vec![unknown; addrs.len()]),
+            admitted: addrs.iter().map(|_| AtomicBool::new(false)).collect(),
             addrs,
             readers: OnceLock::new(),
         })
@@ -136,15 +141,23 @@ impl Registry {
             return Err("voter states unavailable".to_owned());
         };
         note_fresh(&mut voters, others);
-        let outcome = self.judge(&mut voters, i, read)?;
-        let Some(v) = voters.get_mut(i) else {
-            return Err("no such voter".to_owned());
+        let judged = self.judge(&mut voters, i, read);
+        let outcome = match (judged, voters.get_mut(i)) {
+            (_, None) => Err("no such voter".to_owned()),
+            (_, Some(v)) if matches!(v.state, State::Refused(_)) => match &v.state {
+                State::Refused(why) => Err(why.clone()),
+                _ => Err("refused".to_owned()),
+            },
+            (Ok(outcome), Some(v)) => {
+                v.state = outcome.clone();
+                Ok(outcome)
+            }
+            (Err(why), Some(_)) => Err(why),
         };
-        if let State::Refused(why) = &v.state {
-            return Err(why.clone());
+        for (flag, v) in self.admitted.iter().zip(voters.iter()) {
+            flag.store(v.state == State::Admitted, Ordering::Release);
         }
-        v.state = outcome.clone();
-        match outcome {
+        match outcome? {
             State::Admitted => Ok(()),
             State::Refused(why) => {
                 tracing::error!(%why, "quorumlock: voter refused; it never counts towards a quorum");
@@ -207,6 +220,13 @@ impl Registry {
     /// read is under way or was tried a moment ago; `Ok(Some((guard, others)))` when the
     /// caller should read it now, with the other admitted voters (`others`) read again.
     fn begin(&self, i: usize) -> Result<Option<(Reading<'_>, Vec<usize>)>, String> {
+        if self
+            .admitted
+            .get(i)
+            .is_some_and(|a| a.load(Ordering::Acquire))
+        {
+            return Ok(None);
+        }
         let Ok(mut voters) = self.voters.lock() else {
             return Err("voter states unavailable".to_owned());
         };
