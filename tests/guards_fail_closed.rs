@@ -305,18 +305,23 @@ async fn a_duplicate_read_after_its_server_restarted_is_refused() {
     }
 }
 
-/// B (groups g1, g2) holds a name in g1 and loses its links to a majority of g2: an
-/// extension past what its record covers is refused (the record on g2 may lapse, and a
-/// client with another map could then lock the name elsewhere), and the lock keeps the
-/// validity it had.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_extension_past_the_records_coverage_is_refused() {
+/// Two groups, the second behind proxies (its links can be cut), and a client B of both
+/// with a fixed per-node timeout; a name B routes to the first group; and when B's build
+/// started.
+async fn two_groups() -> (
+    LocalCluster,
+    LocalCluster,
+    Redlock,
+    String,
+    std::time::Instant,
+) {
     let g1 = nodes(3).await;
     let g2 = LocalCluster::builder(3)
         .proxies(true)
         .launch()
         .await
         .expect("launch");
+    let started = std::time::Instant::now();
     let b = Redlock::builder(g1.urls())
         .group(g2.urls())
         .groups_version(1)
@@ -328,6 +333,16 @@ async fn an_extension_past_the_records_coverage_is_refused() {
         .map(|i| format!("acct-{i}"))
         .find(|n| b.group_of(n) == 0)
         .expect("a name in g1");
+    (g1, g2, b, name, started)
+}
+
+/// B (groups g1, g2) holds a name in g1 and loses its links to a majority of g2: an
+/// extension past what its record covers is refused (the record on g2 may lapse, and a
+/// client with another map could then lock the name elsewhere), and the lock keeps the
+/// validity it had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extension_past_the_records_coverage_is_refused() {
+    let (_g1, g2, b, name, _) = two_groups().await;
     let mut held = b
         .try_lock(&name, Duration::from_secs(5))
         .await
@@ -356,24 +371,7 @@ async fn an_extension_past_the_records_coverage_is_refused() {
 /// after the record lapsed never overlaps it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_keeps_a_lock_only_within_the_records_coverage() {
-    let g1 = nodes(3).await;
-    let g2 = LocalCluster::builder(3)
-        .proxies(true)
-        .launch()
-        .await
-        .expect("launch");
-    let before_build = std::time::Instant::now();
-    let b = Redlock::builder(g1.urls())
-        .group(g2.urls())
-        .groups_version(1)
-        .node_timeout(Duration::from_millis(250))
-        .build()
-        .await
-        .expect("build B");
-    let name = (0..500)
-        .map(|i| format!("acct-{i}"))
-        .find(|n| b.group_of(n) == 0)
-        .expect("a name in g1");
+    let (_g1, g2, b, name, before_build) = two_groups().await;
     let kept = b
         .try_lock(&name, Duration::from_secs(3))
         .await

@@ -533,6 +533,11 @@ fn ticket_readable(req: Request, now_us: u64) -> Request {
     if !hidden {
         return req;
     }
+    with_arrival(req, now_us.to_string().into_bytes())
+}
+
+/// A join that let the node assign its ticket (an empty arrival), given `ticket` instead.
+fn with_arrival(req: Request, ticket: Vec<u8>) -> Request {
     match req {
         Request::Enqueue {
             queue,
@@ -552,7 +557,7 @@ fn ticket_readable(req: Request, now_us: u64) -> Request {
             attrs,
             key,
             waiter,
-            arrival: now_us.to_string().into_bytes(),
+            arrival: ticket,
             wait_ms,
             ttl_ms,
             kind,
@@ -572,7 +577,7 @@ fn ticket_readable(req: Request, now_us: u64) -> Request {
             queues,
             set,
             waiter,
-            arrival: now_us.to_string().into_bytes(),
+            arrival: ticket,
             wait_ms,
             ttl_ms,
             first,
@@ -1149,53 +1154,8 @@ fn with_real_ticket(req: Request, real: &Reply) -> Request {
         },
         _ => return req,
     };
-    match req {
-        Request::Enqueue {
-            queue,
-            leases,
-            attrs,
-            key,
-            waiter,
-            arrival,
-            wait_ms,
-            ttl_ms,
-            kind,
-            first,
-            inbox,
-        } if arrival.is_empty() && first => Request::Enqueue {
-            queue,
-            leases,
-            attrs,
-            key,
-            waiter,
-            arrival: score,
-            wait_ms,
-            ttl_ms,
-            kind,
-            first,
-            inbox,
-        },
-        Request::EnqueueMany {
-            queues,
-            set,
-            waiter,
-            arrival,
-            wait_ms,
-            ttl_ms,
-            first,
-            inbox,
-        } if arrival.is_empty() && first => Request::EnqueueMany {
-            queues,
-            set,
-            waiter,
-            arrival: score,
-            wait_ms,
-            ttl_ms,
-            first,
-            inbox,
-        },
-        other => other,
-    }
+    // A reply that added the entry (state 1) comes from a first join.
+    with_arrival(req, score)
 }
 
 #[tokio::test]
