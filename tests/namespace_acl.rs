@@ -225,12 +225,7 @@ async fn a_user_confined_to_its_namespace_uses_every_feature() {
     lock.release().await.expect("release");
 
     // Waiting with hand-off (pub/sub inbox and release channel).
-    let waiter = builder(urls.clone(), NS)
-        .retry(slow_retry())
-        .build()
-        .await
-        .expect("the waiter's client");
-    handed_over(&locks, waiter, "handed").await;
+    hand_over_to_a_waiter(&locks, urls.clone()).await;
 
     // Multi-resource locks.
     let many = locks
@@ -529,12 +524,7 @@ async fn cluster_voters_in_a_namespace() {
     assert!(seen.is_held(), "{seen}");
     lock.release().await.expect("release");
 
-    let waiter = builder(urls, NS)
-        .retry(slow_retry())
-        .build()
-        .await
-        .expect("the waiter's client");
-    handed_over(&locks, waiter, "handed").await;
+    hand_over_to_a_waiter(&locks, urls).await;
 
     let many = locks
         .try_lock_many(["{o}:a", "{o}:b"], TTL)
@@ -652,4 +642,15 @@ async fn the_cli_takes_the_namespace_from_a_flag_or_the_environment() {
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(err.contains("namespace"), "{err}");
     assert_ne!(out.status.code(), Some(0), "{err}");
+}
+
+/// A second client in the namespace, waiting with a long retry delay, is handed "handed"
+/// when `locks` releases it.
+async fn hand_over_to_a_waiter(locks: &Redlock, urls: Vec<String>) {
+    let waiter = builder(urls, NS)
+        .retry(slow_retry())
+        .build()
+        .await
+        .expect("the waiter's client");
+    handed_over(locks, waiter, "handed").await;
 }

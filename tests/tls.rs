@@ -90,19 +90,8 @@ async fn t10_rediss_lock_wait_and_release() {
 
     // A waiter subscribes to release announcements over TLS too.
     let waiter = tokio::spawn(async move { b.lock("tls:orders", TTL).await });
-    let tls_port = c.tls_port(0).expect("node 0").expect("TLS port");
+    let tls_port = subscribed_on_tls_port(&c).await;
     let laddr = format!("laddr=127.0.0.1:{tls_port} ");
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            client_list(&c, 0)
-                .await
-                .lines()
-                .any(|l| l.contains(&laddr) && l.contains(" sub=1 "))
-        })
-        .await,
-        "the waiter's subscription is on the TLS port: {}",
-        client_list(&c, 0).await
-    );
     // Every client connection quorumlock opened is on the TLS port; the plain port only
     // carries this test's own inspection.
     let list = client_list(&c, 0).await;
@@ -414,19 +403,7 @@ async fn t70_client_certificate_locks_extends_and_releases() {
 
     // A waiter's release subscription shows the certificate too.
     let waiter = tokio::spawn(async move { b.lock("tls:mtls", TTL).await });
-    let tls_port = c.tls_port(0).expect("node 0").expect("TLS port");
-    let laddr = format!("laddr=127.0.0.1:{tls_port} ");
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            client_list(&c, 0)
-                .await
-                .lines()
-                .any(|l| l.contains(&laddr) && l.contains(" sub=1 "))
-        })
-        .await,
-        "the waiter's subscription is on the TLS port: {}",
-        client_list(&c, 0).await
-    );
+    subscribed_on_tls_port(&c).await;
     lock.release()
         .await
         .expect("release with a client certificate");
@@ -566,4 +543,23 @@ async fn t73_bad_client_auth_is_a_config_error_that_never_shows_the_key() {
     let shown = logs();
     assert!(!shown.contains(&marker[..24]), "{shown}");
     assert_no_key(&shown, &me, "the log");
+}
+
+/// Waits (at most 5 s) until node 0 of `c` lists a subscribed client connection on its TLS
+/// port, and returns that port.
+async fn subscribed_on_tls_port(c: &LocalCluster) -> u16 {
+    let tls_port = c.tls_port(0).expect("node 0").expect("TLS port");
+    let laddr = format!("laddr=127.0.0.1:{tls_port} ");
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            client_list(c, 0)
+                .await
+                .lines()
+                .any(|l| l.contains(&laddr) && l.contains(" sub=1 "))
+        })
+        .await,
+        "the waiter's subscription is on the TLS port: {}",
+        client_list(c, 0).await
+    );
+    tls_port
 }
