@@ -34,7 +34,7 @@
 //! clocks at the time of a restart: a node whose clock once ran ahead by `S` (and was then
 //! corrected, by a step or a slew) left tokens `S` ahead in the counters of every node its
 //! holders committed to, and a later restart of *another* node, down for less than `S`,
-//! hands out smaller ones (`tests/fencing_review.rs` shows it). A host must also not start
+//! hands out smaller ones (`tests/fencing_token_order.rs` shows it). A host must also not start
 //! `redis-server` before its clock is synchronised.
 //!
 //! No quorum read, re-seed or "unseeded" state is needed: every granting quorum yields

@@ -1,6 +1,5 @@
-//! Review of the hot path: a release or an extension sent while a node's acquire is still
-//! in flight must not overtake it, and the guard's tracing must only ever write into its
-//! own spans.
+//! The hot path: a release or an extension sent while a node's acquire is still in flight
+//! must not overtake it, and the guard's tracing must only ever write into its own spans.
 #![cfg(feature = "testkit")]
 
 mod support;

@@ -1,7 +1,7 @@
-//! Review findings on joins that do not count blocked multi-resource entries as ahead: an
-//! entry is blocked only by keys of its set other than the queue's own (which the release
-//! being waited for frees), and enough entries are looked at that a caller holding a key
-//! is not kept behind a long line of blocked waiters.
+//! Joins that do not count blocked multi-resource entries as ahead: an entry is blocked
+//! only by keys of its set other than the queue's own (which the release being waited for
+//! frees), and enough entries are looked at that a caller holding a key is not kept behind
+//! a long line of blocked waiters.
 #![cfg(feature = "testkit")]
 
 mod support;
@@ -123,7 +123,7 @@ async fn single_waiter_overtakes_earlier_multi_waiter_after_holder_crash() -> Te
     Ok(())
 }
 
-/// A 16-entry look-ahead only moved the cliff of review_backfill's nine-waiter case: with
+/// A 16-entry look-ahead only moved the cliff of multi_wait_backfill's nine-waiter case: with
 /// 17 blocked {a,b} waiters ahead, Y (holding b) was told ahead == 1, never the head, and
 /// the release of `a` (backfill 8: none servable) was a plain release Y ignored. `a`
 /// stayed free for Y's whole max_wait while Y held the b they all wait for. Joins now look

@@ -1,9 +1,9 @@
-//! Second adversarial pass over a semaphore permit's kept nodes: each test sets up one
-//! interleaving of the give-back decision with the permit's drop, release, extension and
-//! the watchdog's rounds, against real redis-server processes, and asserts what the
-//! proofs in `docs/safety.md` rely on: nothing of a released permit is left anywhere (a
-//! grant that lands after the permit was returned included), and each permit of a mixed
-//! watchdog round is counted on its own kept nodes only.
+//! A semaphore permit's kept nodes: each test sets up one interleaving of the give-back
+//! decision with the permit's drop, release, extension and the watchdog's rounds, against
+//! real redis-server processes, and asserts what the proofs in `docs/safety.md` rely on:
+//! nothing of a released permit is left anywhere (a grant that lands after the permit was
+//! returned included), and each permit of a mixed watchdog round is counted on its own kept
+//! nodes only.
 #![cfg(feature = "testkit")]
 
 mod support;

@@ -1,9 +1,9 @@
-//! Review findings on a nested holder Y (it holds `b`, then waits for a free key) behind
-//! multi-resource waiters that cannot be served (a key of their set is held): the release's
-//! backfill only runs inside a release, only looks at 8 entries, and relaxes the head rule
-//! in the released queue only. So a waiter does not count such blocked entries as ahead of
-//! it (the joins report it): Y takes itself for the head and claims the free key on its
-//! fallback timer or a plain release.
+//! A nested holder Y (it holds `b`, then waits for a free key) behind multi-resource
+//! waiters that cannot be served (a key of their set is held): the release's backfill only
+//! runs inside a release, only looks at 8 entries, and relaxes the head rule in the
+//! released queue only. So a waiter does not count such blocked entries as ahead of it (the
+//! joins report it): Y takes itself for the head and claims the free key on its fallback
+//! timer or a plain release.
 #![cfg(feature = "testkit")]
 
 mod support;
@@ -25,7 +25,7 @@ async fn client(urls: &[String], wait: Duration) -> Result<Redlock, quorumlock::
         .await
 }
 
-/// The accepted deadlock (review_multi_transfer::a_nested_holder_…), but `a`'s holder
+/// The accepted deadlock (multi_wait_transfer::a_nested_holder_…), but `a`'s holder
 /// crashes instead of releasing: `a` frees by expiry, no release runs, so no backfill.
 /// W {a,b} heads `a`'s queue and claims on its fallback (refused: Y holds `b`); Y is behind
 /// W, never the head, never claims. `a` is free for the whole of Y's max_wait.

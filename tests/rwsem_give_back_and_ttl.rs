@@ -1,6 +1,7 @@
-//! Adversarial review of read-write locks and semaphores: each test sets up one exact
-//! interleaving against real redis-server processes and asserts the safety invariant the
-//! proofs in `docs/safety.md` rely on.
+//! Read-write locks and semaphores under exact interleavings: an extension or a watchdog
+//! round racing a permit's give-back, a kept node dying, and very long or refused TTLs.
+//! Each test sets up one interleaving against real redis-server processes and asserts the
+//! safety invariant the proofs in `docs/safety.md` rely on.
 #![cfg(feature = "testkit")]
 
 mod support;

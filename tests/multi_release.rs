@@ -1,7 +1,7 @@
-//! Review findings on the release of several resources through `release_one.lua` (each
-//! key handed to its own queue's head): a lock on several resources is still announced by
-//! every node, so its waiters hear it with the heralds down; its releaser still yields to
-//! a waiter that listened; and clients mixing `lock_many` with `lock` never overlap.
+//! The release of several resources through `release_one.lua` (each key handed to its own
+//! queue's head): a lock on several resources is still announced by every node, so its
+//! waiters hear it with the heralds down; its releaser still yields to a waiter that
+//! listened; and clients mixing `lock_many` with `lock` never overlap.
 #![cfg(feature = "testkit")]
 
 mod support;

@@ -1,4 +1,4 @@
-//! Adversarial checks of the fencing protocol against real Redis servers: where the clock
+//! The order and uniqueness of fencing tokens against real Redis servers: where the clock
 //! floor's assumption really lies (a clock that once ran ahead), counters that Lua reads as
 //! numbers but `INCR` refuses, and cancellation between the two rounds.
 #![cfg(feature = "testkit")]

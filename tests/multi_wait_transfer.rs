@@ -1,9 +1,8 @@
-//! Review findings on multi-resource waiters that queue by transfer (every key or none):
-//! a holder of one key waiting for another is never stuck behind a blocked multi-resource
-//! waiter (the release serves the first waiter behind it that can be served now); a
-//! cancelled waiter leaves no set key; a plain release that lands during the waiter's join
-//! is not lost; and random sets under cancellation, crashes and link faults never overlap
-//! and leave no key behind.
+//! Multi-resource waiters that queue by transfer (every key or none): a holder of one key
+//! waiting for another is never stuck behind a blocked multi-resource waiter (the release
+//! serves the first waiter behind it that can be served now); a cancelled waiter leaves no
+//! set key; a plain release that lands during the waiter's join is not lost; and random
+//! sets under cancellation, crashes and link faults never overlap and leave no key behind.
 #![cfg(feature = "testkit")]
 
 mod support;

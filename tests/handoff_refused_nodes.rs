@@ -1,7 +1,7 @@
-//! Adversarial review of the hand-off's edges against real `redis-server`s: a claim's
-//! winner letting its queue entries lapse (only where its claim was granted), and release
-//! subscriptions a node refuses (`BUSY` for a moment, or an ACL fixed at run time). Each
-//! test here failed on the version it reviewed.
+//! The hand-off with nodes that refuse, against real `redis-server`s: a claim's winner
+//! letting its queue entries lapse (only where its claim was granted), and release
+//! subscriptions a node refuses (`BUSY` for a moment, or an ACL fixed at run time): each
+//! refused one is asked again, without holding up the link or looping on reconnections.
 #![cfg(feature = "testkit")]
 
 mod support;

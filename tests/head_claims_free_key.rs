@@ -1,7 +1,7 @@
-//! Review findings on the rule that the head of a wait queue claims when its join or
-//! renewal finds the key free (or transferred to it) on a quorum: the claim loop it must
-//! not become, the quorum it needs, and the release it must end with a node down. Real
-//! `redis-server` processes through `LocalCluster`.
+//! The rule that the head of a wait queue claims when its join or renewal finds the key
+//! free (or transferred to it) on a quorum: the claim loop it must not become, the quorum
+//! it needs, and the release it must end with a node down. Real `redis-server` processes
+//! through `LocalCluster`.
 #![cfg(feature = "testkit")]
 
 mod support;
