@@ -3,8 +3,9 @@
 //! part undoes the parts already held before the call returns; a cancelled call leaves
 //! nothing behind), one token on every part, one fencing token above every earlier and
 //! below every later holder's token of each resource, extension and the watchdog over
-//! every group, and a part lost making the whole lock lost; then (`review`) the tests of an
-//! adversarial review.
+//! every group, and a part lost making the whole lock lost; then (`loss_and_waiting`) a lost
+//! lock's surviving parts, its lost signal, a cancelled release and a polling waiter across
+//! groups, with controls within one group.
 #![cfg(feature = "testkit")]
 
 mod support;
@@ -275,12 +276,12 @@ async fn lock_many_across_groups_waits_for_the_holder() {
     lock.release().await.expect("release");
 }
 
-/// An adversarial review of multi-resource locks across lock groups, against real Redis
+/// Multi-resource locks across lock groups under loss and contention, against real Redis
 /// servers (two groups of three nodes each), with a control within one group for each
-/// finding: a lost lock must stop extending its surviving parts (fixed: the parts' watchdog
+/// case: a lost lock must stop extending its surviving parts (fixed: the parts' watchdog
 /// entries share the loss), and a polling waiter across groups can be starved by queued
 /// waiters (a written limitation, kept as an ignored test).
-mod review {
+mod loss_and_waiting {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::time::{Duration, Instant};
@@ -484,10 +485,10 @@ mod review {
         }
     }
 
-    /// Checked, correct: with a majority of group B paused, the kept lock's lost signal fires
-    /// before group B's part's validity ends (driven by the earliest part), not later.
+    /// With a majority of group B paused, the kept lock's lost signal fires before group
+    /// B's part's validity ends (driven by the earliest part), not later.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn checked_lost_signal_fires_before_the_earliest_part_expires() {
+    async fn lost_signal_fires_before_the_earliest_part_expires() {
         let (a, b) = (support::group3().await, support::group3().await);
         let locks = client(&a, &b, None).await;
         let x = name_in(&locks, 0, "x");
@@ -512,10 +513,10 @@ mod review {
         drop(kept);
     }
 
-    /// Checked, correct: a release of a lock across groups dropped while group B is paused
-    /// leaves no part behind once B resumes.
+    /// A release of a lock across groups dropped while group B is paused leaves no part
+    /// behind once B resumes.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn checked_a_cancelled_release_leaves_no_part_behind() {
+    async fn a_cancelled_release_leaves_no_part_behind() {
         let (a, b) = (support::group3().await, support::group3().await);
         let locks = client(&a, &b, None).await;
         let x = name_in(&locks, 0, "x");
