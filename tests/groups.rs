@@ -116,9 +116,13 @@ async fn the_load_splits_by_the_routing() {
     }
     let after = [requests(&a).await, requests(&b).await];
     println!("routed {routed:?}; requests before {before:?} after {after:?}");
-    // The routing itself is even: within ±10 % of half for these 400 names.
+    // The routing itself is even. It hashes the groups' addresses, whose ports change from
+    // run to run, so each name's group is a fair coin here: 400 names split within 3.5
+    // standard deviations (10 each) of half, which fails once in two thousand runs (±20,
+    // two deviations, failed one run in twenty). The spread itself is pinned with fixed
+    // addresses by `protocol::groups::tests::spreads_evenly`.
     for r in routed {
-        assert!((180..=220).contains(&r), "routed {routed:?}");
+        assert!((165..=235).contains(&r), "routed {routed:?}");
     }
     // Each node ran one acquisition and one release per resource of its group (and at
     // most a few group-map checks besides), and nothing for the other group's.
