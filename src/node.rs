@@ -682,7 +682,7 @@ impl Node {
     }
 
     /// [`Node::admit`] within `timeout`: `Ok` with the time left for the request itself.
-    async fn admitted_within(&self, timeout: Duration) -> Result<Duration, Reply> {
+    async fn admitted_within(&self, timeout: Duration) -> Result<Duration, String> {
         let start = std::time::Instant::now();
         self.admit(timeout).await?;
         Ok(timeout.saturating_sub(start.elapsed()))
@@ -1549,7 +1549,7 @@ impl Node {
         } else {
             match self.admitted_within(timeout).await {
                 Ok(left) => left,
-                Err(refused) => return refused,
+                Err(why) => return identity::refusal(why),
             }
         };
         match &req.wire {
@@ -1598,24 +1598,11 @@ impl Node {
     async fn extend_replies(&self, batch: &ExtendBatch, timeout: Duration) -> Vec<Typed> {
         let timeout = match self.admitted_within(timeout).await {
             Ok(left) => left,
-            Err(refused) => {
-                let text = match &refused {
-                    Reply::Error(e) => Reply::error_text(e),
-                    _ => "voter not admitted".to_owned(),
-                };
+            Err(why) => {
                 return batch
                     .answers
                     .iter()
-                    .map(|a| {
-                        decode(
-                            *a,
-                            Reply::Error(RedisError::from((
-                                redis::ErrorKind::Client,
-                                "voter not admitted",
-                                text.clone(),
-                            ))),
-                        )
-                    })
+                    .map(|a| decode(*a, identity::refusal(why.clone())))
                     .collect();
             }
         };

@@ -396,9 +396,10 @@ impl Node {
     }
 
     /// Before a request that votes: `Ok` when this voter's votes count (admitted now, or
-    /// before), else the reply to count in its place: a failure naming why. A voter not
-    /// admitted yet is read now, within `timeout`, and the other admitted voters with it.
-    pub(crate) async fn admit(&self, timeout: Duration) -> Result<(), Reply> {
+    /// before), else why not ([`refusal`] makes it the failure counted in its place). A
+    /// voter not admitted yet is read now, within `timeout`, and the other admitted voters
+    /// with it.
+    pub(crate) async fn admit(&self, timeout: Duration) -> Result<(), String> {
         let Some(admission) = &self.admission else {
             return Ok(());
         };
@@ -406,7 +407,7 @@ impl Node {
         let (reading, others) = match registry.begin(admission.index) {
             Ok(None) => return Ok(()),
             Ok(Some(begun)) => begun,
-            Err(why) => return Err(refusal(why)),
+            Err(why) => return Err(why),
         };
         // Its own read first: a voter that does not answer (a dead one, asked again every
         // 100 ms) costs the others nothing. The others are read within what is left.
@@ -426,7 +427,7 @@ impl Node {
         };
         let settled = registry.settle(admission.index, read, &fresh);
         drop(reading);
-        settled.map_err(refusal)
+        settled
     }
 
     /// This node without its admission: a reader of the voter, for the registry.
@@ -438,8 +439,8 @@ impl Node {
     }
 }
 
-/// A failed vote for a voter that is not admitted.
-fn refusal(why: String) -> Reply {
+/// A failed vote for a voter that is not admitted (`why`: [`Node::admit`]'s error).
+pub(crate) fn refusal(why: String) -> Reply {
     Reply::Error(RedisError::from((
         redis::ErrorKind::Client,
         "voter not admitted",
