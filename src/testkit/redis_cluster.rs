@@ -35,6 +35,8 @@ pub const SLOTS: u16 = crate::slot::SLOTS;
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long the cluster may take to converge after a change (join, failover, migration).
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a takeover may wait for the cluster before its replica claims a newer epoch.
+const TAKEOVER_NUDGE: Duration = Duration::from_secs(5);
 /// How often convergence is polled.
 const POLL: Duration = Duration::from_millis(50);
 
@@ -451,6 +453,15 @@ impl Topology {
 
     /// Joins the processes, assigns the slots, attaches the replicas and waits.
     pub(crate) async fn form(&self) -> io::Result<()> {
+        // Every node gets its own configuration epoch before it meets the others, as
+        // `redis-cli --cluster create` does. Left at 0, the epochs are made unique by
+        // collisions resolved over gossip after the cluster looks settled; a replica
+        // promoted by a takeover meanwhile may claim an epoch the others already gave its
+        // old master, and they then keep the old master's slots for ever.
+        for i in 0..self.len() {
+            let epoch = (i + 1).to_string();
+            ok(command(self.addr(i)?, &["CLUSTER", "SET-CONFIG-EPOCH", &epoch]).await?)?;
+        }
         let first = self.addr(0)?;
         for i in 1..self.len() {
             let port = self.port(i)?.to_string();
@@ -684,6 +695,13 @@ impl Topology {
     /// a master that is down) and waits until the cluster agrees.
     pub(crate) async fn takeover(&self, replica: usize) -> io::Result<()> {
         ok(command(self.addr(replica)?, &["CLUSTER", "FAILOVER", "TAKEOVER"]).await?)?;
+        if self.wait_master_within(replica, TAKEOVER_NUDGE).await? {
+            return Ok(());
+        }
+        // A takeover claims an epoch without the others' agreement; if the replica's view
+        // of the epochs was behind, its claim loses to the old master's and is never
+        // adopted. `BUMPEPOCH` claims a newer one once its view has caught up.
+        ok(command(self.addr(replica)?, &["CLUSTER", "BUMPEPOCH"]).await?)?;
         self.wait_master(replica).await
     }
 
@@ -702,34 +720,50 @@ impl Topology {
 
     /// Waits until `process` is a master serving slots on every live node's map.
     async fn wait_master(&self, process: usize) -> io::Result<()> {
-        let port = self.port(process)?;
-        let end = Instant::now() + CONVERGE_TIMEOUT;
+        if self.wait_master_within(process, CONVERGE_TIMEOUT).await? {
+            return Ok(());
+        }
+        let (seen, live) = self.master_seen(process).await?;
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "process {process} not a master on every node after {CONVERGE_TIMEOUT:?} ({seen}/{live})"
+            ),
+        ))
+    }
+
+    /// Whether `process` becomes a master serving slots on every live node's map within
+    /// `limit`.
+    async fn wait_master_within(&self, process: usize, limit: Duration) -> io::Result<bool> {
+        let end = Instant::now() + limit;
         loop {
-            let mut live = 0;
-            let mut seen = 0;
-            for i in 0..self.len() {
-                let Ok(addr) = self.addr(i) else { continue };
-                let Ok(map) = self.slot_map(addr).await else {
-                    continue;
-                };
-                live += 1;
-                if map.iter().any(|(_, _, p)| *p == port) {
-                    seen += 1;
-                }
-            }
+            let (seen, live) = self.master_seen(process).await?;
             if live > 0 && seen == live {
-                return Ok(());
+                return Ok(true);
             }
             if Instant::now() >= end {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "process {process} not a master on every node after {CONVERGE_TIMEOUT:?} ({seen}/{live})"
-                    ),
-                ));
+                return Ok(false);
             }
             tokio::time::sleep(POLL).await;
         }
+    }
+
+    /// How many live nodes' maps show `process` serving slots, of how many live nodes.
+    async fn master_seen(&self, process: usize) -> io::Result<(usize, usize)> {
+        let port = self.port(process)?;
+        let mut live = 0;
+        let mut seen = 0;
+        for i in 0..self.len() {
+            let Ok(addr) = self.addr(i) else { continue };
+            let Ok(map) = self.slot_map(addr).await else {
+                continue;
+            };
+            live += 1;
+            if map.iter().any(|(_, _, p)| *p == port) {
+                seen += 1;
+            }
+        }
+        Ok((seen, live))
     }
 
     /// Starts moving `slot` to master `to` and stops half-way: the target is
