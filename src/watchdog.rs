@@ -636,8 +636,7 @@ impl Redlock {
         F: FnOnce(LockContext) -> Fut,
         Fut: Future<Output = T>,
     {
-        let lock = self.lock(resource, ttl).await?;
-        scoped(lock.keep_alive(watchdog), f).await
+        scoped(self.lock(resource, ttl), watchdog, f).await
     }
 
     /// As [`with_lock`](Redlock::with_lock), with one attempt ([`try_lock`](Redlock::try_lock)).
@@ -671,8 +670,7 @@ impl Redlock {
         F: FnOnce(LockContext) -> Fut,
         Fut: Future<Output = T>,
     {
-        let lock = self.try_lock(resource, ttl).await?;
-        scoped(lock.keep_alive(watchdog), f).await
+        scoped(self.try_lock(resource, ttl), watchdog, f).await
     }
 }
 
@@ -715,8 +713,7 @@ impl Redlock {
         F: FnOnce(LockContext) -> Fut,
         Fut: Future<Output = T>,
     {
-        let lock = self.read_lock(resource, ttl).await?;
-        scoped(lock.keep_alive(watchdog), f).await
+        scoped(self.read_lock(resource, ttl), watchdog, f).await
     }
 
     /// Scoped use of the write lock: as [`with_lock`](Redlock::with_lock), with
@@ -757,8 +754,7 @@ impl Redlock {
         F: FnOnce(LockContext) -> Fut,
         Fut: Future<Output = T>,
     {
-        let lock = self.write_lock(resource, ttl).await?;
-        scoped(lock.keep_alive(watchdog), f).await
+        scoped(self.write_lock(resource, ttl), watchdog, f).await
     }
 }
 
@@ -800,17 +796,20 @@ impl Semaphore {
         F: FnOnce(LockContext) -> Fut,
         Fut: Future<Output = T>,
     {
-        let permit = self.acquire(ttl).await?;
-        scoped(permit.keep_alive(watchdog), f).await
+        scoped(self.acquire(ttl), watchdog, f).await
     }
 }
 
-async fn scoped<F, Fut, T>(kept: KeptLock, f: F) -> Result<T, Error>
+/// The one implementation of every scoped wrapper: takes the lock `acquire` gives, keeps it
+/// alive with `watchdog` while `f` runs, cancels `f` if the lock is lost, and releases it.
+async fn scoped<A, F, Fut, T>(acquire: A, watchdog: Watchdog, f: F) -> Result<T, Error>
 where
+    A: Future<Output = Result<Lock, Error>>,
     F: FnOnce(LockContext) -> Fut,
     Fut: Future<Output = T>,
 {
     use std::panic::AssertUnwindSafe;
+    let kept = acquire.await?.keep_alive(watchdog);
     let ctx = kept.context();
     let lost = kept.lost();
     let outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| f(ctx))) {

@@ -102,7 +102,7 @@ async fn random_sets_with_cancellation_crashes_and_link_faults_never_overlap() -
     let names = ["rs-0", "rs-1", "rs-2", "rs-3"];
     let cluster = LocalCluster::builder(3).proxies(true).launch().await?;
     let history = History::new();
-    let secs: u64 = std::env::var("REVIEW_SECS")
+    let secs: u64 = std::env::var("QUORUMLOCK_TRANSFER_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(8);
@@ -353,7 +353,7 @@ async fn plain_release_during_join(
         }
     });
     // The claim lands at ~150 ms (refused), the join at ~450 ms or later.
-    let at: u64 = std::env::var("REVIEW_RELEASE_AT")
+    let at: u64 = std::env::var("QUORUMLOCK_RELEASE_AT")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(200);

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use quorumlock::testkit::LocalCluster;
 use quorumlock::{Error, LostReason, Redlock, Watchdog};
 use redis::AsyncCommands;
-use support::{count_key, eventually, get, lock_key, raw};
+use support::{count_key, eventually, fence_key, get, lock_key, raw};
 
 const TTL: Duration = Duration::from_secs(5);
 
@@ -149,11 +149,6 @@ async fn a_cancelled_lock_across_groups_leaves_no_part_behind() {
     assert!(gone, "a part of the cancelled lock was left behind");
     let lock = locks.try_lock_many([&x, &y], TTL).await.expect("free");
     lock.release().await.expect("release");
-}
-
-/// The node's fence counter key of `name`.
-fn fence_key(name: &str) -> String {
-    format!("quorumlock:fence:{name}")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -395,3 +395,36 @@ pub fn calls(commandstats: &str, cmd: &str) -> u64 {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
 }
+
+/// The fence counter key of a resource (the fencing token's counter on each node).
+pub fn fence_key(resource: &str) -> String {
+    format!("quorumlock:fence:{resource}")
+}
+
+/// Makes `nodes` refuse any acquisition of `resource`: another owner's lock key, with no
+/// TTL, until [`vacate`].
+pub async fn occupy(
+    cluster: &LocalCluster,
+    nodes: impl IntoIterator<Item = usize>,
+    resource: &str,
+) {
+    for i in nodes {
+        let mut c = raw(cluster, i).await;
+        let _: () = c
+            .set(lock_key(resource), "another-owner")
+            .await
+            .expect("SET");
+    }
+}
+
+/// The other owner of [`occupy`] lets go of `nodes`.
+pub async fn vacate(
+    cluster: &LocalCluster,
+    nodes: impl IntoIterator<Item = usize>,
+    resource: &str,
+) {
+    for i in nodes {
+        let mut c = raw(cluster, i).await;
+        let _: () = c.del(lock_key(resource)).await.expect("DEL");
+    }
+}
