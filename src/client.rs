@@ -291,7 +291,9 @@ impl Redlock {
     /// ```
     pub async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
         let (res, inner) = self.prepare(&[resource], ttl)?;
-        acquire_once(inner, &res, ttl, 1).await
+        acquire_once(inner, &res, ttl, 1)
+            .await
+            .map_err(|e| e.about(&[resource]))
     }
 
     /// Takes the lock on `resource`, waiting per the retry policy (and, unless turned
@@ -319,7 +321,9 @@ impl Redlock {
     /// ```
     pub async fn lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
         let (res, inner) = self.prepare(&[resource], ttl)?;
-        crate::wait::acquire_waiting(inner, &res, ttl, &inner.config.retry).await
+        crate::wait::acquire_waiting(inner, &res, ttl, &inner.config.retry)
+            .await
+            .map_err(|e| e.about(&[resource]))
     }
 
     /// As [`lock`](Redlock::lock), with a retry policy for this call only.
@@ -352,7 +356,9 @@ impl Redlock {
             Error::Config(c) => Error::invalid("retry", c.to_string()),
             other => other,
         })?;
-        crate::wait::acquire_waiting(inner, &res, ttl, &retry).await
+        crate::wait::acquire_waiting(inner, &res, ttl, &retry)
+            .await
+            .map_err(|e| e.about(&[resource]))
     }
 
     /// Tries once to take every resource in the list, all-or-nothing: on each node one
@@ -394,10 +400,11 @@ impl Redlock {
         I::Item: AsRef<str>,
     {
         let names: Vec<I::Item> = resources.into_iter().collect();
-        match self.prepare_many(&names, ttl)? {
+        let got = match self.prepare_many(&names, ttl)? {
             Many::Within(res, inner) => acquire_once(&inner, &res, ttl, 1).await,
             Many::Spanning(parts, all) => crate::spanning::acquire_once(&parts, &all, ttl, 1).await,
-        }
+        };
+        got.map_err(|e| e.about(&names))
     }
 
     /// Takes every resource in the list, all-or-nothing, waiting per the retry policy.
@@ -444,7 +451,7 @@ impl Redlock {
         I::Item: AsRef<str>,
     {
         let names: Vec<I::Item> = resources.into_iter().collect();
-        match self.prepare_many(&names, ttl)? {
+        let got = match self.prepare_many(&names, ttl)? {
             Many::Within(res, inner) => {
                 crate::wait::acquire_waiting(&inner, &res, ttl, &inner.config.retry).await
             }
@@ -455,7 +462,8 @@ impl Redlock {
                     .unwrap_or_default();
                 crate::spanning::acquire_waiting(&parts, &all, ttl, &retry).await
             }
-        }
+        };
+        got.map_err(|e| e.about(&names))
     }
 }
 

@@ -355,7 +355,9 @@ impl Semaphore {
     pub async fn try_acquire(&self, ttl: Duration) -> Result<Lock, Error> {
         Error::ensure_runtime()?;
         self.inner.config.check_ttl(ttl)?;
-        acquire_as(&self.inner, &self.res, &self.ask(), ttl, 1).await
+        acquire_as(&self.inner, &self.res, &self.ask(), ttl, 1)
+            .await
+            .map_err(|e| e.about(self.res.names()))
     }
 
     /// Takes a permit for `ttl`, waiting per the client's retry policy (polling with the
@@ -385,6 +387,8 @@ impl Semaphore {
         Error::ensure_runtime()?;
         self.inner.config.check_ttl(ttl)?;
         let retry = &self.inner.config.retry;
-        acquire_polling(&self.inner, &self.res, &self.ask(), ttl, retry).await
+        acquire_polling(&self.inner, &self.res, &self.ask(), ttl, retry)
+            .await
+            .map_err(|e| e.about(self.res.names()))
     }
 }

@@ -302,6 +302,7 @@ mod tests {
             elapsed: Duration::ZERO,
             largest_holder: largest,
             holder_ids: Vec::new(),
+            resources: Vec::new(),
         }
     }
 

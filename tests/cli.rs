@@ -160,7 +160,7 @@ async fn busy_lock_is_not_run() {
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("busy is held by another owner"), "{err}");
-    assert!(err.contains("(quorum 2)"), "{err}");
+    assert!(err.contains("(2 needed)"), "{err}");
 
     let started = Instant::now();
     let out = output(

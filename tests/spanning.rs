@@ -220,7 +220,10 @@ async fn the_watchdog_keeps_every_part_and_a_lost_part_loses_the_lock() {
         .await
         .expect("the lost signal fires");
     assert!(
-        matches!(&lost, Error::Lost(l) if matches!(l.reason(), LostReason::NotHeld | LostReason::ExtendFailed)),
+        matches!(
+            lost.reason(),
+            LostReason::NotHeld | LostReason::ExtendFailed
+        ),
         "{lost:?}"
     );
     assert!(started.elapsed() < Duration::from_secs(3));
