@@ -1498,3 +1498,57 @@ mod tls {
         }
     }
 }
+
+/// `--nodes` takes one comma list: the words after it are the command's own (a resource
+/// name here), never more node URLs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_take_one_comma_list_and_leave_the_resource_alone() {
+    let cluster = cluster(3).await;
+    let list = cluster.urls().join(",");
+    let out = output(
+        bare().args(["inspect", "--nodes", &list, "after-nodes"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("after-nodes on 3 nodes (quorum 2)"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// With a majority of the nodes down, `run` reports the outage after one attempt (within
+/// the node timeout), not after its whole wait, and with every mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_majority_is_reported_without_waiting_out_the_wait() {
+    let cluster = cluster(3).await;
+    cluster.kill(0).await.expect("kill");
+    cluster.kill(1).await.expect("kill");
+    for mode in [
+        &[][..],
+        &["--shared"][..],
+        &["--write"][..],
+        &["--permits", "2"][..],
+    ] {
+        let started = Instant::now();
+        let mut opts = vec!["--wait", "60s"];
+        opts.extend_from_slice(mode);
+        let out = output(
+            &mut run_sh(&cluster, "dead-majority", &opts, "true"),
+            Duration::from_secs(50),
+        )
+        .await;
+        let took = started.elapsed();
+        assert_eq!(
+            out.status.code(),
+            Some(UNAVAILABLE),
+            "{mode:?}: {}",
+            stderr(&out)
+        );
+        assert!(
+            took < Duration::from_secs(30),
+            "{mode:?}: reported after {took:?}, not at the first attempt"
+        );
+    }
+}
