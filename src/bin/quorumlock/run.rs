@@ -68,10 +68,11 @@ pub struct RunArgs {
     #[arg(long, conflicts_with = "permits")]
     write: bool,
     /// Take one of P permits of the semaphore named by --resource: at most P runs hold
-    /// one at a time. Each node admits c = ceil((P+1)*Q/N)-1 permits, so with N nodes and
-    /// a majority quorum Q, at most floor(c*N/Q) runs (P or P-1; 1 for P=2) run at once,
-    /// fewer with nodes down. Every run of a name must give the same P (and the same
-    /// nodes): a mismatch is refused with exit code 78.
+    /// one at a time. The quorum Q is the smallest at or above the majority that lets
+    /// exactly P runs in with every node up (each node admits c = ceil((P+1)*Q/N)-1
+    /// permits, and floor(c*N/Q) = P runs fit); where the majority cannot, Q is larger
+    /// and fewer nodes may be down. Every run of a name must give the same P (and the
+    /// same nodes): a mismatch is refused with exit code 78.
     #[arg(
         long,
         value_name = "P",
