@@ -11,7 +11,19 @@
 //! * the wait queue's length, on the resource's two *herald* nodes (the only nodes that
 //!   keep its queue; see [`NodeInspection::is_herald`]).
 //!
-//! and put the answers together in an [`Inspection`] with a [`Verdict`]:
+//! * the read-write lock of the same name ([`NodeReading::rw`]): its writer, its live
+//!   readers and the intents of its waiting writers, each with its TTL;
+//! * the semaphore of the same name ([`NodeReading::semaphore`]): its live permits and the
+//!   configuration `P:c:Q:N` the node stores for it.
+//!
+//! The mutex, the read-write lock and the semaphore of one name are separate locks; one
+//! inspection shows all three, each with its own verdict: [`Inspection::verdict`] (the
+//! mutex), [`Inspection::rw_verdict`] (read-held, write-held, free or unknown, plus
+//! [`Inspection::waiting_writers`]) and [`Inspection::semaphore_verdict`] (permits held on
+//! the semaphore's own quorum, free or unknown); [`Inspection::is_all_free`] says whether
+//! nothing holds the name.
+//!
+//! The answers are put together in an [`Inspection`] with a [`Verdict`] for the mutex:
 //!
 //! | verdict | when |
 //! | --- | --- |
@@ -25,13 +37,20 @@
 //!
 //! # What it sends
 //!
-//! One transaction per node, of read-only commands only: `MULTI`, then per resource
-//! `GET` and `PTTL` of the lock key, `GET` of the fence counter and, on the resource's
-//! herald nodes, `ZCARD` of its wait queue, then `EXEC`. The transaction makes each node's
-//! answer one snapshot (a holder is never paired with the next holder's TTL). Nothing is
-//! written: no key, no TTL, no queue entry changes. (Reading a key updates its last access
+//! One transaction per node, of read-only commands only: `MULTI`, `TIME` (the node's clock,
+//! which the sorted sets' expiry scores are read against), then per resource `GET` and
+//! `PTTL` of the lock key, `GET` of the fence counter and, on the resource's herald nodes,
+//! `ZCARD` of its wait queue; `GET` and `PTTL` of the read-write lock's writer key,
+//! `ZRANGE … WITHSCORES` of its readers and of its writers' intents; `ZRANGE … WITHSCORES`
+//! of the semaphore's holders and `GET` of its configuration; then `EXEC`. The keys are
+//! the locks' own, in the client's namespace. The transaction makes each node's answer one
+//! snapshot (a holder is never paired with the next holder's TTL). Nothing is written: no
+//! key, no TTL, no queue entry changes, and entries whose time ran out are left for the
+//! next request to purge (they are not shown). (Reading a key updates its last access
 //! time, which only eviction policies look at; quorumlock's nodes run `noeviction`.) An
-//! ACL user for inspection needs `GET`, `PTTL`, `ZCARD`, `MULTI` and `EXEC`.
+//! ACL user for inspection needs `GET`, `PTTL`, `ZCARD`, `ZRANGE`, `TIME`, `MULTI` and
+//! `EXEC`. A reply of an unexpected shape (a key of the wrong type, an unparsable score or
+//! configuration) fails that node only, with the reason.
 //!
 //! The queue length counts the waiters queued on that herald, including an entry whose
 //! lease lapsed moments ago and that the next queue operation will purge (a waiter that
@@ -62,6 +81,8 @@
 //! for node in seen.nodes() {
 //!     println!("  {node}");
 //! }
+//! // The read-write lock and the semaphore of the same name:
+//! println!("{:?} {:?}", seen.rw_verdict(), seen.semaphore_verdict());
 //! # Ok(()) }
 //! ```
 
@@ -158,9 +179,14 @@ impl fmt::Display for TokenPrefix {
     }
 }
 
-/// What the nodes together say about one resource (see the [module docs](self)).
+/// What the nodes together say about one name: its mutex, its read-write lock and its
+/// semaphore (see the [module docs](self)).
 ///
-/// `Display` prints one line: `orders:42: held by 3f2a9c1b… on 5/5 nodes (quorum 3)`.
+/// `Display` prints one line with every kind that is not free, separated by `; `:
+/// `orders:42: held by 3f2a9c1b… on 5/5 nodes (quorum 3), 8.2s left`, `catalog: read-held
+/// by 2 readers on 5/5 nodes (quorum 3), 9.6s left, 1 writer waiting`, `pool: semaphore: 2
+/// of 2 permits held (quorum 4), 29.1s left`; or `free on 5/5 nodes (quorum 3)` when none is
+/// held, and `unknown (2/5 nodes answered, quorum 3)` when too few nodes answered.
 ///
 /// # Example
 ///
@@ -1081,7 +1107,8 @@ impl Inspection {
         &self.resource
     }
 
-    /// The verdict (see [`Verdict`]).
+    /// The mutex's verdict (see [`Verdict`]); the other kinds':
+    /// [`rw_verdict`](Self::rw_verdict), [`semaphore_verdict`](Self::semaphore_verdict).
     ///
     /// # Example
     ///
@@ -1424,9 +1451,10 @@ impl Inspection {
 
 impl Redlock {
     /// Reads, on every node, who holds `resource`, its remaining TTL, its fence counter and
-    /// its wait queue's length, **without taking or touching the lock**, and says whether
-    /// it is held on a quorum, free on a quorum, or unknown (see the
-    /// [`inspect` module](crate::inspect)).
+    /// its wait queue's length, and the readers, writer, waiting writers and permits of the
+    /// read-write lock and the semaphore of the same name, **without taking or touching
+    /// any of them**, and says for each kind whether it is held on a quorum, free on a
+    /// quorum, or unknown (see the [`inspect` module](crate::inspect)).
     ///
     /// Every node is asked in parallel, each bounded by the per-node timeout
     /// ([`RedlockBuilder::node_timeout`](crate::RedlockBuilder::node_timeout); without one,
