@@ -546,72 +546,45 @@ mod tests {
         }
     }
 
-    #[test]
-    fn bad_shapes_are_failures_that_show_no_token() {
-        let token = "0123456789abcdef0123456789abcdef";
+    /// Mutex replies of the wrong shape: too few, too many, the wrong types, a bad counter,
+    /// a server error.
+    fn bad_mutex_replies(token: &str) -> Vec<(Vec<Value>, &'static [bool])> {
         let free = || vec![Value::Nil, Value::Int(-2), Value::Nil];
-        // Too few replies, too many, the wrong types, a bad counter, a server error.
-        let cases: Vec<(Vec<Value>, &[bool])> = vec![
+        let one = |v: Vec<Value>| tx(vec![mutex_only(v)]);
+        let gone = || Value::Int(-2);
+        let wrong_type = redis::parse_redis_value(b"-WRONGTYPE Operation against a key\r\n");
+        vec![
             (tx(vec![vec![bulk(token), Value::Int(5)]]), &[false]),
             (tx(vec![free()]), &[true]),
             (tx(vec![mutex_only(free()), vec![bulk(token)]]), &[false]),
             (
-                tx(vec![mutex_only(vec![
-                    Value::Int(1),
-                    Value::Int(5),
-                    Value::Nil,
-                ])]),
+                one(vec![Value::Int(1), Value::Int(5), Value::Nil]),
                 &[false],
             ),
+            (one(vec![bulk(token), bulk(token), Value::Nil]), &[false]),
+            (one(vec![Value::Nil, gone(), bulk("x7")]), &[false]),
+            (one(vec![Value::Nil, gone(), bulk("-3")]), &[false]),
             (
-                tx(vec![mutex_only(vec![bulk(token), bulk(token), Value::Nil])]),
-                &[false],
-            ),
-            (
-                tx(vec![mutex_only(vec![
-                    Value::Nil,
-                    Value::Int(-2),
-                    bulk("x7"),
-                ])]),
-                &[false],
-            ),
-            (
-                tx(vec![mutex_only(vec![
-                    Value::Nil,
-                    Value::Int(-2),
-                    bulk("-3"),
-                ])]),
-                &[false],
-            ),
-            (
-                tx(vec![mutex_only(vec![
-                    Value::Nil,
-                    Value::Int(-2),
-                    Value::Nil,
-                    bulk(token),
-                ])]),
+                one(vec![Value::Nil, gone(), Value::Nil, bulk(token)]),
                 &[true],
             ),
             (
-                tx(vec![mutex_only(vec![
-                    Value::Nil,
-                    Value::Int(-2),
-                    Value::Nil,
-                    Value::Int(-1),
-                ])]),
+                one(vec![Value::Nil, gone(), Value::Nil, Value::Int(-1)]),
                 &[true],
             ),
-            (vec![Value::Okay, bulk(token)], &[false]),
-            (vec![], &[false]),
             (
-                tx(vec![mutex_only(vec![
-                    redis::parse_redis_value(b"-WRONGTYPE Operation against a key\r\n").unwrap(),
-                    Value::Int(5),
-                    Value::Nil,
-                ])]),
+                one(vec![wrong_type.unwrap(), Value::Int(5), Value::Nil]),
                 &[false],
             ),
-        ];
+        ]
+    }
+
+    #[test]
+    fn bad_shapes_are_failures_that_show_no_token() {
+        let token = "0123456789abcdef0123456789abcdef";
+        let mut cases = bad_mutex_replies(token);
+        cases.push((vec![Value::Okay, bulk(token)], &[false]));
+        cases.push((vec![], &[false]));
         for (values, heralds) in cases {
             let e = failure(values.clone(), heralds);
             assert!(!e.contains("0123"), "{e}");
