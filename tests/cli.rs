@@ -1554,3 +1554,150 @@ async fn a_dead_majority_is_reported_without_waiting_out_the_wait() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_shows_a_shared_run_read_held() {
+    let cluster = cluster(3).await;
+    let dir = tmp();
+    let started_file = file(&dir, "started");
+    let go = file(&dir, "go");
+    let script = r#"touch "$STARTED"; i=0; while [ ! -e "$GO" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done"#;
+    let mut child = run_sh(&cluster, "catalog", &["--shared", "--ttl", "5s"], script)
+        .env("STARTED", &started_file)
+        .env("GO", &go)
+        .spawn()
+        .expect("spawn");
+    wait_for_file(&started_file, Duration::from_secs(10)).await;
+    let out = output(
+        ql(&cluster).args(["inspect", "catalog"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("verdict: read-held by 1 reader on 3/3 nodes (quorum 2)"),
+        "{text}"
+    );
+    assert!(!text.contains("verdict: free"), "{text}");
+    assert_eq!(text.matches("read-write: readers 1 (").count(), 3, "{text}");
+
+    let out = output(
+        ql(&cluster).args(["inspect", "--json", "catalog"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("valid JSON");
+    let r = &v["resources"][0];
+    assert_eq!(r["verdict"], "free", "the mutex is a separate lock");
+    assert_eq!(r["all_free"], false);
+    assert_eq!(r["rw"]["verdict"], "read_held");
+    assert_eq!(r["rw"]["readers"], 1);
+    assert_eq!(r["rw"]["held_nodes"], 3);
+    assert_eq!(r["rw"]["waiting_writers"], 0);
+    assert!(r["rw"]["ttl_ms"].as_u64().is_some_and(|t| t <= 5_000));
+    assert_eq!(r["semaphore"]["verdict"], "free");
+    for n in r["nodes"].as_array().expect("nodes") {
+        let readers = n["rw"]["readers"].as_array().expect("readers");
+        assert_eq!(readers.len(), 1, "{n}");
+        assert_eq!(readers[0]["id"].as_str().map(str::len), Some(8));
+        assert_eq!(n["rw"]["writer"], serde_json::Value::Null);
+        assert_eq!(n["semaphore"]["count"], 0);
+    }
+
+    std::fs::write(&go, "").expect("touch go");
+    assert_eq!(
+        wait_exit(&mut child, Duration::from_secs(10)).await.code(),
+        Some(0)
+    );
+    let out = output(
+        ql(&cluster).args(["inspect", "catalog"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    let text = stdout(&out);
+    assert_eq!(text.matches("verdict: ").count(), 1, "{text}");
+    assert!(
+        text.contains("verdict: free on 3/3 nodes (quorum 2)"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_shows_a_writer_and_held_permits() {
+    let cluster = cluster(3).await;
+    let locks = client(&cluster).await;
+    let writer = locks
+        .try_write_lock("kinds", Duration::from_secs(30))
+        .await
+        .expect("writer");
+    let pool = locks.semaphore("kinds", 2).expect("semaphore");
+    let permit = pool
+        .try_acquire(Duration::from_secs(30))
+        .await
+        .expect("permit");
+    assert!(locks.flush(Duration::from_secs(10)).await);
+    let out = output(
+        ql(&cluster).args(["inspect", "kinds"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    let prefix = &writer.token()[..8];
+    assert!(
+        text.contains(&format!(
+            "verdict: write-held by {prefix}… on 3/3 nodes (quorum 2)"
+        )),
+        "{text}"
+    );
+    let (q, c) = (pool.quorum(), pool.per_node_limit());
+    assert!(
+        text.contains(&format!(
+            "verdict: semaphore: 1 of 2 permits held (quorum {q})"
+        )),
+        "{text}"
+    );
+    assert!(text.contains(&format!("stored 2:{c}:{q}:3")), "{text}");
+    assert!(!text.contains(writer.token()) && !text.contains(permit.token()));
+
+    let out = output(
+        ql(&cluster).args(["inspect", "--json", "kinds"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("valid JSON");
+    let r = &v["resources"][0];
+    assert_eq!(r["rw"]["verdict"], "write_held");
+    assert_eq!(r["rw"]["writer"], prefix);
+    let s = &r["semaphore"];
+    assert_eq!(s["verdict"], "held");
+    assert_eq!(s["holders"], 1);
+    assert_eq!(s["permits"], 2);
+    assert_eq!(s["quorum"], q);
+    assert_eq!(s["config"], format!("2:{c}:{q}:3"));
+    let counts: u64 = r["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| n["semaphore"]["count"].as_u64().expect("count"))
+        .sum();
+    assert_eq!(counts, q as u64);
+
+    // A node down: it is failed and its kinds are null; two of three still decide.
+    cluster.kill(0).await.expect("kill");
+    let out = output(
+        ql(&cluster).args(["inspect", "--json", "kinds"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("valid JSON");
+    let r = &v["resources"][0];
+    assert_eq!(r["nodes"][0]["state"], "failed");
+    assert_eq!(r["nodes"][0]["rw"], serde_json::Value::Null);
+    assert_eq!(r["nodes"][0]["semaphore"], serde_json::Value::Null);
+    assert_eq!(r["rw"]["verdict"], "write_held");
+    assert_eq!(r["rw"]["held_nodes"], 2);
+    drop((writer, permit));
+}
