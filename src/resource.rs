@@ -58,6 +58,7 @@ const RELEASED: &str = "released";
 const QUEUE: &str = "queue";
 const QUEUE_LEASE: &str = "qlease";
 const QUEUE_ATTRS: &str = "qattrs";
+/// Reserved: the set keys of an earlier multi-resource wait queue.
 const QUEUE_SET: &str = "qset";
 const RW: &str = "rw";
 const READERS: &str = "readers";
@@ -318,18 +319,6 @@ impl Resources {
     pub(crate) fn keyspace(&self) -> &Keyspace {
         &self.space
     }
-    /// A multi-resource waiter's set key (`enqueue_many.lua`), for its token: in the
-    /// resources' slot with [`Layout::Slotted`].
-    pub(crate) fn set_key(&self, token: &[u8]) -> Vec<u8> {
-        let tag = match (self.space.layout, self.names.first()) {
-            (Layout::Slotted, Some(n)) => crate::slot::name_tag(n),
-            _ => String::new(),
-        };
-        let mut k = self.space.prefix(QUEUE_SET);
-        k.extend_from_slice(tag.as_bytes());
-        k.extend_from_slice(token);
-        k
-    }
     /// Whether node `i` of `n` is one of the two *heralds* of the first resource ([`is_herald`]).
     pub(crate) fn is_herald(&self, i: usize, n: usize) -> bool {
         is_herald(self.names.first().map_or("", String::as_str), i, n)
@@ -565,7 +554,7 @@ mod tests {
         for name in ["a", "{order:7}:stock", "}x{", "{}"] {
             let res = Resources::in_space(&[name], &slotted()).unwrap();
             let slot = key_slot(name.as_bytes());
-            let mut keys = vec![res.lock_keys()[0].clone(), res.set_key(b"tok")];
+            let mut keys = vec![res.lock_keys()[0].clone()];
             keys.extend(res.fence_keys());
             keys.extend(res.queue_keys());
             let rw = RwKeys::new(name, &slotted());
@@ -644,7 +633,6 @@ mod tests {
         all.push(space.inbox_channel(7));
         all.push(space.record_key());
         if let Ok(res) = Resources::in_space(&[name], space) {
-            all.push(res.set_key(b"tok"));
             all.push(res.inbox(&space.inbox_channel(7)));
         }
         all
@@ -664,7 +652,6 @@ mod tests {
                 b"quorumlock:qattrs:x".to_vec()
             ]
         );
-        assert_eq!(res.set_key(b"tok"), b"quorumlock:qset:tok");
         assert_eq!(res.channels()[0], b"quorumlock:released:x");
         assert_eq!(
             p.inbox_channel(0xab),
@@ -707,7 +694,7 @@ mod tests {
             if layout == Layout::Slotted {
                 // The hash tag is the name's own: the namespace cannot hold braces.
                 let slot = crate::slot::key_slot(b"orders:42");
-                for k in [&res.lock_keys()[0], &res.channels()[0], &res.set_key(b"t")] {
+                for k in [&res.lock_keys()[0], &res.channels()[0]] {
                     assert_eq!(crate::slot::key_slot(k), slot);
                 }
             }

@@ -51,8 +51,11 @@ pub(crate) use crate::protocol::contention::POLITE_DELAY;
 pub use crate::protocol::contention::QUEUE_LEASE;
 use crate::protocol::contention::{self, Pause};
 use crate::resource::Resources;
+use crate::node::QueueJoin;
 use crate::shared::Inner;
 pub(crate) use crate::time::jitter;
+use crate::token::Token;
+use futures::future::join_all;
 use crate::time::later;
 
 /// Acquires a lock of any kind by polling, per `retry`: an attempt, then a random delay
@@ -175,6 +178,82 @@ impl Waiter<'_> {
     }
 }
 
+/// A multi-resource waiter's mark on its resources' waiting state (`listen.lua`): its id,
+/// renewed every third of [`QUEUE_LEASE`] while it waits, and left in the lock it takes
+/// (whose release drops it).
+struct Listener<'a> {
+    inner: &'a Arc<Inner>,
+    res: &'a Resources,
+    id: Option<Token>,
+    renew_at: Option<tokio::time::Instant>,
+    timeout: Duration,
+}
+
+impl<'a> Listener<'a> {
+    /// A listener for notify waiting on several resources; with nothing to do otherwise.
+    fn new(
+        inner: &'a Arc<Inner>,
+        res: &'a Resources,
+        ttl: Duration,
+    ) -> Result<Listener<'a>, Error> {
+        let id = if inner.notifier.is_some() && res.len() > 1 {
+            Some(Token::generate()?)
+        } else {
+            None
+        };
+        Ok(Listener {
+            inner,
+            res,
+            id,
+            renew_at: None,
+            timeout: inner.config.node_timeout_for(ttl),
+        })
+    }
+
+    fn due(&self) -> bool {
+        self.id.is_some()
+            && self
+                .renew_at
+                .is_none_or(|at| tokio::time::Instant::now() >= at)
+    }
+
+    /// When the mark is due for renewal, if before `fallback` (else `fallback`, which
+    /// makes an attempt instead).
+    fn renew_by(&self, fallback: tokio::time::Instant) -> tokio::time::Instant {
+        match self.renew_at {
+            Some(at) if at < fallback => at,
+            _ => later(fallback, Duration::from_secs(3600)),
+        }
+    }
+
+    /// Marks (or renews) on every node at once, awaiting the replies (bounded by the node
+    /// timeout). Whether this was the first mark and a quorum of nodes answered that no
+    /// key of the set is held.
+    async fn listen(&mut self) -> bool {
+        let Some(id) = &self.id else {
+            return false;
+        };
+        let first = self.renew_at.is_none();
+        self.renew_at = Some(contention::renew_at(tokio::time::Instant::now()));
+        let join = QueueJoin::listen(self.res, id.as_bytes(), QUEUE_LEASE);
+        let timeout = self.timeout;
+        let replies = join_all(self.inner.nodes.iter().map(|n| n.listen(&join, timeout))).await;
+        let free = replies.iter().filter(|r| **r == Some(true)).count();
+        first && free >= self.inner.quorum
+    }
+
+    /// The lock taken carries the mark's id: its release drops it.
+    fn mark(&self, got: Result<Lock, Error>) -> Result<Lock, Error> {
+        match (got, &self.id) {
+            (Ok(mut lock), Some(id)) if self.renew_at.is_some() => {
+                lock.set_waiter(id.as_bytes().to_vec());
+                Ok(lock)
+            }
+            (got, _) => got,
+        }
+    }
+}
+
 /// Acquires with retries, per `retry`.
 ///
 /// Notify waiting waits by transfer ([`transfer`](crate::transfer)): one resource, or
@@ -198,9 +277,9 @@ pub(crate) async fn acquire_waiting(
     retry: &Retry,
 ) -> Result<Lock, Error> {
     if let Some(n) = &inner.notifier
-        && (res.len() == 1 || !inner.config.fencing)
+        && res.len() == 1
     {
-        // Notify waiting: hand-off by transfer (several resources: unfenced only).
+        // Notify waiting for one resource: hand-off by transfer.
         let yield_first = n.should_yield(res);
         let interest = n.interest(res);
         return crate::transfer::acquire(inner, res, ttl, retry, interest, yield_first).await;
@@ -217,6 +296,10 @@ pub(crate) async fn acquire_waiting(
         last: None,
     };
     let mut interest: Option<Interest> = None;
+    // Notify waiting marks the resources' waiting state on every node (`listen.lua`), so
+    // their releases announce; renewed every third of the lease while it waits, dropped by
+    // the release of the lock it takes, else lapsing with the lease.
+    let mut listener = Listener::new(inner, res, ttl)?;
     let mut try_now = true;
     let mut fallback_at: Option<tokio::time::Instant> = None;
     if let Some(n) = &inner.notifier
@@ -230,7 +313,7 @@ pub(crate) async fn acquire_waiting(
         let mut split = false;
         if try_now {
             match w.try_once(interest.as_ref()).await {
-                Tried::Done(r) => return crate::metrics::waited(start, *r),
+                Tried::Done(r) => return crate::metrics::waited(start, listener.mark(*r)),
                 Tried::Refused { split: s } => split = s,
                 Tried::Skipped => {}
             }
@@ -240,6 +323,11 @@ pub(crate) async fn acquire_waiting(
         }
         if split && let Some(i) = &interest {
             i.adapt(true);
+        }
+        if listener.due() && listener.listen().await && !split {
+            // The first mark found every key free on a quorum: the release we would have
+            // waited for ran before the mark landed, and was not announced. Try now.
+            continue;
         }
         // The fallback timer runs from the last attempt.
         if try_now || fallback_at.is_none() {
@@ -272,6 +360,10 @@ pub(crate) async fn acquire_waiting(
                         tokio::time::sleep(jitter(Duration::ZERO, i.window())).await;
                     }
                     () = tokio::time::sleep_until(wake_at) => {}
+                    () = tokio::time::sleep_until(listener.renew_by(wake_at)) => {
+                        // Only the mark is due: renew it, no attempt.
+                        try_now = false;
+                    }
                 }
             }
             _ => tokio::time::sleep(delay).await,

@@ -34,10 +34,7 @@ async fn enqueue(
     kind: &str,
     first: bool,
 ) -> Vec<redis::Value> {
-    redis::Script::new(concat!(
-        include_str!("../src/scripts/sets.lua"),
-        include_str!("../src/scripts/enqueue.lua")
-    ))
+    redis::Script::new(quorumlock::testkit::scripts::enqueue())
     .key(format!("quorumlock:queue:{resource}"))
     .key(format!("quorumlock:qlease:{resource}"))
     .key(format!("quorumlock:qattrs:{resource}"))

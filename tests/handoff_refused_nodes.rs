@@ -41,10 +41,7 @@ async fn queued_everywhere(cluster: &LocalCluster, res: &str, n: u64) -> TestRes
 /// Runs `release_one.lua` raw on node `i` for `token` (a release of an earlier holder that
 /// reaches this node late): `{kind, waiters[, fence]}`.
 async fn release_one(cluster: &LocalCluster, i: usize, res: &str, token: &str) -> Vec<i64> {
-    redis::Script::new(concat!(
-        include_str!("../src/scripts/sets.lua"),
-        include_str!("../src/scripts/release_one.lua")
-    ))
+    redis::Script::new(quorumlock::testkit::scripts::release_one())
     .key(lock_key(res))
     .key(queue(res))
     .key(qlease(res))

@@ -243,14 +243,12 @@ pub async fn commands_run(cluster: &LocalCluster) -> Vec<Vec<Vec<String>>> {
 }
 
 /// The acquisitions each node ran since [`log_every_command`], as (node, arguments): a
-/// `SET … NX`, or a script that acquires (`acquire.lua`, `acquire_fenced.lua`, `claim.lua`,
-/// `claim_many.lua`).
+/// `SET … NX`, or a script that acquires (`acquire.lua`, `acquire_fenced.lua`, `claim.lua`).
 pub async fn acquires_run(cluster: &LocalCluster) -> Vec<(usize, Vec<String>)> {
     let shas: Vec<String> = [
         include_str!("../../src/scripts/acquire.lua"),
         include_str!("../../src/scripts/acquire_fenced.lua"),
         include_str!("../../src/scripts/claim.lua"),
-        include_str!("../../src/scripts/claim_many.lua"),
     ]
     .into_iter()
     .map(|src| redis::Script::new(src).get_hash().to_owned())
