@@ -34,7 +34,7 @@ elseif ARGV[6] == '1' and holds == 0 then
   redis.call('ZADD', q[1], ticket, token)
   redis.call('ZADD', q[2], lapse, token)
   local attr = ARGV[4] .. ':' .. ARGV[5]
-  if ARGV[7] ~= '' then
+  if (ARGV[7] or '') ~= '' then
     attr = attr .. ':' .. ARGV[7]
   end
   redis.call('HSET', q[3], token, attr)
