@@ -23,7 +23,8 @@ local holds = held == token and 1 or 0
 local free = held and 0 or 1
 local lapse = now + tonumber(ARGV[3])
 local state = 2
-if redis.call('ZSCORE', q[1], token) then
+local score = redis.call('ZSCORE', q[1], token)
+if score then
   state = 0
   redis.call('ZADD', q[2], lapse, token)
 elseif ARGV[6] == '1' and holds == 0 then
@@ -32,6 +33,7 @@ elseif ARGV[6] == '1' and holds == 0 then
     ticket = t[1] .. string.format('%06d', tonumber(t[2]))
   end
   redis.call('ZADD', q[1], ticket, token)
+  score = redis.call('ZSCORE', q[1], token)
   redis.call('ZADD', q[2], lapse, token)
   local attr = ARGV[4] .. ':' .. ARGV[5]
   if (ARGV[7] or '') ~= '' then
@@ -41,7 +43,6 @@ elseif ARGV[6] == '1' and holds == 0 then
   state = 1
 end
 tidy(q)
-local score = redis.call('ZSCORE', q[1], token)
 local ahead = false
 if score then
   ahead = redis.call('ZCOUNT', q[1], '-inf', '(' .. score)

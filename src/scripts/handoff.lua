@@ -8,7 +8,9 @@
 -- (its waiter's inbox) or else the resource's. A head that cannot be served (unreadable
 -- attributes, a bad fence counter) is popped and named instead: the key is deleted and
 -- "<prefix>:<token>" announced on the resource's channel. With no head, the key is
--- deleted and "<prefix>" announced when this node announces (ARGV, '1').
+-- deleted and "<prefix>" announced when this node announces (ARGV, '1'). Nothing here
+-- moves the queue keys' expiry: a join sets it to the latest lease, and the keys of an
+-- emptied queue go by themselves (Redis deletes an empty sorted set or hash).
 local waiter = ARGV[2]
 local prefix = string.sub(token, 1, 8)
 local heard = 0
@@ -50,11 +52,10 @@ local function release(r)
   local q = {KEYS[5 * r + 2], KEYS[5 * r + 3], KEYS[5 * r + 4]}
   local channel, loud = ARGV[2 * r + 3], ARGV[2 * r + 4] == '1'
   drop(q, token)
-  if waiter ~= '' then
+  if waiter ~= '' and waiter ~= token then
     drop(q, waiter)
   end
   if redis.call('GET', key) ~= token then
-    tidy(q)
     return {0, redis.call('ZCARD', q[1])}
   end
   local now, t = clock()
@@ -63,7 +64,6 @@ local function release(r)
   if head then
     local ttl, kind, inbox = string.match(redis.call('HGET', q[3], head) or '', '^(%d+):([tf]):?(.*)$')
     drop(q, head)
-    tidy(q)
     local fenced = 0
     if kind == 'f' then
       fenced = raise(fence, t)
@@ -81,7 +81,6 @@ local function release(r)
     publish(channel, prefix .. ':' .. head)
     return {1, redis.call('ZCARD', q[1]) + 1}
   end
-  tidy(q)
   redis.call('DEL', key)
   if loud then
     publish(channel, prefix)
