@@ -12,7 +12,7 @@
 //! | --- | --- |
 //! | `quorumlock:lock:{name}` | the lock token, with the TTL |
 //! | `quorumlock:fence:{name}` | the fence counter (fencing only; never expires; the largest fencing token issued or committed on this node, in microseconds since the Unix epoch or above) |
-//! | `quorumlock:queue:{name}`, `quorumlock:qlease:{name}`, `quorumlock:qattrs:{name}` | waiters by ticket, when each one's lease lapses, and what a release does with each entry (`<ttl ms>:<kind>[:<channel>]`: transfer, fenced transfer, name-only; the channel a transfer is announced on, the waiter's client's inbox) (notify waiting, on every node; vanish with the last lease) |
+//! | `quorumlock:queue:{name}`, `quorumlock:qlease:{name}`, `quorumlock:qattrs:{name}` | waiters by ticket, when each one's lease lapses (and multi-resource waiters' listening marks: the leases key exists exactly while someone waits, and only then does a release run its hand-off), and what a release does with each entry (`<ttl ms>:<kind>[:<channel>]`: transfer, fenced transfer; the channel a transfer is announced on, the waiter's client's inbox) (notify waiting, on every node; vanish with the last lease) |
 //! | `quorumlock:qset:<token>` | a multi-resource waiter's set: the channel a transfer to it is announced on, then each of its resources' lock key, queue, leases and attributes (`<length>:<bytes>` each); its entries' attributes are `<ttl ms>:m:quorumlock:qset:<token>`; lapses with the entries' lease |
 //! | `quorumlock:released:{name}` | the pub/sub channel announcing releases that hand the lock to no one |
 //! | `quorumlock:released:\xFFinbox:<16 hex>` | one client's inbox: the pub/sub channel announcing transfers to its waiters (byte `0xFF` never occurs in a name, so no resource's channel is an inbox) |
@@ -324,7 +324,7 @@ impl Resources {
         is_herald(self.names.first().map_or("", String::as_str), i, n)
     }
 
-    /// Whether node `i` of `n` announces this lock's plain releases (and names name-only
+    /// Whether node `i` of `n` announces this lock's plain releases (and names unservable
     /// heads), with notify waiting: a lock on one resource on the resource's two heralds; a
     /// lock on several on every node (a waiter for several resources listens to each of
     /// them, and with the two heralds of each unavailable, 5 nodes and more, no one would

@@ -13,8 +13,11 @@
 //!   in arrival order. That waiter lives in [`transfer`](crate::transfer); the rules are in
 //!   [`protocol::handoff`](crate::protocol::handoff) and the argument in docs/safety.md
 //!   ("Direct hand-off").
-//! * **Notify** (several resources, notify waiting): every release publishes on the
-//!   resource's channel (`<namespace>:released:{name}`). Waiters of a
+//! * **Notify** (several resources, notify waiting): after a refused attempt the waiter
+//!   marks each of its resources on every node (`listen.lua`, renewed every third of
+//!   [`QUEUE_LEASE`] while it waits, dropped by the release of the lock it takes), and a
+//!   release of a marked resource publishes on the resource's channel
+//!   (`<namespace>:released:{name}`); a release with no mark announces nothing. Waiters of a
 //!   [`Redlock`](crate::Redlock) share one subscription connection per node
 //!   ([`Notifier`]) and, woken by a release, try again after a random stagger within the
 //!   resource's contention window (initially [`NOTIFY_STAGGER`]; it doubles on every split
