@@ -332,15 +332,20 @@ pub async fn del_on(cluster: &LocalCluster, nodes: &[usize], keys: &[String]) {
     }
 }
 
-/// [`queued_on_every_node`], then 150 ms more (a join's renewals and subscriptions settle),
-/// printing each node's queue size.
+/// Waits (at most 5 s) until `n` waiters wait for the resource `res` on every node (its
+/// leases key: queued single-resource waiters and multi-resource waiters' marks), then
+/// 150 ms more (a join's renewals and subscriptions settle), printing each node's count.
 pub async fn settle(cluster: &LocalCluster, res: &str, n: u64) -> Result<(), String> {
-    queued_on_every_node(cluster, res, n).await?;
+    let key = format!("quorumlock:qlease:{res}");
+    let enough = eventually(Duration::from_secs(5), || async {
+        zcards(cluster, &key).await.iter().all(|c| *c >= n)
+    })
+    .await;
+    if !enough {
+        return Err(format!("{n} waiters for {res}: {:?}", zcards(cluster, &key).await));
+    }
     tokio::time::sleep(Duration::from_millis(150)).await;
-    println!(
-        "{res}: {:?}",
-        zcards(cluster, &format!("quorumlock:queue:{res}")).await
-    );
+    println!("{res}: {:?}", zcards(cluster, &key).await);
     Ok(())
 }
 
