@@ -1361,7 +1361,11 @@ impl QueueJoin {
     /// A multi-resource waiter's mark (`listen.lua`): its `id` in every resource's leases
     /// for `lease`, so the releases of those resources announce themselves.
     pub(crate) fn listen(res: &Resources, id: &[u8], lease: Duration) -> QueueJoin {
-        let ks = res.names().iter().flat_map(|n| queue_group(res, n)).collect();
+        let ks = res
+            .names()
+            .iter()
+            .flat_map(|n| queue_group(res, n))
+            .collect();
         QueueJoin {
             call: Arc::new(ScriptCall::new(
                 &LISTEN,

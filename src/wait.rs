@@ -49,17 +49,17 @@ use crate::acquire::{Ask, acquire_as, acquire_once};
 use crate::config::Retry;
 use crate::error::{Error, Timeout, Votes};
 use crate::lock::Lock;
+use crate::node::QueueJoin;
 use crate::notifier::Interest;
 pub(crate) use crate::protocol::contention::POLITE_DELAY;
 pub use crate::protocol::contention::QUEUE_LEASE;
 use crate::protocol::contention::{self, Pause};
 use crate::resource::Resources;
-use crate::node::QueueJoin;
 use crate::shared::Inner;
 pub(crate) use crate::time::jitter;
+use crate::time::later;
 use crate::token::Token;
 use futures::future::join_all;
-use crate::time::later;
 
 /// Acquires a lock of any kind by polling, per `retry`: an attempt, then a random delay
 /// from the policy's range, until granted, a failure that is not retryable, or the

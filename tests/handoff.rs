@@ -35,19 +35,19 @@ async fn enqueue(
     first: bool,
 ) -> Vec<redis::Value> {
     redis::Script::new(quorumlock::testkit::scripts::enqueue())
-    .key(format!("quorumlock:queue:{resource}"))
-    .key(format!("quorumlock:qlease:{resource}"))
-    .key(format!("quorumlock:qattrs:{resource}"))
-    .key(lock_key(resource))
-    .arg(token)
-    .arg("")
-    .arg(3000)
-    .arg(ttl_ms)
-    .arg(kind)
-    .arg(if first { "1" } else { "0" })
-    .invoke_async(conn)
-    .await
-    .expect("enqueue")
+        .key(format!("quorumlock:queue:{resource}"))
+        .key(format!("quorumlock:qlease:{resource}"))
+        .key(format!("quorumlock:qattrs:{resource}"))
+        .key(lock_key(resource))
+        .arg(token)
+        .arg("")
+        .arg(3000)
+        .arg(ttl_ms)
+        .arg(kind)
+        .arg(if first { "1" } else { "0" })
+        .invoke_async(conn)
+        .await
+        .expect("enqueue")
 }
 
 async fn pttl(conn: &mut MultiplexedConnection, key: &str) -> i64 {

@@ -100,7 +100,10 @@ async fn a_multi_resource_waiter_is_woken_by_the_release_and_its_mark_goes_with_
     let got = tokio::time::timeout(Duration::from_secs(5), w).await???;
     let took = releasing.elapsed();
     println!("multi-resource waiter: held {took:?} after the release began");
-    assert!(took < Duration::from_secs(1), "woken by the release: {took:?}");
+    assert!(
+        took < Duration::from_secs(1),
+        "woken by the release: {took:?}"
+    );
     assert!(holds_everywhere(&cluster, &set, got.token()).await);
     got.release().await?;
     let unmarked = eventually(Duration::from_secs(2), || async {
@@ -182,7 +185,9 @@ async fn a_multi_resource_waiter_behind_seventy_blocked_waiters_is_served() -> T
     for b in &held {
         let crowd = crowd.clone();
         let set = ["blk-a".to_owned(), b.clone()];
-        blocked.push(tokio::spawn(async move { crowd.lock_many(&set, ttl).await }));
+        blocked.push(tokio::spawn(
+            async move { crowd.lock_many(&set, ttl).await },
+        ));
     }
     marked_everywhere(&cluster, &["blk-a"], BLOCKED as u64).await?;
     let w = tokio::spawn(async move { waiter.lock_many(["blk-a", "blk-c"], ttl).await });
@@ -194,7 +199,10 @@ async fn a_multi_resource_waiter_behind_seventy_blocked_waiters_is_served() -> T
     println!("behind {BLOCKED} blocked waiters: held {took:?} after the release began");
     assert!(took < Duration::from_secs(2), "{took:?}");
     assert!(holds_everywhere(&cluster, &["blk-a", "blk-c"], got.token()).await);
-    assert!(blocked.iter().all(|t| !t.is_finished()), "no blocked waiter held");
+    assert!(
+        blocked.iter().all(|t| !t.is_finished()),
+        "no blocked waiter held"
+    );
     got.release().await?;
     for t in &blocked {
         t.abort();

@@ -22,8 +22,7 @@ async fn client(urls: &[String], retry: Retry) -> Result<Redlock, quorumlock::Er
 /// H holds `a`, M waits for {a, b} (b free), then W for `a`: W heads `a`'s queue (M only
 /// marks it), so H's release hands `a` to W by transfer; M gets {a, b} once W releases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_queued_single_waiter_is_handed_the_key_before_a_multi_resource_waiter() -> TestResult
-{
+async fn a_queued_single_waiter_is_handed_the_key_before_a_multi_resource_waiter() -> TestResult {
     single_before_multi(false).await
 }
 
@@ -54,7 +53,10 @@ async fn single_before_multi(holder_of_both: bool) -> TestResult {
     settle(&cluster, a, 1).await?;
     let mut wh = tokio::spawn(async move { w.lock(a, ttl).await });
     settle(&cluster, a, 2).await?;
-    assert!(!mh.is_finished() && !wh.is_finished(), "no one took a held key");
+    assert!(
+        !mh.is_finished() && !wh.is_finished(),
+        "no one took a held key"
+    );
     let released = Instant::now();
     a_lock.release().await?;
     let (first, other) = tokio::select! {

@@ -306,7 +306,10 @@ async fn a_cancelled_multi_resource_waiter_leaves_nothing_beyond_its_lease() -> 
         true
     })
     .await;
-    println!("marks gone {:?} after the waiter was cancelled", aborted.elapsed());
+    println!(
+        "marks gone {:?} after the waiter was cancelled",
+        aborted.elapsed()
+    );
     assert!(gone, "waiting keys left after the lease");
     lock.release().await?;
     for r in set {

@@ -17,9 +17,26 @@ type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 /// The data commands the lock paths use (connection, pub/sub subscription and admin
 /// commands are left out: the clients' subscriptions and group-map records run beside).
 const COUNTED: &[&str] = &[
-    "get", "set", "del", "exists", "pexpireat", "incr", "time", "zadd", "zrem", "zcard",
-    "zcount", "zscore", "zrange", "zrangebyscore", "zremrangebyscore", "hget", "hset",
-    "hdel", "publish", "spublish",
+    "get",
+    "set",
+    "del",
+    "exists",
+    "pexpireat",
+    "incr",
+    "time",
+    "zadd",
+    "zrem",
+    "zcard",
+    "zcount",
+    "zscore",
+    "zrange",
+    "zrangebyscore",
+    "zremrangebyscore",
+    "hget",
+    "hset",
+    "hdel",
+    "publish",
+    "spublish",
 ];
 
 async fn reset(cluster: &LocalCluster) -> TestResult {

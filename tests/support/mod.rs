@@ -342,7 +342,10 @@ pub async fn settle(cluster: &LocalCluster, res: &str, n: u64) -> Result<(), Str
     })
     .await;
     if !enough {
-        return Err(format!("{n} waiters for {res}: {:?}", zcards(cluster, &key).await));
+        return Err(format!(
+            "{n} waiters for {res}: {:?}",
+            zcards(cluster, &key).await
+        ));
     }
     tokio::time::sleep(Duration::from_millis(150)).await;
     println!("{res}: {:?}", zcards(cluster, &key).await);
