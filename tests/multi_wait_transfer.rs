@@ -10,14 +10,9 @@ use std::time::{Duration, Instant};
 
 use quorumlock::testkit::LocalCluster;
 use quorumlock::{Redlock, Retry};
-use support::{count_key, eventually, lock_key, queued_on_every_node, zcards};
+use support::{count_key, eventually, lock_key, zcards};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
-
-/// Waits (bounded) until `n` entries are queued for `res` on every node.
-async fn queued_everywhere(cluster: &LocalCluster, res: &str, n: u64) -> TestResult {
-    Ok(queued_on_every_node(cluster, res, n).await?)
-}
 
 /// Waits (bounded) until some node has `n` entries queued for `res` (before the change a
 /// multi-resource waiter queued on its first resource's heralds only).
