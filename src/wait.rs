@@ -229,20 +229,26 @@ impl<'a> Listener<'a> {
         }
     }
 
+    /// Brings the next renewal forward ([`contention::recheck_at`]), if marked.
+    fn recheck(&mut self) {
+        if let Some(at) = self.renew_at {
+            let now = tokio::time::Instant::now();
+            self.renew_at = Some(contention::recheck_at(at, now));
+        }
+    }
+
     /// Marks (or renews) on every node at once, awaiting the replies (bounded by the node
-    /// timeout). Whether this was the first mark and a quorum of nodes answered that no
-    /// key of the set is held.
+    /// timeout). Whether a quorum of nodes answered that no key of the set is held.
     async fn listen(&mut self) -> bool {
         let Some(id) = &self.id else {
             return false;
         };
-        let first = self.renew_at.is_none();
         self.renew_at = Some(contention::renew_at(tokio::time::Instant::now()));
         let join = QueueJoin::listen(self.res, id.as_bytes(), QUEUE_LEASE);
         let timeout = self.timeout;
         let replies = join_all(self.inner.nodes.iter().map(|n| n.listen(&join, timeout))).await;
         let free = replies.iter().filter(|r| **r == Some(true)).count();
-        first && free >= self.inner.quorum
+        free >= self.inner.quorum
     }
 
     /// The lock taken carries the mark's id: its release drops it.
@@ -303,6 +309,8 @@ pub(crate) async fn acquire_waiting(
     // their releases announce; renewed every third of the lease while it waits, dropped by
     // the release of the lock it takes, else lapsing with the lease.
     let mut listener = Listener::new(inner, res, ttl)?;
+    // The last pause ended with a release announcement.
+    let mut woken = false;
     let mut try_now = true;
     let mut fallback_at: Option<tokio::time::Instant> = None;
     if let Some(n) = &inner.notifier
@@ -317,7 +325,15 @@ pub(crate) async fn acquire_waiting(
         if try_now {
             match w.try_once(interest.as_ref()).await {
                 Tried::Done(r) => return crate::metrics::waited(start, listener.mark(*r)),
-                Tried::Refused { split: s } => split = s,
+                Tried::Refused { split: s } => {
+                    split = s;
+                    if std::mem::take(&mut woken) {
+                        // Woken by a release, refused: the attempt may have reached a node
+                        // before that release did, and the release is announced once.
+                        // Renew the mark soon: its reply says whether the keys are free.
+                        listener.recheck();
+                    }
+                }
                 Tried::Skipped => {}
             }
         }
@@ -328,8 +344,10 @@ pub(crate) async fn acquire_waiting(
             i.adapt(true);
         }
         if listener.due() && listener.listen().await && !split {
-            // The first mark found every key free on a quorum: the release we would have
-            // waited for ran before the mark landed, and was not announced. Try now.
+            // The mark found every key free on a quorum: a release ran before the first
+            // mark landed (not announced), or after an attempt it woke had been refused
+            // (announced once). Try now; the next renewal is a third of the lease away.
+            try_now = true;
             continue;
         }
         // The fallback timer runs from the last attempt.
@@ -360,6 +378,7 @@ pub(crate) async fn acquire_waiting(
                 // against the herd) or the fallback timer, whichever comes first.
                 tokio::select! {
                     _ = i.released() => {
+                        woken = true;
                         tokio::time::sleep(jitter(Duration::ZERO, i.window())).await;
                     }
                     () = tokio::time::sleep_until(wake_at) => {}

@@ -65,20 +65,18 @@ async fn marked_everywhere(cluster: &LocalCluster, resources: &[&str], n: u64) -
     }
 }
 
-/// Whether every node's keys of `resources` hold `token` within 5 s (the release returns at
-/// its quorum; the last node may run it later on a loaded machine).
-async fn holds_everywhere(cluster: &LocalCluster, resources: &[&str], token: &str) -> bool {
-    eventually(Duration::from_secs(5), || async {
-        for i in 0..cluster.len() {
-            for r in resources {
-                if get(cluster, i, &lock_key(r)).await.as_deref() != Some(token) {
-                    return false;
-                }
-            }
+/// Whether a quorum of nodes hold `token` on every key of `resources` (the waiter's attempt
+/// is decided at its quorum: a node the holder's release reached late refused it).
+async fn holds_on_a_quorum(cluster: &LocalCluster, resources: &[&str], token: &str) -> bool {
+    let mut holding = 0;
+    for i in 0..cluster.len() {
+        let mut all = true;
+        for r in resources {
+            all &= get(cluster, i, &lock_key(r)).await.as_deref() == Some(token);
         }
-        true
-    })
-    .await
+        holding += usize::from(all);
+    }
+    holding > cluster.len() / 2
 }
 
 /// A multi-resource waiter marks its resources on every node, is woken by the holder's
@@ -104,7 +102,7 @@ async fn a_multi_resource_waiter_is_woken_by_the_release_and_its_mark_goes_with_
         took < Duration::from_secs(1),
         "woken by the release: {took:?}"
     );
-    assert!(holds_everywhere(&cluster, &set, got.token()).await);
+    assert!(holds_on_a_quorum(&cluster, &set, got.token()).await);
     got.release().await?;
     let unmarked = eventually(Duration::from_secs(2), || async {
         for i in 0..cluster.len() {
@@ -152,7 +150,7 @@ async fn a_multi_resource_waiter_gets_nothing_until_every_key_is_free() -> TestR
     let took = releasing.elapsed();
     println!("all or nothing: held {took:?} after the last key's release began");
     assert!(took < Duration::from_secs(1), "{took:?}");
-    assert!(holds_everywhere(&cluster, &set, got.token()).await);
+    assert!(holds_on_a_quorum(&cluster, &set, got.token()).await);
     got.release().await?;
     Ok(())
 }
@@ -198,7 +196,7 @@ async fn a_multi_resource_waiter_behind_seventy_blocked_waiters_is_served() -> T
     let took = releasing.elapsed();
     println!("behind {BLOCKED} blocked waiters: held {took:?} after the release began");
     assert!(took < Duration::from_secs(2), "{took:?}");
-    assert!(holds_everywhere(&cluster, &["blk-a", "blk-c"], got.token()).await);
+    assert!(holds_on_a_quorum(&cluster, &["blk-a", "blk-c"], got.token()).await);
     assert!(
         blocked.iter().all(|t| !t.is_finished()),
         "no blocked waiter held"

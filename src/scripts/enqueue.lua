@@ -14,11 +14,11 @@
 -- ticket and are not ahead of it) and score its ticket, both nil when not queued; holds 1
 -- when the lock key holds the token; free 1 when the lock key is absent (a waiter at the
 -- head claims on a quorum of those: a release may have run before its join landed).
-local q = {KEYS[1], KEYS[2], KEYS[3]}
+local q, lock = group(0)
 local token = ARGV[1]
 local now, t = clock()
 purge(q, now)
-local held = redis.call('GET', KEYS[4])
+local held = redis.call('GET', lock)
 local holds = held == token and 1 or 0
 local free = held and 0 or 1
 local lapse = now + tonumber(ARGV[3])

@@ -48,9 +48,7 @@ local function raise(fence, t)
 end
 
 local function release(r)
-  local key, fence = KEYS[5 * r + 1], KEYS[5 * r + 5]
-  local q = {KEYS[5 * r + 2], KEYS[5 * r + 3], KEYS[5 * r + 4]}
-  local channel, loud = ARGV[2 * r + 3], ARGV[2 * r + 4] == '1'
+  local key, q, fence, channel, loud = resource(r)
   drop(q, token)
   if waiter ~= '' and waiter ~= token then
     drop(q, waiter)

@@ -8,11 +8,11 @@
 local now = clock()
 local free = 1
 for r = 0, #KEYS / 4 - 1 do
-  local q = {KEYS[4 * r + 1], KEYS[4 * r + 2], KEYS[4 * r + 3]}
+  local q, lock = group(r)
   purge(q, now)
   redis.call('ZADD', q[2], now + tonumber(ARGV[2]), ARGV[1])
   tidy(q)
-  if redis.call('EXISTS', KEYS[4 * r + 4]) == 1 then
+  if redis.call('EXISTS', lock) == 1 then
     free = 0
   end
 end

@@ -6,6 +6,13 @@
 -- "<ttl ms>:<kind>[:<channel>]"). The leases key exists exactly while someone waits or
 -- listens: it is the marker release_one.lua looks at (one EXISTS) before anything else.
 
+-- Resource r's (from 0) queue keys (a table q as above) and lock key, for the scripts
+-- that take four keys per resource (enqueue.lua, listen.lua): the one place that layout
+-- is read.
+local function group(r)
+  return {KEYS[4 * r + 1], KEYS[4 * r + 2], KEYS[4 * r + 3]}, KEYS[4 * r + 4]
+end
+
 -- This server's clock: its time in ms, and TIME's raw answer.
 local function clock()
   local t = redis.call('TIME')

@@ -18,13 +18,20 @@ local n = #KEYS / 5
 if n < 1 or n ~= math.floor(n) or #ARGV ~= 2 + 2 * n then
   return redis.error_reply('ERR release_one: five keys and two arguments per resource')
 end
+-- Resource r's (from 0) lock key, queue keys (queue.lua's q), fence counter, channel and
+-- whether this node announces: the one place the layout above is read (handoff.lua too).
+local function resource(r)
+  local k, a = 5 * r, 2 * r + 2
+  return KEYS[k + 1], {KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]}, KEYS[k + 5], ARGV[a + 1], ARGV[a + 2] == '1'
+end
 local token = ARGV[1]
 local left, waited = 0, {}
 for r = 0, n - 1 do
-  if redis.call('EXISTS', KEYS[5 * r + 3]) == 1 then
+  local key, q = resource(r)
+  if redis.call('EXISTS', q[2]) == 1 then
     waited[#waited + 1] = r
-  elseif redis.call('GET', KEYS[5 * r + 1]) == token then
-    redis.call('DEL', KEYS[5 * r + 1])
+  elseif redis.call('GET', key) == token then
+    redis.call('DEL', key)
     left = left + 1
   end
 end
