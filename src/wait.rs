@@ -229,11 +229,12 @@ impl<'a> Listener<'a> {
         }
     }
 
-    /// Brings the next renewal forward ([`contention::recheck_at`]), if marked.
+    /// Brings the next renewal forward to [`contention::RECHECK_GAP`] from now (time for a
+    /// release still on its way to land), if marked and not due sooner.
     fn recheck(&mut self) {
         if let Some(at) = self.renew_at {
-            let now = tokio::time::Instant::now();
-            self.renew_at = Some(contention::recheck_at(at, now));
+            let soon = later(tokio::time::Instant::now(), contention::RECHECK_GAP);
+            self.renew_at = Some(at.min(soon));
         }
     }
 

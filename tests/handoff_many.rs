@@ -16,7 +16,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::{History, LocalCluster};
+use quorumlock::testkit::{History, LocalCluster, ProxyMode};
 use quorumlock::{Lock, Redlock, Retry};
 use support::{count_key, eventually, get, lock_key, raw};
 
@@ -150,6 +150,54 @@ async fn a_multi_resource_waiter_gets_nothing_until_every_key_is_free() -> TestR
     let took = releasing.elapsed();
     println!("all or nothing: held {took:?} after the last key's release began");
     assert!(took < Duration::from_secs(1), "{took:?}");
+    assert!(holds_on_a_quorum(&cluster, &set, got.token()).await);
+    got.release().await?;
+    Ok(())
+}
+
+/// A release is announced once per release: the waiter, woken by the node that ran it
+/// first, attempts while the release is still on its way to the other two (80 ms late) and
+/// is refused there. It renews its marks soon after (not a third of the lease later), the
+/// replies say its keys are free on a quorum, and it takes them, long before its retry
+/// delay (30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_resource_waiter_refused_by_a_release_still_on_its_way_takes_the_keys_soon()
+-> TestResult {
+    let cluster = LocalCluster::builder(3).proxies(true).launch().await?;
+    let holder = Redlock::builder(cluster.urls()).build().await?;
+    let direct: Vec<String> = (0..cluster.len())
+        .map(|i| cluster.direct_url(i))
+        .collect::<Result<_, _>>()?;
+    let waiter = Redlock::builder(direct)
+        .retry(NOTIFIED_ONLY)
+        .build()
+        .await?;
+    let set = ["late-a", "late-b"];
+    let ttl = Duration::from_secs(10);
+    let lock = holder.try_lock_many(set, ttl).await?;
+    let w = tokio::spawn(async move { waiter.lock_many(set, ttl).await });
+    marked_everywhere(&cluster, &set, 1).await?;
+    // The release script is cached everywhere: through the delays a `NOSCRIPT` exchange
+    // would take two round trips (320 ms), past the node timeout (200 ms).
+    for i in 0..cluster.len() {
+        let _: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(quorumlock::testkit::scripts::release_one())
+            .query_async(&mut raw(&cluster, i).await)
+            .await?;
+    }
+    for i in 1..cluster.len() {
+        cluster
+            .proxy(i)?
+            .set_mode(ProxyMode::Delay(Duration::from_millis(80)));
+    }
+    let releasing = Instant::now();
+    lock.release().await?;
+    let got = tokio::time::timeout(Duration::from_secs(6), w).await???;
+    let took = releasing.elapsed();
+    println!("refused by a release on its way: held {took:?} after the release began");
+    // Not at the next regular renewal (a third of the lease, 1 s).
+    assert!(took < Duration::from_millis(700), "{took:?}");
     assert!(holds_on_a_quorum(&cluster, &set, got.token()).await);
     got.release().await?;
     Ok(())
