@@ -181,6 +181,10 @@ impl Waiter<'_> {
     }
 }
 
+/// How many renewals a refused wake brings forward ([`Listener::recheck`]): with
+/// [`contention::RECHECK_GAP`] between them, half a second for the release to land.
+const RECHECKS: u8 = 5;
+
 /// A multi-resource waiter's mark on its resources' waiting state (`listen.lua`): its id,
 /// renewed every third of [`QUEUE_LEASE`] while it waits, and left in the lock it takes
 /// (whose release drops it).
@@ -190,6 +194,8 @@ struct Listener<'a> {
     id: Option<Token>,
     renew_at: Option<tokio::time::Instant>,
     timeout: Duration,
+    /// Renewals left to bring forward while the keys are not yet free ([`Listener::recheck`]).
+    rechecks: u8,
 }
 
 impl<'a> Listener<'a> {
@@ -210,6 +216,7 @@ impl<'a> Listener<'a> {
             id,
             renew_at: None,
             timeout: inner.config.node_timeout_for(ttl),
+            rechecks: 0,
         })
     }
 
@@ -230,8 +237,14 @@ impl<'a> Listener<'a> {
     }
 
     /// Brings the next renewal forward to [`contention::RECHECK_GAP`] from now (time for a
-    /// release still on its way to land), if marked and not due sooner.
+    /// release still on its way to land), if marked and not due sooner; and so the next
+    /// few while their replies do not find the keys free (the release may be slow).
     fn recheck(&mut self) {
+        self.rechecks = RECHECKS;
+        self.soon();
+    }
+
+    fn soon(&mut self) {
         if let Some(at) = self.renew_at {
             let soon = later(tokio::time::Instant::now(), contention::RECHECK_GAP);
             self.renew_at = Some(at.min(soon));
@@ -248,8 +261,14 @@ impl<'a> Listener<'a> {
         let join = QueueJoin::listen(self.res, id.as_bytes(), QUEUE_LEASE);
         let timeout = self.timeout;
         let replies = join_all(self.inner.nodes.iter().map(|n| n.listen(&join, timeout))).await;
-        let free = replies.iter().filter(|r| **r == Some(true)).count();
-        free >= self.inner.quorum
+        let free = replies.iter().filter(|r| **r == Some(true)).count() >= self.inner.quorum;
+        if free {
+            self.rechecks = 0;
+        } else if self.rechecks > 0 {
+            self.rechecks -= 1;
+            self.soon();
+        }
+        free
     }
 
     /// The lock taken carries the mark's id: its release drops it.
