@@ -409,14 +409,14 @@ impl Redlock {
 
     /// Takes every resource in the list, all-or-nothing, waiting per the retry policy.
     ///
-    /// With notify waiting (the default) and without fencing, the caller queues in every
-    /// resource's wait queue at once, and a release hands it every key of the set at once
-    /// or none: it never holds part of the set while it waits, so callers waiting for
-    /// overlapping sets never deadlock. While another of its keys is held, the waiters
-    /// behind it that can be served now take its free keys (a caller that holds one key
-    /// and waits for another is never stuck behind it); so under sustained contention on
-    /// its keys, this wait has no bound but the retry policy's maximum wait. With fencing,
-    /// the caller is woken by releases and tries again.
+    /// With notify waiting (the default), fenced or not, the caller marks its resources on
+    /// every node so their releases are announced, is woken by them and tries again, every
+    /// key or none: it never holds part of the set while it waits, so callers waiting for
+    /// overlapping sets never deadlock, and nothing is kept for it (a caller that holds one
+    /// key and waits for another is never stuck behind it). It has no place in the
+    /// resources' wait queues: a release hands a key to a waiter queued for that resource
+    /// alone first, so under sustained contention on its keys this wait has no bound but
+    /// the retry policy's maximum wait.
     ///
     /// A set across [lock groups](RedlockBuilder::group) (see
     /// [`try_lock_many`](Redlock::try_lock_many)) waits by polling: an attempt at every

@@ -202,6 +202,15 @@ async fn overtaken_release_on_five(kill: bool) -> TestResult {
             .proxy(i)?
             .set_mode(ProxyMode::Delay(Duration::from_millis(80)));
     }
+    // The release script is cached on every node: through the 80 ms delays a `NOSCRIPT`
+    // exchange would take two round trips (320 ms), past the node timeout (200 ms).
+    for &i in &live {
+        let _: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(quorumlock::testkit::scripts::release_one())
+            .query_async(&mut raw(&cluster, i).await)
+            .await?;
+    }
     let releasing = Instant::now();
     lock.release().await?;
     let got = tokio::time::timeout(Duration::from_secs(12), w).await??;

