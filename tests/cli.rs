@@ -341,153 +341,39 @@ async fn exit_status_is_commands() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_arguments_are_usage_errors() {
-    let node = "redis://127.0.0.1:1";
-    let cases: &[&[&str]] = &[
-        &[],
-        &["frobnicate"],
-        &["run", "--resource", "r", "--", "true"],
-        &["run", "--nodes", node, "--resource", "r"],
-        &[
-            "run",
-            "--nodes",
-            node,
-            "--resource",
-            "r",
-            "--ttl",
-            "soon",
-            "--",
-            "true",
-        ],
-        &[
-            "run",
-            "--nodes",
-            node,
-            "--resource",
-            "r",
-            "--ttl",
-            "10ms",
-            "--",
-            "true",
-        ],
-        &[
-            "run",
-            "--nodes",
-            node,
-            "--resource",
-            "r",
-            "--no-wait",
-            "--wait",
-            "1s",
-            "--",
-            "true",
-        ],
-        &[
-            "run",
-            "--nodes",
-            "not a url",
-            "--resource",
-            "r",
-            "--",
-            "true",
-        ],
-        &[
-            "run",
-            "--nodes",
-            node,
-            "--resource",
-            "",
-            "--no-wait",
-            "--",
-            "true",
-        ],
-        &["inspect", "--nodes", node],
-        &[
-            "run", "--nodes", node, "-r", "r", "--shared", "--write", "--", "true",
-        ],
-        &[
-            "run",
-            "--nodes",
-            node,
-            "-r",
-            "r",
-            "--shared",
-            "--permits",
-            "2",
-            "--",
-            "true",
-        ],
-        &[
-            "run",
-            "--nodes",
-            node,
-            "-r",
-            "r",
-            "--write",
-            "--permits",
-            "2",
-            "--",
-            "true",
-        ],
-        &[
-            "run",
-            "--nodes",
-            node,
-            "-r",
-            "r",
-            "--shared",
-            "--fencing",
-            "--",
-            "true",
-        ],
-        &[
-            "run",
-            "--nodes",
-            node,
-            "-r",
-            "r",
-            "--permits",
-            "2",
-            "--fencing",
-            "--",
-            "true",
-        ],
-        &[
-            "run",
-            "--nodes",
-            node,
-            "-r",
-            "r",
-            "--permits",
-            "0",
-            "--",
-            "true",
-        ],
-        &[
-            "run",
-            "--nodes",
-            node,
-            "-r",
-            "r",
-            "--permits",
-            "1000001",
-            "--",
-            "true",
-        ],
-        &[
-            "run",
-            "--nodes",
-            node,
-            "-r",
-            "r",
-            "--permits",
-            "two",
-            "--",
-            "true",
-        ],
+    // One case per line: the words of the command line, `NODE` for a node URL and `''`
+    // for an empty argument.
+    let cases = [
+        "",
+        "frobnicate",
+        "run --resource r -- true",
+        "run --nodes NODE --resource r",
+        "run --nodes NODE --resource r --ttl soon -- true",
+        "run --nodes NODE --resource r --ttl 10ms -- true",
+        "run --nodes NODE --resource r --no-wait --wait 1s -- true",
+        "run --nodes not-a-url --resource r -- true",
+        "run --nodes NODE --resource '' --no-wait -- true",
+        "inspect --nodes NODE",
+        "run --nodes NODE -r r --shared --write -- true",
+        "run --nodes NODE -r r --shared --permits 2 -- true",
+        "run --nodes NODE -r r --write --permits 2 -- true",
+        "run --nodes NODE -r r --shared --fencing -- true",
+        "run --nodes NODE -r r --permits 2 --fencing -- true",
+        "run --nodes NODE -r r --permits 0 -- true",
+        "run --nodes NODE -r r --permits 1000001 -- true",
+        "run --nodes NODE -r r --permits two -- true",
     ];
-    for args in cases {
-        let out = output(bare().args(*args), Duration::from_secs(10)).await;
-        assert_eq!(out.status.code(), Some(USAGE), "{args:?}: {}", stderr(&out));
+    for case in cases {
+        let args: Vec<&str> = case
+            .split_whitespace()
+            .map(|w| match w {
+                "NODE" => "redis://127.0.0.1:1",
+                "''" => "",
+                w => w,
+            })
+            .collect();
+        let out = output(bare().args(&args), Duration::from_secs(10)).await;
+        assert_eq!(out.status.code(), Some(USAGE), "{case}: {}", stderr(&out));
     }
     let out = output(bare().args(["run", "--help"]), Duration::from_secs(10)).await;
     assert_eq!(out.status.code(), Some(0));
