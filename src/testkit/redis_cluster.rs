@@ -25,11 +25,11 @@ use std::time::{Duration, Instant};
 
 use super::cluster::LocalCluster;
 use super::resp::{self, Reply};
-use crate::resource::{Keyspace, Layout};
+use crate::base::resource::{Keyspace, Layout};
 use std::io;
 
 /// The number of hash slots of a Redis Cluster.
-pub const SLOTS: u16 = crate::slot::SLOTS;
+pub const SLOTS: u16 = crate::base::slot::SLOTS;
 
 /// How long one cluster command may take.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
@@ -52,7 +52,7 @@ const POLL: Duration = Duration::from_millis(50);
 /// assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"{user1000}.followers"));
 /// ```
 pub fn key_slot(key: &[u8]) -> u16 {
-    crate::slot::key_slot(key)
+    crate::base::slot::key_slot(key)
 }
 
 /// The lock key of resource `name` on a voter that is a Redis Cluster, where every key of a
@@ -899,7 +899,7 @@ fn ok(reply: Reply) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::slot::crc16;
+    use crate::base::slot::crc16;
     use std::time::Duration;
 
     /// The direct path of a cluster voter (`node::direct`), against a real Redis Cluster:
@@ -913,8 +913,8 @@ mod tests {
     async fn requests_reach_the_slots_master_directly_and_follow_it()
     -> Result<(), Box<dyn std::error::Error>> {
         let cluster = RedisCluster::launch(2, 0).await?;
-        let spec = crate::node::NodeSpec::parse(0, &cluster.voter_url())?;
-        let node = crate::node::Node::new(&spec, Duration::from_secs(1))?;
+        let spec = crate::io::node::NodeSpec::parse(0, &cluster.voter_url())?;
+        let node = crate::io::node::Node::new(&spec, Duration::from_secs(1))?;
         let key = b"{direct}k";
         let slot = key_slot(key);
         let set = |v: &str| redis::cmd("SET").arg(&key[..]).arg(v).to_owned();
@@ -990,9 +990,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_one_master_cluster_gets_a_direct_path_and_reads_its_map_once()
     -> Result<(), Box<dyn std::error::Error>> {
-        use crate::node::{Node, NodeSpec, Request};
-        use crate::resource::Resources;
-        use crate::token::Token;
+        use crate::base::resource::Resources;
+        use crate::base::token::Token;
+        use crate::io::node::{Node, NodeSpec, Request};
         let cluster = RedisCluster::launch(1, 0).await?;
         let addr = cluster.topology.addr(0)?;
         let node = Node::new(
@@ -1031,10 +1031,10 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_direct_path_follows_a_crash_and_a_paused_failover()
     -> Result<(), Box<dyn std::error::Error>> {
-        use crate::node::{Node, NodeSpec, Request};
+        use crate::base::resource::Resources;
+        use crate::base::token::Token;
+        use crate::io::node::{Node, NodeSpec, Request};
         use crate::protocol::reply::Reply as Typed;
-        use crate::resource::Resources;
-        use crate::token::Token;
         let cluster = RedisCluster::launch(2, 1).await?;
         let node = Node::new(
             &NodeSpec::parse(0, &cluster.voter_url())?,

@@ -39,14 +39,14 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::acquire::{Ask, acquire_as};
-use crate::client::Redlock;
-use crate::error::Error;
-use crate::lock::Lock;
+use crate::base::error::Error;
+use crate::base::resource::{Kind, Resources, SemKeys};
+use crate::client::acquire::{Ask, acquire_as};
+use crate::client::lock::Lock;
+use crate::client::redlock::Redlock;
+use crate::client::shared::Inner;
+use crate::client::wait::acquire_polling;
 use crate::protocol::semaphore::{self, MAX_PERMITS};
-use crate::resource::{Kind, Resources, SemKeys};
-use crate::shared::Inner;
-use crate::wait::acquire_polling;
 
 /// A counted semaphore: at most [`permits`](Semaphore::permits) holders of
 /// `name` at a time, across the quorum. Made by [`Redlock::semaphore`].

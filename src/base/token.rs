@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-use crate::error::Error;
+use crate::base::error::Error;
 
 /// A lock token: 16 random bytes, sent to Redis as 32 lowercase hex characters.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -47,7 +47,7 @@ impl Token {
 
 /// The error for a failed OS random source: a fault of the host, never "invalid input".
 fn random_failed(e: getrandom::Error) -> Error {
-    Error::RandomSource(crate::error::RandomSourceError {
+    Error::RandomSource(crate::base::error::RandomSourceError {
         detail: e.to_string(),
     })
 }

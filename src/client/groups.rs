@@ -12,7 +12,7 @@
 //! guarantee of the single-group lock holds per resource. What sharding adds is the
 //! routing, and one new way to break mutual exclusion: two clients that route a resource
 //! to two different groups. The client's group map is therefore recorded on every node
-//! and checked ([`groupmap`](crate::groupmap)); this module builds the map from the
+//! and checked ([`groupmap`](crate::io::groupmap)); this module builds the map from the
 //! groups and routes with it.
 //!
 //! A multi-resource mutex whose resources fall in several groups is split here
@@ -28,14 +28,14 @@ use std::sync::Arc;
 
 use futures::future::join_all;
 
-use crate::addr::NodeAddr;
-use crate::config::Config;
-use crate::error::Error;
-use crate::groupmap::{self, GroupMap};
-use crate::node::NodeSpec;
+use crate::base::addr::NodeAddr;
+use crate::base::error::Error;
+use crate::base::resource::{Keyspace, Layout, Resources};
+use crate::client::config::Config;
+use crate::client::shared::Inner;
+use crate::io::groupmap::{self, GroupMap};
+use crate::io::node::NodeSpec;
 use crate::protocol::groups;
-use crate::resource::{Keyspace, Layout, Resources};
-use crate::shared::Inner;
 
 /// The groups of one client and its group map.
 pub(crate) struct Groups {
@@ -85,7 +85,7 @@ impl Groups {
         map.set_groups(members.iter().map(|m| m.nodes.to_vec()).collect());
         map.read().await.map_err(Error::GroupMapMismatch)?;
         map.write().await.map_err(Error::GroupMapMismatch)?;
-        crate::background::spawn_daemon(groupmap::refresh(Arc::downgrade(&map)));
+        crate::io::background::spawn_daemon(groupmap::refresh(Arc::downgrade(&map)));
         let addrs = members.iter().flat_map(|m| m.addrs.clone()).collect();
         Ok(Groups {
             members,

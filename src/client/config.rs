@@ -19,8 +19,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::Error;
-use crate::node::NodeSpec;
+use crate::base::error::Error;
+use crate::io::node::NodeSpec;
 
 /// The most nodes one [`Redlock`](crate::Redlock) may use.
 pub const MAX_NODES: usize = 64;
@@ -281,10 +281,10 @@ pub(crate) struct Config {
     pub(crate) namespace: Arc<str>,
     /// Certificate authorities trusted for `rediss://` nodes; `None`: the system's.
     #[cfg(feature = "tls-rustls")]
-    pub(crate) tls_root_ca: Option<crate::node::tls::RootCa>,
+    pub(crate) tls_root_ca: Option<crate::io::node::tls::RootCa>,
     /// The client certificate and key shown to `rediss://` nodes; `None`: none.
     #[cfg(feature = "tls-rustls")]
-    pub(crate) tls_client_auth: Option<crate::node::tls::ClientAuth>,
+    pub(crate) tls_client_auth: Option<crate::io::node::tls::ClientAuth>,
 }
 
 impl Config {
@@ -411,7 +411,7 @@ impl RedlockBuilder {
                 fencing: false,
                 max_ttl: DEFAULTS.max_ttl,
                 notify: true,
-                namespace: Arc::from(crate::resource::DEFAULT_NAMESPACE),
+                namespace: Arc::from(crate::base::resource::DEFAULT_NAMESPACE),
                 #[cfg(feature = "tls-rustls")]
                 tls_root_ca: None,
                 #[cfg(feature = "tls-rustls")]
@@ -668,7 +668,7 @@ impl RedlockBuilder {
     #[cfg(feature = "tls-rustls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls-rustls")))]
     pub fn tls_root_ca(mut self, pem: impl Into<Vec<u8>>) -> RedlockBuilder {
-        self.config.tls_root_ca = Some(crate::node::tls::RootCa::new(pem.into()));
+        self.config.tls_root_ca = Some(crate::io::node::tls::RootCa::new(pem.into()));
         self
     }
 
@@ -724,7 +724,7 @@ impl RedlockBuilder {
         cert_pem: impl Into<Vec<u8>>,
         key_pem: impl Into<Vec<u8>>,
     ) -> RedlockBuilder {
-        self.config.tls_client_auth = Some(crate::node::tls::ClientAuth::new(
+        self.config.tls_client_auth = Some(crate::io::node::tls::ClientAuth::new(
             cert_pem.into(),
             key_pem.into(),
         ));
@@ -809,7 +809,7 @@ impl RedlockBuilder {
         let groups = self.validate_groups()?;
         #[cfg(feature = "tls-rustls")]
         if groups.iter().flatten().any(NodeSpec::is_tls) {
-            crate::node::tls::ensure_crypto_provider();
+            crate::io::node::tls::ensure_crypto_provider();
         }
         let version = match (self.map_version, groups.len()) {
             (None, 1) => None,
@@ -924,7 +924,7 @@ impl RedlockBuilder {
             ));
         }
         c.retry.validate()?;
-        crate::resource::check_namespace(&c.namespace)?;
+        crate::base::resource::check_namespace(&c.namespace)?;
         #[cfg(feature = "tls-rustls")]
         let specs = {
             if let Some(ca) = &c.tls_root_ca {
@@ -938,8 +938,10 @@ impl RedlockBuilder {
             } else {
                 "tls_root_ca"
             };
-            match crate::node::tls::certificates(c.tls_root_ca.as_ref(), c.tls_client_auth.as_ref())
-            {
+            match crate::io::node::tls::certificates(
+                c.tls_root_ca.as_ref(),
+                c.tls_client_auth.as_ref(),
+            ) {
                 Some(certs) => specs
                     .into_iter()
                     .map(|s| s.with_tls(&certs, field))

@@ -21,14 +21,14 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use tokio::sync::{Notify, watch};
 
-use crate::error::{Error, LostReason};
-use crate::fanout::KeptNodes;
-use crate::groupmap::GroupMap;
-use crate::node::{ExtendBatch, Node, Request};
+use crate::base::error::{Error, LostReason};
+use crate::base::time::log_ms;
+use crate::io::fanout::KeptNodes;
+use crate::io::groupmap::GroupMap;
+use crate::io::node::{ExtendBatch, Node, Request};
 use crate::protocol::keep::{self, Applied, Kept, Lost, Policy, Sweep};
 use crate::protocol::semaphore::{self, NodeSet};
 use crate::protocol::{Ballot, Decision, Tally};
-use crate::time::log_ms;
 
 /// The public reason for a kept lock's loss.
 fn reason(lost: Lost) -> LostReason {
@@ -141,7 +141,7 @@ impl Entry {
     fn report(&self, lost: Lost) {
         // First: the other parts must stop even if what follows panics.
         self.mark_lock_lost();
-        crate::metrics::lost(reason(lost));
+        crate::base::metrics::lost(reason(lost));
         let e = Error::lost(reason(lost), None);
         tracing::warn!(ttl_ms = log_ms(self.ttl), error = %e, "quorumlock: watchdog: lock lost");
         self.notify();
@@ -256,8 +256,8 @@ impl Entry {
             max_extensions: None,
             drift_factor: 0.01,
         };
-        let res = crate::resource::Resources::new(&["k"]).unwrap();
-        let token = crate::token::Token::generate().unwrap();
+        let res = crate::base::resource::Resources::new(&["k"]).unwrap();
+        let token = crate::base::token::Token::generate().unwrap();
         let extend = Request::extend(res.lock_keys().to_vec(), &token, ttl);
         Entry::linked(
             policy,
@@ -492,7 +492,7 @@ impl Task {
         }
         let voters: Vec<Option<NodeSet>> = due.iter().map(|e| e.voters()).collect();
         let plan = batches(&due, &voters, self.nodes.len());
-        crate::metrics::watchdog_round(due.len());
+        crate::base::metrics::watchdog_round(due.len());
         let span = tracing::debug_span!(
             "quorumlock.watchdog",
             locks = due.len(),
@@ -533,7 +533,7 @@ impl Task {
             // round: a node that does not answer must not make every other kept lock wait
             // out its timeout (a short lock falling due meanwhile would be reported lost
             // while a healthy quorum holds it).
-            crate::background::spawn(async move { while replies.next().await.is_some() {} });
+            crate::io::background::spawn(async move { while replies.next().await.is_some() {} });
         }
         for (k, e) in due.iter().enumerate() {
             if !votes.done[k] {
@@ -614,7 +614,7 @@ fn collect(entries: &Mutex<Vec<Arc<Entry>>>, now: Instant) -> (Vec<Arc<Entry>>, 
 fn apply(e: &Entry, decision: Decision, tally: &Tally, start: Instant, decided: Instant) {
     let Ok(mut st) = e.state.lock() else { return };
     let applied = st.apply(decision, tally, start, decided, Instant::now());
-    match crate::metrics::watchdog_applied(applied) {
+    match crate::base::metrics::watchdog_applied(applied) {
         Applied::Ignored => {}
         Applied::Extended(validity) => {
             e.notify();

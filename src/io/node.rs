@@ -44,13 +44,13 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError, Value};
 
-pub(crate) use crate::addr::NodeAddr;
-use crate::error::Error;
-use crate::metrics::{NodeKeys, Op, Timer};
+pub(crate) use crate::base::addr::NodeAddr;
+use crate::base::error::Error;
+use crate::base::metrics::{NodeKeys, Op, Timer};
+use crate::base::resource::{Kind, Resources, RwKeys, SemKeys};
+use crate::base::token::Token;
 use crate::protocol::fencing;
 use crate::protocol::reply::{Holder, QueuePlace, QueueState, Reply as Typed};
-use crate::resource::{Kind, Resources, RwKeys, SemKeys};
-use crate::token::Token;
 
 /// A Lua script: its source (the one copy, from `src/scripts/`) and its SHA1, computed
 /// once from that source on first use.
@@ -77,14 +77,19 @@ impl Lua {
     }
 }
 
+/// A script of `src/scripts/` (`$file` is relative to `src/`), optionally with
+/// `scripts/sets.lua` in front.
 macro_rules! lua {
     ($file:literal, idempotent: $idem:literal) => {
-        $crate::node::Lua::new(include_str!($file), $idem)
+        $crate::io::node::Lua::new(include_str!(concat!("../", $file)), $idem)
     };
     // With `scripts/sets.lua` (the functions that read multi-resource entries) in front.
     ($file:literal, sets, idempotent: $idem:literal) => {
-        $crate::node::Lua::new(
-            concat!(include_str!("scripts/sets.lua"), include_str!($file)),
+        $crate::io::node::Lua::new(
+            concat!(
+                include_str!("../scripts/sets.lua"),
+                include_str!(concat!("../", $file))
+            ),
             $idem,
         )
     };
@@ -128,7 +133,7 @@ pub(crate) static SHARED_RELEASE: Lua = lua!("scripts/shared_release.lua", idemp
 
 /// The group-map record (see `groupmap`): sent with `EVAL`, a few times a minute per
 /// node, so never cached.
-const GROUP_MAP: &str = include_str!("scripts/groupmap.lua");
+const GROUP_MAP: &str = include_str!("../scripts/groupmap.lua");
 
 /// The group-map record request: on the node, record `map` in `key` with `lease` (or only
 /// read it, when `lease` is zero); whole milliseconds, at least 1 when not zero.
@@ -357,7 +362,7 @@ pub(crate) mod tls {
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     use rustls::sign::CertifiedKey;
 
-    use crate::error::Error;
+    use crate::base::error::Error;
 
     /// Certificate authorities (PEM) trusted for `rediss://` nodes, as the user gave them.
     /// `Debug` shows only their size.
@@ -966,7 +971,7 @@ pub(crate) async fn wait_or_finish_late(
         r = &mut run => r,
         () = tokio::time::sleep(timeout) => {
             if finish_late {
-                crate::background::spawn(async move {
+                crate::io::background::spawn(async move {
                     let _ = tokio::time::timeout(LATE_LIMIT, run).await;
                 });
             }
@@ -1022,7 +1027,7 @@ enum Wire {
 /// (every [`Wire::Cmd`] is a single-key command: `SET key …`).
 fn key_slot(cmd: &Cmd) -> Option<u16> {
     match cmd.args_iter().nth(1)? {
-        redis::Arg::Simple(key) => Some(crate::slot::key_slot(key)),
+        redis::Arg::Simple(key) => Some(crate::base::slot::key_slot(key)),
         _ => None,
     }
 }
@@ -1703,7 +1708,7 @@ impl ScriptCall {
         ScriptCall {
             code: script.code,
             idempotent: script.idempotent,
-            slot: keys.first().map(|k| crate::slot::key_slot(k)),
+            slot: keys.first().map(|k| crate::base::slot::key_slot(k)),
             evalsha,
             keys,
             args,
@@ -1985,7 +1990,7 @@ mod tests {
     fn a_request_is_routed_by_its_keys_slot() -> Result<(), Error> {
         let token = Token::generate()?;
         let key = b"quorumlock:lock:{1f3}orders:42".to_vec();
-        let want = Some(crate::slot::key_slot(&key));
+        let want = Some(crate::base::slot::key_slot(&key));
         let acquire = Request::acquire(std::slice::from_ref(&key), &token, Duration::from_secs(1));
         let Wire::Cmd(set) = &acquire.wire else {
             return Err(Error::invalid(

@@ -24,7 +24,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::addr::NodeAddr;
+use crate::base::addr::NodeAddr;
 
 /// A specialized `Result` for quorumlock operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

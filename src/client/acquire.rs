@@ -1,7 +1,7 @@
 //! One acquisition attempt ([`acquire_once`], or [`acquire_as`] for any [`Kind`] of lock):
 //! fan out, decide at the quorum, and either return the [`Lock`] or clean up every node
 //! the attempt may have set its key on ([`Attempt`]). With fencing on (the mutex, a
-//! read-write lock's writer), the two rounds of [`fencing`](crate::fencing) run in
+//! read-write lock's writer), the two rounds of [`fencing`](crate::client::fencing) run in
 //! between. Every kind goes through the same steps; only the requests differ
 //! ([`Ask`]: the acquire request, its quorum; the clean-up is the kind's release). A
 //! semaphore permit also decides which `Q` grants it keeps and gives back the others
@@ -21,17 +21,17 @@ use std::time::Duration;
 
 use tracing::{Instrument, field};
 
-use crate::error::Error;
-use crate::fanout::{Cleanup, InFlight, KeptNodes, Round};
-use crate::fencing::FenceKeys;
-use crate::lock::Lock;
-use crate::node::Request;
+use crate::base::error::Error;
+use crate::base::resource::{Kind, Resources};
+use crate::base::token::Token;
+use crate::client::fencing::FenceKeys;
+use crate::client::lock::Lock;
+use crate::client::shared::Inner;
+use crate::io::fanout::{Cleanup, InFlight, KeptNodes, Round};
+use crate::io::node::Request;
 use crate::protocol::contention::QUEUE_LEASE;
 use crate::protocol::reply::{holder_ids, largest_holder};
 use crate::protocol::{Decision, Reply, Verdict, cleanup, semaphore, verdict};
-use crate::resource::{Kind, Resources};
-use crate::shared::Inner;
-use crate::token::Token;
 
 /// What an attempt asks each node for: the kind of lock (which selects every request),
 /// the quorum it needs, and the kind's own arguments.
@@ -75,7 +75,7 @@ impl Ask {
     ) -> (Request, Option<FenceKeys>) {
         match &self.kind {
             Kind::Exclusive if fencing => {
-                let (request, keys) = crate::fencing::request(res, token, ttl);
+                let (request, keys) = crate::client::fencing::request(res, token, ttl);
                 (request, Some(keys))
             }
             Kind::Exclusive if self.own.is_some() => {
@@ -130,7 +130,7 @@ pub(crate) async fn acquire_as(
         mode = ask.kind.label(),
         nodes = inner.nodes.len(),
         quorum = ask.quorum,
-        ttl_ms = crate::time::log_ms(ttl),
+        ttl_ms = crate::base::time::log_ms(ttl),
         attempt,
         token = %token,
         granted = field::Empty,
@@ -161,7 +161,7 @@ pub(crate) async fn acquire_as(
         let decision = attempt.round.decide().await;
         let fencing_token = match fence {
             Some(keys) if decision == Decision::Reached => {
-                let committed = crate::fencing::commit(
+                let committed = crate::client::fencing::commit(
                     inner,
                     &attempt.round,
                     keys,
@@ -222,7 +222,7 @@ impl Attempt {
         }
         if let Verdict::Held { validity } = verdict {
             self.armed = false;
-            let deadline = crate::time::earlier_of_overflow(self.round.started(), validity);
+            let deadline = crate::base::time::earlier_of_overflow(self.round.started(), validity);
             let (inflight, kept) = match self.ask.kind {
                 Kind::Permit(_) => {
                     let (inflight, kept) = self.give_back();
@@ -265,7 +265,7 @@ impl Attempt {
         votes.holder_ids = holder_ids(self.round.replies().map(|(_, r)| r));
         let mismatch = semaphore::mismatch(self.round.replies().map(|(_, r)| r));
         let err = match (mismatch, verdict) {
-            (Some(stored), _) => Error::PermitsMismatch(crate::error::PermitsMismatch::new(
+            (Some(stored), _) => Error::PermitsMismatch(crate::base::error::PermitsMismatch::new(
                 stored.to_owned(),
                 self.ask.permit.clone().unwrap_or_default().0,
                 votes,
@@ -341,7 +341,7 @@ impl Attempt {
         self.span.record("outcome", "abandoned");
         self.inner
             .metrics
-            .acquire_ended(crate::metrics::Ended::Abandoned, self.round.started());
+            .acquire_ended(crate::base::metrics::Ended::Abandoned, self.round.started());
         self.fail(err).await
     }
 
@@ -375,7 +375,7 @@ impl Drop for Attempt {
         if self.armed {
             self.inner
                 .metrics
-                .acquire_ended(crate::metrics::Ended::Cancelled, self.round.started());
+                .acquire_ended(crate::base::metrics::Ended::Cancelled, self.round.started());
             tracing::debug!(resource = %self.res.label(), token = %self.token,
                 "quorumlock: attempt cancelled; releasing in the background");
             drop(self.clean_up(false));

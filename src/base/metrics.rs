@@ -36,8 +36,8 @@
 use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
-use crate::addr::NodeAddr;
-use crate::error::{Error, LostReason};
+use crate::base::addr::NodeAddr;
+use crate::base::error::{Error, LostReason};
 use crate::protocol::Reply;
 use crate::protocol::Verdict;
 use crate::protocol::keep::Applied;
@@ -304,8 +304,8 @@ mod imp {
     };
 
     use super::{Ended, Op};
-    use crate::addr::NodeAddr;
-    use crate::error::{Error, LostReason};
+    use crate::base::addr::NodeAddr;
+    use crate::base::error::{Error, LostReason};
     use crate::protocol::keep::Applied;
     use crate::protocol::{Ballot, Loss, Reply, Verdict};
 

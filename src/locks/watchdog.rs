@@ -23,7 +23,7 @@
 //! This module is the guards and the policy; the rules (when a lock is due, what a round
 //! did to it, when the signal fires and why) are the protocol's
 //! ([`protocol::keep`](crate::protocol::keep)), and the rounds run in
-//! [`extender`](crate::extender).
+//! [`extender`](crate::io::extender).
 
 use std::fmt;
 use std::future::Future;
@@ -35,12 +35,12 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 
-use crate::client::Redlock;
-use crate::error::Error;
-use crate::extender::{Changed, Entry, Registry};
-use crate::lock::Lock;
+use crate::base::error::Error;
+use crate::client::lock::Lock;
+use crate::client::redlock::Redlock;
+use crate::io::extender::{Changed, Entry, Registry};
+use crate::locks::semaphore::Semaphore;
 use crate::protocol::keep;
-use crate::semaphore::Semaphore;
 
 /// Policy for keeping a lock alive: when to extend it, when to stop, and how early the
 /// lost signal fires.

@@ -1,20 +1,20 @@
 //! The client: [`Redlock`], the public entry points. It validates each call's input and
-//! hands the work down: one attempt to [`acquire`](crate::acquire), waiting between
-//! attempts to [`wait`](crate::wait); the guard is in [`lock`](crate::lock), what clones
-//! share in [`shared`](crate::shared).
+//! hands the work down: one attempt to [`acquire`](crate::client::acquire), waiting between
+//! attempts to [`wait`](crate::client::wait); the guard is in [`lock`](crate::client::lock), what clones
+//! share in [`shared`](crate::client::shared).
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::acquire::acquire_once;
-use crate::config::{RedlockBuilder, Retry};
-use crate::error::Error;
-use crate::groups::Groups;
-use crate::lock::Lock;
-use crate::node::NodeAddr;
-use crate::resource::Resources;
-use crate::shared::Inner;
+use crate::base::error::Error;
+use crate::base::resource::Resources;
+use crate::client::acquire::acquire_once;
+use crate::client::config::{RedlockBuilder, Retry};
+use crate::client::groups::Groups;
+use crate::client::lock::Lock;
+use crate::client::shared::Inner;
+use crate::io::node::NodeAddr;
 
 /// A Redlock client: a set of independent Redis masters and the settings to lock on them.
 ///
@@ -50,7 +50,7 @@ impl fmt::Debug for Redlock {
         let mut d = f.debug_struct("Redlock");
         d.field("nodes", &self.groups.addrs())
             .field("quorum", &self.quorum());
-        if self.groups() > 1 || self.groups.map() != crate::groupmap::UNSHARDED {
+        if self.groups() > 1 || self.groups.map() != crate::io::groupmap::UNSHARDED {
             d.field("groups", &self.groups())
                 .field("group_map", &self.groups.map());
         }
@@ -197,7 +197,7 @@ impl Redlock {
     /// # Ok(()) }
     /// ```
     pub async fn flush(&self, within: Duration) -> bool {
-        crate::background::flush(within).await
+        crate::io::background::flush(within).await
     }
 
     /// The checks every acquiring call makes before any I/O: a runtime, valid resource
@@ -319,7 +319,7 @@ impl Redlock {
     /// ```
     pub async fn lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
         let (res, inner) = self.prepare(&[resource], ttl)?;
-        crate::wait::acquire_waiting(inner, &res, ttl, &inner.config.retry).await
+        crate::client::wait::acquire_waiting(inner, &res, ttl, &inner.config.retry).await
     }
 
     /// As [`lock`](Redlock::lock), with a retry policy for this call only.
@@ -352,7 +352,7 @@ impl Redlock {
             Error::Config(c) => Error::invalid("retry", c.to_string()),
             other => other,
         })?;
-        crate::wait::acquire_waiting(inner, &res, ttl, &retry).await
+        crate::client::wait::acquire_waiting(inner, &res, ttl, &retry).await
     }
 
     /// Tries once to take every resource in the list, all-or-nothing: on each node one
@@ -396,7 +396,9 @@ impl Redlock {
         let names: Vec<I::Item> = resources.into_iter().collect();
         match self.prepare_many(&names, ttl)? {
             Many::Within(res, inner) => acquire_once(&inner, &res, ttl, 1).await,
-            Many::Spanning(parts, all) => crate::spanning::acquire_once(&parts, &all, ttl, 1).await,
+            Many::Spanning(parts, all) => {
+                crate::client::spanning::acquire_once(&parts, &all, ttl, 1).await
+            }
         }
     }
 
@@ -446,14 +448,14 @@ impl Redlock {
         let names: Vec<I::Item> = resources.into_iter().collect();
         match self.prepare_many(&names, ttl)? {
             Many::Within(res, inner) => {
-                crate::wait::acquire_waiting(&inner, &res, ttl, &inner.config.retry).await
+                crate::client::wait::acquire_waiting(&inner, &res, ttl, &inner.config.retry).await
             }
             Many::Spanning(parts, all) => {
                 let retry = parts
                     .first()
                     .map(|(inner, _)| inner.config.retry)
                     .unwrap_or_default();
-                crate::spanning::acquire_waiting(&parts, &all, ttl, &retry).await
+                crate::client::spanning::acquire_waiting(&parts, &all, ttl, &retry).await
             }
         }
     }
@@ -463,7 +465,7 @@ impl Redlock {
 /// parts in the groups' order, and every name).
 enum Many {
     Within(Resources, Arc<Inner>),
-    Spanning(Vec<crate::spanning::Part>, Arc<[String]>),
+    Spanning(Vec<crate::client::spanning::Part>, Arc<[String]>),
 }
 
 impl RedlockBuilder {
@@ -503,7 +505,7 @@ impl RedlockBuilder {
     /// ```
     pub async fn build(self) -> Result<Redlock, Error> {
         Error::ensure_runtime()?;
-        crate::metrics::built();
+        crate::base::metrics::built();
         let (groups, version, config) = self.into_parts()?;
         let groups = Groups::connect(groups, version, config).await?;
         Ok(Redlock {

@@ -35,14 +35,14 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use rand::Rng;
 
-use crate::acquire::{Ask, acquire_as};
-use crate::client::Redlock;
-use crate::error::Error;
-use crate::lock::Lock;
-use crate::node::Request;
-use crate::resource::{Kind, Resources, RwKeys};
-use crate::shared::Inner;
-use crate::wait::acquire_polling;
+use crate::base::error::Error;
+use crate::base::resource::{Kind, Resources, RwKeys};
+use crate::client::acquire::{Ask, acquire_as};
+use crate::client::lock::Lock;
+use crate::client::redlock::Redlock;
+use crate::client::shared::Inner;
+use crate::client::wait::acquire_polling;
+use crate::io::node::Request;
 
 /// A waiting writer's intent: its id, passed with every attempt (each refusal registers or
 /// renews it), and removed from every node when dropped (acquired, gave up, cancelled), in
@@ -70,7 +70,7 @@ impl Drop for Intent {
         let leave = Arc::new(Request::leave_intent(&self.keys, &self.id));
         let nodes = self.inner.nodes.clone();
         let timeout = self.timeout;
-        crate::background::spawn(async move {
+        crate::io::background::spawn(async move {
             let all: FuturesUnordered<_> = nodes
                 .iter()
                 .map(|node| node.send(&leave, timeout))

@@ -48,19 +48,19 @@
 
 //! The rules themselves (the grant, the strict counter, the token, where the commit goes and
 //! when it counts) are in [`protocol::fencing`](crate::protocol::fencing); this module runs
-//! the two rounds for [`acquire`](crate::acquire).
+//! the two rounds for [`acquire`](crate::client::acquire).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::Error;
-use crate::fanout::Round;
-use crate::node::Request;
+use crate::base::error::Error;
+use crate::base::resource::{Resources, RwKeys};
+use crate::base::token::Token;
+use crate::client::shared::Inner;
+use crate::io::fanout::Round;
+use crate::io::node::Request;
 use crate::protocol::{Reply, fencing};
-use crate::resource::{Resources, RwKeys};
-use crate::shared::Inner;
-use crate::token::Token;
 
 /// The keys both rounds name: the lock keys, then the fence counters, in the same order.
 pub(crate) struct FenceKeys(Vec<Vec<u8>>);

@@ -47,8 +47,8 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use redis::Value;
 
-use crate::error::{Error, GroupMapMismatch, NodeOutcome, NodeVote, Votes};
-use crate::node::{Node, Reply, group_map_request, is_transient};
+use crate::base::error::{Error, GroupMapMismatch, NodeOutcome, NodeVote, Votes};
+use crate::io::node::{Node, Reply, group_map_request, is_transient};
 
 /// The shortest lease of a client's group-map record on a node: 30 s. Clients refresh it
 /// every 10 s while they (or any lock they handed out) live, and lengthen it to their
@@ -319,7 +319,7 @@ impl GroupMap {
         // The slower nodes still take the write (each within the timeout): the record
         // then lives on every node that answers, not only on the quorum waited for.
         if !pending.is_empty() {
-            crate::background::spawn(async move { while pending.next().await.is_some() {} });
+            crate::io::background::spawn(async move { while pending.next().await.is_some() {} });
         }
         match short_group(&answers) {
             None => {

@@ -49,21 +49,21 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use tokio::sync::mpsc;
 
-use crate::acquire::{Ask, acquire_as};
-use crate::config::Retry;
-use crate::error::{Error, Timeout, Votes};
-use crate::lock::Lock;
-use crate::node::{EntryKind, JoinArgs, QueueJoin, Request};
-use crate::notifier::{Interest, Notifier, Transfer, Wake};
+use crate::base::error::{Error, Timeout, Votes};
+use crate::base::resource::{Kind, Resources};
+use crate::base::time::jitter;
+use crate::base::time::later;
+use crate::base::token::Token;
+use crate::client::acquire::{Ask, acquire_as};
+use crate::client::config::Retry;
+use crate::client::lock::Lock;
+use crate::client::shared::Inner;
+use crate::io::node::{EntryKind, JoinArgs, QueueJoin, Request};
+use crate::io::notifier::{Interest, Notifier, Transfer, Wake};
 use crate::protocol::contention::{self, QUEUE_LEASE, handoff_window};
 use crate::protocol::handoff::{self, Heard, State};
 use crate::protocol::reply::QueueState;
 use crate::protocol::time::earlier_of_overflow;
-use crate::resource::{Kind, Resources};
-use crate::shared::Inner;
-use crate::time::jitter;
-use crate::time::later;
-use crate::token::Token;
 
 /// What the waiter knows of its current token on each node.
 struct Epoch {
@@ -152,7 +152,7 @@ impl Waiter {
             .filter_map(|i| self.inner.nodes.get(*i).cloned())
             .collect();
         let timeout = self.timeout;
-        crate::background::spawn(async move {
+        crate::io::background::spawn(async move {
             let all: FuturesUnordered<_> = nodes.iter().map(|n| n.send(&req, timeout)).collect();
             all.collect::<Vec<_>>().await;
         });
@@ -349,10 +349,15 @@ impl Waiter {
             let fences: Option<Vec<u64>> = self.epoch.counted.iter().flatten().copied().collect();
             let t = fences?.into_iter().max()?;
             let token = self.epoch.token.clone();
-            let committed =
-                crate::fencing::commit_transfer(&self.inner, &self.res, &token, t, self.timeout)
-                    .await
-                    .ok()?;
+            let committed = crate::client::fencing::commit_transfer(
+                &self.inner,
+                &self.res,
+                &token,
+                t,
+                self.timeout,
+            )
+            .await
+            .ok()?;
             if deadline.saturating_duration_since(Instant::now()) <= config.min_validity {
                 return None;
             }
@@ -429,7 +434,7 @@ impl Waiter {
             return;
         }
         let timeout = self.timeout;
-        crate::background::spawn(async move {
+        crate::io::background::spawn(async move {
             let all: FuturesUnordered<_> =
                 nodes.iter().map(|n| n.join_queue(&join, timeout)).collect();
             all.collect::<Vec<_>>().await;
@@ -544,7 +549,7 @@ pub(crate) async fn acquire(
         // handed over; leaving releases whatever was transferred to this waiter.
         if let Err(e) = inner.map.usable() {
             w.leave().await;
-            return crate::metrics::waited(start, Err(e));
+            return crate::base::metrics::waited(start, Err(e));
         }
         // Announcements that arrived meanwhile (during a claim: noted, counted now unless
         // the token was retired, in which case they are passed on).
@@ -562,9 +567,9 @@ pub(crate) async fn acquire(
             match w.hold().await {
                 Some(lock) => {
                     w.keep();
-                    crate::metrics::handoff(true);
+                    crate::base::metrics::handoff(true);
                     interest.adapt(false);
-                    return crate::metrics::waited(start, Ok(lock));
+                    return crate::base::metrics::waited(start, Ok(lock));
                 }
                 None => {
                     w.retire()?;
@@ -589,19 +594,19 @@ pub(crate) async fn acquire(
                 Ok(mut lock) => {
                     w.keep();
                     w.lapse_in_background(lock.granted_nodes());
-                    crate::metrics::handoff(w.epoch.sent_anywhere());
+                    crate::base::metrics::handoff(w.epoch.sent_anywhere());
                     interest.adapt(false);
                     lock.set_waiter(w.epoch.token.as_bytes().to_vec());
-                    return crate::metrics::waited(start, Ok(lock));
+                    return crate::base::metrics::waited(start, Ok(lock));
                 }
                 Err(e) if !e.is_retryable() => {
                     w.leave().await;
-                    return crate::metrics::waited(start, Err(e));
+                    return crate::base::metrics::waited(start, Err(e));
                 }
                 Err(e) => {
                     last = e.votes().cloned();
                     let split = last.as_ref().is_some_and(Votes::is_split);
-                    crate::metrics::split_vote(split);
+                    crate::base::metrics::split_vote(split);
                     if split {
                         interest.adapt(true);
                     }
@@ -726,5 +731,5 @@ pub(crate) async fn acquire(
         }
     }
     w.leave().await;
-    crate::metrics::waited(start, Err(Timeout::gave_up(start, attempts, last)))
+    crate::base::metrics::waited(start, Err(Timeout::gave_up(start, attempts, last)))
 }

@@ -43,7 +43,7 @@
 
 use std::sync::Arc;
 
-use crate::error::Error;
+use crate::base::error::Error;
 
 /// The namespace every key and channel starts with unless
 /// [`RedlockBuilder::namespace`](crate::RedlockBuilder::namespace) gives another.
@@ -171,7 +171,7 @@ impl Keyspace {
     fn key(&self, kind: &str, name: &str) -> Vec<u8> {
         let tag = match self.layout {
             Layout::Plain => String::new(),
-            Layout::Slotted => crate::slot::name_tag(name),
+            Layout::Slotted => crate::base::slot::name_tag(name),
         };
         let mut k = self.prefix(kind);
         k.extend_from_slice(tag.as_bytes());
@@ -205,7 +205,7 @@ impl Keyspace {
     }
     /// `<namespace>:released:`, [`SHARD_MARK`], the hash tag of `name`'s slot, then `rest`.
     fn sharded(&self, name: &str, rest: &[u8]) -> Vec<u8> {
-        let tag = crate::slot::name_tag(name);
+        let tag = crate::base::slot::name_tag(name);
         let mut ch = self.prefix(RELEASED);
         ch.push(SHARD_MARK);
         ch.extend_from_slice(tag.as_bytes());
@@ -252,7 +252,7 @@ pub(crate) enum Layout {
     #[default]
     Plain,
     /// Redis Cluster voters: every key of a name carries, right after its prefix, the hash
-    /// tag of the name's own slot ([`crate::slot`]), `<namespace>:lock:{1f3}<name>`, so one
+    /// tag of the name's own slot ([`crate::base::slot`]), `<namespace>:lock:{1f3}<name>`, so one
     /// script can touch all of them and they live in the slot `CLUSTER KEYSLOT <name>` names.
     Slotted,
 }
@@ -322,7 +322,7 @@ impl Resources {
     /// resources' slot with [`Layout::Slotted`].
     pub(crate) fn set_key(&self, token: &[u8]) -> Vec<u8> {
         let tag = match (self.space.layout, self.names.first()) {
-            (Layout::Slotted, Some(n)) => crate::slot::name_tag(n),
+            (Layout::Slotted, Some(n)) => crate::base::slot::name_tag(n),
             _ => String::new(),
         };
         let mut k = self.space.prefix(QUEUE_SET);
@@ -452,7 +452,7 @@ impl Kind {
 fn check_one_slot(sorted: &[String]) -> Result<(), Error> {
     let mut slots = sorted
         .iter()
-        .map(|n| (n, crate::slot::key_slot(n.as_bytes())));
+        .map(|n| (n, crate::base::slot::key_slot(n.as_bytes())));
     let Some((first, slot)) = slots.next() else {
         return Ok(());
     };
@@ -561,7 +561,7 @@ mod tests {
 
     #[test]
     fn slotted_keys_of_a_name_share_its_slot() {
-        use crate::slot::key_slot;
+        use crate::base::slot::key_slot;
         for name in ["a", "{order:7}:stock", "}x{", "{}"] {
             let res = Resources::in_space(&[name], &slotted()).unwrap();
             let slot = key_slot(name.as_bytes());
@@ -591,8 +591,8 @@ mod tests {
         assert!(Resources::in_space(&together, &slotted()).is_ok());
         let apart = ["stock", "payment"];
         assert_ne!(
-            crate::slot::key_slot(b"stock"),
-            crate::slot::key_slot(b"payment")
+            crate::base::slot::key_slot(b"stock"),
+            crate::base::slot::key_slot(b"payment")
         );
         let e = Resources::in_space(&apart, &slotted()).unwrap_err();
         assert!(e.to_string().contains("hash tag"), "{e}");
@@ -672,7 +672,7 @@ mod tests {
         );
         assert_eq!(p.record_key(), b"quorumlock:groupmap");
         let s = slotted();
-        let tag = crate::slot::name_tag("x");
+        let tag = crate::base::slot::name_tag("x");
         assert_eq!(
             s.lock_key("x"),
             format!("quorumlock:lock:{tag}x").as_bytes()
@@ -706,9 +706,9 @@ mod tests {
             assert_eq!(is_sharded(&res.channels()[0]), layout == Layout::Slotted);
             if layout == Layout::Slotted {
                 // The hash tag is the name's own: the namespace cannot hold braces.
-                let slot = crate::slot::key_slot(b"orders:42");
+                let slot = crate::base::slot::key_slot(b"orders:42");
                 for k in [&res.lock_keys()[0], &res.channels()[0], &res.set_key(b"t")] {
-                    assert_eq!(crate::slot::key_slot(k), slot);
+                    assert_eq!(crate::base::slot::key_slot(k), slot);
                 }
             }
         }

@@ -34,11 +34,11 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use tokio::sync::{mpsc, watch};
 
-use crate::node::{NodeAddr, NodeSpec};
+use crate::base::resource::{Keyspace, Resources};
+use crate::base::time::later;
+use crate::io::node::{NodeAddr, NodeSpec};
 use crate::protocol::contention::{self, Announced, POLITE_WINDOW, Releases, parse_announcement};
 use crate::protocol::handoff;
-use crate::resource::{Keyspace, Resources};
-use crate::time::later;
 
 mod sharded;
 
@@ -140,10 +140,10 @@ impl Notifier {
             let addr = spec.addr.clone();
             if let Some(seeds) = &spec.seeds {
                 // A Redis Cluster voter: shard channels, on the slots' masters.
-                let b = crate::node::cluster_builder(spec, seeds, Duration::from_secs(1));
-                crate::background::spawn_daemon(sharded::subscriber(b, addr, index, weak, rx));
+                let b = crate::io::node::cluster_builder(spec, seeds, Duration::from_secs(1));
+                crate::io::background::spawn_daemon(sharded::subscriber(b, addr, index, weak, rx));
             } else if let Ok(client) = redis::Client::open(spec.info.clone()) {
-                crate::background::spawn_daemon(subscriber(client, addr, index, weak, rx));
+                crate::io::background::spawn_daemon(subscriber(client, addr, index, weak, rx));
             }
         }
         Notifier { shared }
@@ -258,7 +258,7 @@ impl Notifier {
     }
 }
 
-/// A fresh inbox channel name ([`resource::inbox_channel`](crate::resource::inbox_channel)
+/// A fresh inbox channel name ([`resource::inbox_channel`](crate::base::resource::inbox_channel)
 /// with a random id; a collision between two clients would only route announcements to a
 /// client that ignores tokens it did not register).
 fn inbox_channel(keys: &Keyspace) -> Vec<u8> {

@@ -2,8 +2,8 @@
 //!
 //! On a Redis Cluster voter every key of a resource lives in one slot, and the release
 //! scripts announce on *shard channels* of that slot (`SPUBLISH`; the channel names are
-//! [`resource::channel_in`](crate::resource::channel_in) and the client's sharded inbox,
-//! [`Resources::inbox`](crate::resource::Resources::inbox)). A shard channel's messages
+//! [`resource::channel_in`](crate::base::resource::channel_in) and the client's sharded inbox,
+//! [`Resources::inbox`](crate::base::resource::Resources::inbox)). A shard channel's messages
 //! stay on the shard that serves the slot, its master and replicas, instead of travelling
 //! the whole cluster bus as a `PUBLISH` does: the cost of an announcement does not grow
 //! with the cluster.
@@ -34,7 +34,7 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 
 use super::{ASK_REFUSED_AGAIN, SUBSCRIBE_TIMEOUT, Shared, SubCmd, announce_subscribed};
-use crate::node::NodeAddr;
+use crate::io::node::NodeAddr;
 
 /// How often every subscribed channel is asked for again (idempotent on the server; one
 /// `SSUBSCRIBE` per slot): a subscription lost without a word (its master crashed, and the
@@ -175,7 +175,7 @@ impl ShardLink {
     /// Subscribes to the shard channel `ch` (the client's plain inbox is not for this
     /// link), unless it is subscribed; with a request in flight, once that one answers.
     fn subscribe(&mut self, ch: Vec<u8>) {
-        if !crate::resource::is_sharded(&ch) || self.subscribed.contains(&ch) {
+        if !crate::base::resource::is_sharded(&ch) || self.subscribed.contains(&ch) {
             return;
         }
         if self.asking.contains(&ch) {
@@ -190,7 +190,7 @@ impl ShardLink {
         self.asking.extend(channels.iter().cloned());
         let mut conn = self.conn.clone();
         let answers = self.answers.clone();
-        crate::background::spawn_daemon(async move {
+        crate::io::background::spawn_daemon(async move {
             let done = tokio::time::timeout(SUBSCRIBE_TIMEOUT, conn.ssubscribe(&channels));
             let ok = matches!(done.await, Ok(Ok(())));
             let _ = answers.send((channels, asked, ok));
@@ -291,7 +291,7 @@ impl ShardLink {
             // Removed first: the server's `sunsubscribe` push is then ours, not a loss.
             self.subscribed.remove(&ch);
             let mut conn = self.conn.clone();
-            crate::background::spawn_daemon(async move {
+            crate::io::background::spawn_daemon(async move {
                 let _ =
                     tokio::time::timeout(SUBSCRIBE_TIMEOUT, conn.sunsubscribe(ch.as_slice())).await;
             });
@@ -320,7 +320,7 @@ impl ShardLink {
         for ch in &self.subscribed {
             if !self.asking.contains(ch) {
                 by_slot
-                    .entry(crate::slot::key_slot(ch))
+                    .entry(crate::base::slot::key_slot(ch))
                     .or_default()
                     .push(ch.clone());
             }

@@ -70,14 +70,14 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use crate::client::Redlock;
-use crate::config::DEFAULTS;
-use crate::error::Error;
-use crate::node::NodeAddr;
-use crate::peek::{self, NodeAnswer, PeekError};
+use crate::base::error::Error;
+use crate::base::resource::{Resources, check_count};
+use crate::client::config::DEFAULTS;
+use crate::client::redlock::Redlock;
+use crate::client::shared::Inner;
+use crate::io::node::NodeAddr;
+use crate::io::peek::{self, NodeAnswer, PeekError};
 use crate::protocol::inspect::{Reading, Seen, read};
-use crate::resource::{Resources, check_count};
-use crate::shared::Inner;
 
 /// The most characters of a token an inspection shows.
 const PREFIX_LEN: usize = 8;
@@ -662,7 +662,7 @@ impl Redlock {
     /// Reads, on every node, who holds `resource`, its remaining TTL, its fence counter and
     /// its wait queue's length, **without taking or touching the lock**, and says whether
     /// it is held on a quorum, free on a quorum, or unknown (see the
-    /// [`inspect` module](crate::inspect)).
+    /// [`inspect` module](crate::client::inspect)).
     ///
     /// Every node is asked in parallel, each bounded by the per-node timeout
     /// ([`RedlockBuilder::node_timeout`](crate::RedlockBuilder::node_timeout); without one,

@@ -43,13 +43,13 @@ use std::time::Duration;
 
 use futures::future::join_all;
 
-use crate::acquire::{Ask, acquire_as};
-use crate::config::Retry;
-use crate::error::{Error, Timeout};
-use crate::lock::Lock;
-use crate::resource::{Kind, Resources};
-use crate::shared::Inner;
-use crate::token::Token;
+use crate::base::error::{Error, Timeout};
+use crate::base::resource::{Kind, Resources};
+use crate::base::token::Token;
+use crate::client::acquire::{Ask, acquire_as};
+use crate::client::config::Retry;
+use crate::client::lock::Lock;
+use crate::client::shared::Inner;
 
 /// One part of a spanning lock before it is taken: its group and its resources.
 pub(crate) type Part = (Arc<Inner>, Resources);
@@ -108,7 +108,7 @@ async fn fence(
         .filter(|(_, lock)| lock.fencing_token().is_some_and(|own| own < t))
         .map(|((inner, res), _)| {
             let timeout = inner.config.node_timeout_for(ttl);
-            crate::fencing::commit_transfer(inner, res, token, t, timeout)
+            crate::client::fencing::commit_transfer(inner, res, token, t, timeout)
         });
     for raised in join_all(raises).await {
         raised?;
@@ -123,7 +123,7 @@ async fn give_up(held: Vec<Lock>, err: Error) -> Error {
     err
 }
 
-/// Takes every part, polling per `retry` ([`wait::poll`](crate::wait::poll)): an attempt
+/// Takes every part, polling per `retry` ([`wait::poll`](crate::client::wait::poll)): an attempt
 /// at every part, then a random delay from the policy's range, until granted, a failure
 /// that is not retryable, or the policy's attempts or maximum wait running out.
 pub(crate) async fn acquire_waiting(
@@ -132,7 +132,7 @@ pub(crate) async fn acquire_waiting(
     ttl: Duration,
     retry: &Retry,
 ) -> Result<Lock, Error> {
-    crate::wait::poll(retry, false, |attempt| {
+    crate::client::wait::poll(retry, false, |attempt| {
         acquire_once(parts, names, ttl, attempt)
     })
     .await

@@ -11,15 +11,15 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crate::config::Config;
-use crate::error::Error;
-use crate::extender::Registry;
-use crate::groupmap::GroupMap;
-use crate::metrics::ClientMetrics;
-use crate::node::{Node, NodeAddr, NodeSpec, identity};
-use crate::notifier::Notifier;
+use crate::base::error::Error;
+use crate::base::metrics::ClientMetrics;
+use crate::base::resource::{Keyspace, Layout, Resources};
+use crate::client::config::Config;
+use crate::io::extender::Registry;
+use crate::io::groupmap::GroupMap;
+use crate::io::node::{Node, NodeAddr, NodeSpec, identity};
+use crate::io::notifier::Notifier;
 use crate::protocol::tally;
-use crate::resource::{Keyspace, Layout, Resources};
 
 /// How long each start-up check query may take at the least (they run in the background).
 const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -122,8 +122,8 @@ impl Inner {
         for node in &nodes {
             let node = node.clone();
             let fencing = config.fencing;
-            crate::background::spawn(async move {
-                crate::node::check_deployment(&node, check_timeout, fencing).await;
+            crate::io::background::spawn(async move {
+                crate::io::node::check_deployment(&node, check_timeout, fencing).await;
             });
         }
         let addrs = nodes.iter().map(|n| n.addr.clone()).collect();

@@ -10,7 +10,7 @@
 //!   waiter queues on every node under the token it will hold, a release hands the key to
 //!   the queue's head inside the release script, and the waiter holds once it knows that
 //!   a quorum of nodes did so, with no acquire round of its own. Releases are handed over
-//!   in arrival order. That waiter lives in [`transfer`](crate::transfer); the rules are in
+//!   in arrival order. That waiter lives in [`transfer`](crate::client::transfer); the rules are in
 //!   [`protocol::handoff`](crate::protocol::handoff) and the argument in docs/safety.md
 //!   ("Direct hand-off").
 //! * **Notify** (several resources, notify waiting): every release publishes on the
@@ -36,24 +36,24 @@
 //! Every rule of the notify loop is a function of the protocol
 //! ([`protocol::contention`](crate::protocol::contention)): what a failed attempt's votes
 //! mean, how the window moves, when a releaser yields. The subscription connections and
-//! the per-resource state they keep are in [`notifier`](crate::notifier). This module is
+//! the per-resource state they keep are in [`notifier`](crate::io::notifier). This module is
 //! the loop that runs them, with the clock and the random draws.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::acquire::{Ask, acquire_as, acquire_once};
-use crate::config::Retry;
-use crate::error::{Error, Timeout, Votes};
-use crate::lock::Lock;
-use crate::notifier::Interest;
+use crate::base::error::{Error, Timeout, Votes};
+use crate::base::resource::Resources;
+pub(crate) use crate::base::time::jitter;
+use crate::base::time::later;
+use crate::client::acquire::{Ask, acquire_as, acquire_once};
+use crate::client::config::Retry;
+use crate::client::lock::Lock;
+use crate::client::shared::Inner;
+use crate::io::notifier::Interest;
 pub(crate) use crate::protocol::contention::POLITE_DELAY;
 pub use crate::protocol::contention::QUEUE_LEASE;
 use crate::protocol::contention::{self, Pause};
-use crate::resource::Resources;
-use crate::shared::Inner;
-pub(crate) use crate::time::jitter;
-use crate::time::later;
 
 /// Acquires a lock of any kind by polling, per `retry`: an attempt, then a random delay
 /// from the policy's range, until granted, a failure that is not retryable, or the
@@ -92,8 +92,8 @@ where
     loop {
         attempts = attempts.saturating_add(1);
         match attempt(attempts).await {
-            Ok(lock) => return crate::metrics::waited(start, Ok(lock)),
-            Err(e) if !e.is_retryable() => return crate::metrics::waited(start, Err(e)),
+            Ok(lock) => return crate::base::metrics::waited(start, Ok(lock)),
+            Err(e) if !e.is_retryable() => return crate::base::metrics::waited(start, Err(e)),
             Err(e) => last = e.votes().cloned(),
         }
         if retry.attempts.is_some_and(|n| attempts >= n) {
@@ -113,7 +113,7 @@ where
             break;
         }
     }
-    crate::metrics::waited(start, Err(Timeout::gave_up(start, attempts, last)))
+    crate::base::metrics::waited(start, Err(Timeout::gave_up(start, attempts, last)))
 }
 
 /// What one turn of the loop did.
@@ -154,7 +154,7 @@ impl Waiter<'_> {
         self.attempts = self.attempts.saturating_add(1);
         let split = match acquire_once(self.inner, self.res, self.ttl, self.attempts).await {
             Ok(lock) => {
-                crate::metrics::handoff(false);
+                crate::base::metrics::handoff(false);
                 if let Some(i) = interest {
                     i.adapt(false);
                 }
@@ -166,7 +166,7 @@ impl Waiter<'_> {
                 self.last.as_ref().is_some_and(Votes::is_split)
             }
         };
-        crate::metrics::split_vote(split);
+        crate::base::metrics::split_vote(split);
         drop(guard);
         if self.retry.attempts.is_some_and(|n| self.attempts >= n) {
             return Tried::Done(Box::new(Err(self.gave_up())));
@@ -177,7 +177,7 @@ impl Waiter<'_> {
 
 /// Acquires with retries, per `retry`.
 ///
-/// Notify waiting waits by transfer ([`transfer`](crate::transfer)): one resource, or
+/// Notify waiting waits by transfer ([`transfer`](crate::client::transfer)): one resource, or
 /// several without fencing. Every other lock (several resources with fencing; or notify
 /// waiting off) runs this loop. After a
 /// failed attempt ([`contention::pause`]):
@@ -203,7 +203,8 @@ pub(crate) async fn acquire_waiting(
         // Notify waiting: hand-off by transfer (several resources: unfenced only).
         let yield_first = n.should_yield(res);
         let interest = n.interest(res);
-        return crate::transfer::acquire(inner, res, ttl, retry, interest, yield_first).await;
+        return crate::client::transfer::acquire(inner, res, ttl, retry, interest, yield_first)
+            .await;
     }
     let start = Instant::now();
     let mut w = Waiter {
@@ -230,7 +231,7 @@ pub(crate) async fn acquire_waiting(
         let mut split = false;
         if try_now {
             match w.try_once(interest.as_ref()).await {
-                Tried::Done(r) => return crate::metrics::waited(start, *r),
+                Tried::Done(r) => return crate::base::metrics::waited(start, *r),
                 Tried::Refused { split: s } => split = s,
                 Tried::Skipped => {}
             }
@@ -247,7 +248,7 @@ pub(crate) async fn acquire_waiting(
             if let Some(at) = w.give_up_at {
                 let left = at.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    return crate::metrics::waited(start, Err(w.gave_up()));
+                    return crate::base::metrics::waited(start, Err(w.gave_up()));
                 }
                 delay = delay.min(left);
             }
@@ -278,7 +279,7 @@ pub(crate) async fn acquire_waiting(
         }
         if w.give_up_at.is_some_and(|at| Instant::now() >= at) {
             // One last look is not taken: the budget is spent.
-            return crate::metrics::waited(start, Err(w.gave_up()));
+            return crate::base::metrics::waited(start, Err(w.gave_up()));
         }
     }
 }
@@ -286,7 +287,7 @@ pub(crate) async fn acquire_waiting(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::NodeSpec;
+    use crate::io::node::NodeSpec;
 
     fn votes(outcomes: &[crate::NodeOutcome], largest: Option<usize>) -> Votes {
         let addr = NodeSpec::parse(0, "redis://127.0.0.1:1").unwrap().addr;

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::node::{Node, Reply};
-use crate::resource::Resources;
+use crate::base::resource::Resources;
+use crate::io::node::{Node, Reply};
 
 /// Why a node gave no reading.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -19,16 +19,16 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use tracing::{Instrument, field};
 
-use crate::error::{Error, LostReason};
-use crate::fanout::{InFlight, KeptNodes, Round};
-use crate::node::Request;
+use crate::base::error::{Error, LostReason};
+use crate::base::resource::{Kind, Resources};
+use crate::base::time::log_ms;
+use crate::base::token::Token;
+use crate::client::shared::Inner;
+use crate::io::fanout::{InFlight, KeptNodes, Round};
+use crate::io::node::Request;
 use crate::protocol::contention::release_queued;
 use crate::protocol::semaphore::NodeSet;
 use crate::protocol::{Loss, Reply, Verdict, verdict};
-use crate::resource::{Kind, Resources};
-use crate::shared::Inner;
-use crate::time::log_ms;
-use crate::token::Token;
 
 /// What kind of lock a [`Lock`] is ([`Lock::mode`]).
 ///
@@ -518,7 +518,7 @@ impl Lock {
         let node_timeout = inner.config.node_timeout_for(ttl);
         let call = Arc::new(self.extend_request(ttl));
         let inflight = self.inflight.clone();
-        let send = |i: usize, node: &crate::node::Node| {
+        let send = |i: usize, node: &crate::io::node::Node| {
             let node = node.clone();
             let call = call.clone();
             let inflight = inflight.clone();
@@ -663,7 +663,7 @@ impl Lock {
         let tally = *round.tally();
         span.record("granted", tally.granted());
         let elapsed = round.elapsed();
-        span.record("elapsed_us", crate::time::log_us(elapsed));
+        span.record("elapsed_us", crate::base::time::log_us(elapsed));
         let verdict = verdict::release(decision, &tally, expired);
         span.record("outcome", verdict.label("released"));
         self.inner.metrics.release(verdict, elapsed);
@@ -717,13 +717,13 @@ impl Drop for Lock {
             return;
         }
         self.released = true;
-        crate::metrics::dropped();
+        crate::base::metrics::dropped();
         if !self.is_valid() {
             // Expired: nothing of ours is guaranteed to be left, but clean up anyway.
             tracing::debug!(resource = %self.res.label(), "quorumlock: expired lock dropped");
         }
         let mut round = self.release_round();
-        let spawned = crate::background::spawn(async move {
+        let spawned = crate::io::background::spawn(async move {
             let _ = round.decide().await;
             round.detach();
         });
@@ -752,13 +752,13 @@ fn first_failure(outcomes: Vec<Result<(), Error>>) -> Result<(), Error> {
 /// Runs an idempotent script (release, extend) on node `i`, but only after that node's
 /// acquire request finished, so it can never overtake the `SET`; the caller waits at most
 /// `timeout`. If the acquire is still in flight then, the script is sent in the background
-/// once it finishes (within [`LATE_LIMIT`](crate::node::LATE_LIMIT)): a node paused during
+/// once it finishes (within [`LATE_LIMIT`](crate::io::node::LATE_LIMIT)): a node paused during
 /// the acquisition still gets its release when it resumes.
 async fn ordered(
     i: usize,
     inflight: Option<InFlight>,
     timeout: Duration,
-    node: crate::node::Node,
+    node: crate::io::node::Node,
     call: Arc<Request>,
 ) -> Reply {
     // A node whose acquire has already finished needs no waiting (nor a second timer).

@@ -25,9 +25,9 @@ use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use tokio::sync::{Notify, oneshot, watch};
 
-use crate::background::spawn;
-use crate::error::{NodeOutcome, NodeVote, Votes};
-use crate::node::Node;
+use crate::base::error::{NodeOutcome, NodeVote, Votes};
+use crate::io::background::spawn;
+use crate::io::node::Node;
 use crate::protocol::cleanup::{self, Plan};
 use crate::protocol::semaphore::{self, NodeSet};
 use crate::protocol::{Ballot, Decision, Reply, Tally};
@@ -120,8 +120,8 @@ impl Round {
         let elapsed = self.elapsed();
         let validity = validity(ttl, elapsed, drift(ttl, drift_factor));
         span.record("granted", self.tally.granted());
-        span.record("elapsed_us", crate::time::log_us(elapsed));
-        span.record("validity_ms", crate::time::log_ms(validity));
+        span.record("elapsed_us", crate::base::time::log_us(elapsed));
+        span.record("validity_ms", crate::base::time::log_ms(validity));
         (elapsed, validity)
     }
 

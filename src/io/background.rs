@@ -63,17 +63,17 @@ where
 /// Waits until no background request work is running in this process, at most `within`.
 /// Returns whether it all finished.
 pub(crate) async fn flush(within: Duration) -> bool {
-    let deadline = crate::time::later(tokio::time::Instant::now(), within);
-    crate::metrics::flush_pending(&BACKGROUND);
+    let deadline = crate::base::time::later(tokio::time::Instant::now(), within);
+    crate::base::metrics::flush_pending(&BACKGROUND);
     loop {
         let idle = IDLE.notified();
         tokio::pin!(idle);
         idle.as_mut().enable();
         if BACKGROUND.load(Ordering::Acquire) == 0 {
-            return crate::metrics::flushed(true);
+            return crate::base::metrics::flushed(true);
         }
         if tokio::time::timeout_at(deadline, idle).await.is_err() {
-            return crate::metrics::flushed(BACKGROUND.load(Ordering::Acquire) == 0);
+            return crate::base::metrics::flushed(BACKGROUND.load(Ordering::Acquire) == 0);
         }
     }
 }
