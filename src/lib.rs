@@ -55,6 +55,7 @@
 //! | exit right after releasing (CLI, cron) without leaving keys on slow nodes | [`Redlock::flush`] |
 //! | see who holds it now, on which nodes, for how long (to look, not to decide) | [`Redlock::inspect`], [`Redlock::inspect_many`] |
 //! | more lock throughput than one group of masters serves | [`RedlockBuilder::group`] (resources spread over independent groups; [`Redlock::group_of`]) |
+//! | the Redis keys and channels of a resource (an ACL, `redis-cli`, which shard of a cluster holds it) | [`keys::Keys`], [`keys::key_slot`] |
 //!
 //! # Keeping a lock alive
 //!
@@ -154,15 +155,10 @@
 //!
 //! # Crate features
 //!
-//! * `testkit`: [`testkit`], real `redis-server` processes, fault proxies, a history
-//!   checker, for your own tests too.
 //! * `sim`: [`sim`], a deterministic in-memory model of a Redis node (every script of
 //!   this crate implemented natively, time an input), and a simulator that runs this
 //!   crate's protocol layer against N of them under seeded random faults, checking the
 //!   safety invariants.
-//! * `cli`: the `quorumlock` binary (`run`, `inspect`).
-//! * `demo`: `cli` plus its `demo` subcommand, which starts local `redis-server` nodes
-//!   with the test kit (so it turns `testkit` on).
 //! * `metrics`: metrics through the [`metrics`](https://docs.rs/metrics) facade, for any
 //!   exporter (Prometheus, StatsD, OpenTelemetry, …): latency and outcome of acquire,
 //!   extend and release rounds and of each node's requests, validity left at grant, lost
@@ -177,13 +173,12 @@
 //!   the process default unless one is installed already (install yours first to use
 //!   another).
 //!
+//! Beside this crate, in the same repository: `quorumlock-testkit` (real `redis-server`
+//! processes, fault proxies, local Redis Clusters and a history checker, for your own
+//! tests too) and `quorumlock-cli`, the `quorumlock` command (`run`, `inspect`, `demo`;
+//! `cargo install --path cli`).
 //!
 // The links to feature-gated modules: to docs.rs when the feature is off in this build.
-#![cfg_attr(feature = "testkit", doc = "[`testkit`]: crate::testkit")]
-#![cfg_attr(
-    not(feature = "testkit"),
-    doc = "[`testkit`]: https://docs.rs/quorumlock/latest/quorumlock/testkit/index.html"
-)]
 #![cfg_attr(feature = "sim", doc = "[`sim`]: crate::sim")]
 #![cfg_attr(
     not(feature = "sim"),
@@ -208,9 +203,6 @@ mod locks;
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub mod sim;
-#[cfg(feature = "testkit")]
-#[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
-pub mod testkit;
 
 /// The user guide (`docs/guide.md`): one section per feature, with examples.
 pub mod guide {
@@ -219,6 +211,7 @@ pub mod guide {
 
 pub use base::addr::NodeAddr;
 pub use base::error;
+pub use base::keys;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use base::metrics::describe as describe_metrics;

@@ -10,14 +10,13 @@
 //! the waiters behind it; a lost announcement still ends with it holding; a waiter that
 //! died costs one TTL; and eight clients on overlapping pairs of a ring of four resources,
 //! with a node paused for a second, never overlap, never deadlock and all get the lock.
-#![cfg(feature = "testkit")]
 
 mod support;
 
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::{History, LocalCluster, ProxyMode};
 use quorumlock::{Lock, Redlock, Retry};
+use quorumlock_testkit::{History, LocalCluster, ProxyMode};
 use support::{
     acquires_run, count_key, eventually, get, lock_key, log_every_command, queued_on_every_node,
     raw,

@@ -2,15 +2,14 @@
 //! letting its queue entries lapse (only where its claim was granted), and release
 //! subscriptions a node refuses (`BUSY` for a moment, or an ACL fixed at run time): each
 //! refused one is asked again, without holding up the link or looping on reconnections.
-#![cfg(feature = "testkit")]
 
 mod support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::LocalCluster;
 use quorumlock::{Redlock, Retry};
+use quorumlock_testkit::LocalCluster;
 use support::{acl_cluster, eventually, lock_key, node_ms, plant_everywhere, raw, zcards};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;

@@ -1,7 +1,6 @@
 //! Inspection against real redis-server processes: the verdict (held on a quorum, free on
 //! a quorum, unknown), the per-node detail (holder prefix, TTL, fence counter, queue
 //! length, failures), and that inspecting writes nothing.
-#![cfg(feature = "testkit")]
 
 mod support;
 
@@ -9,8 +8,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use quorumlock::inspect::{NodeState, Verdict};
-use quorumlock::testkit::LocalCluster;
 use quorumlock::{Error, Redlock, Retry};
+use quorumlock_testkit::LocalCluster;
 use redis::AsyncCommands;
 use support::*;
 

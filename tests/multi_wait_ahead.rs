@@ -2,14 +2,13 @@
 //! only by keys of its set other than the queue's own (which the release being waited for
 //! frees), and enough entries are looked at that a caller holding a key is not kept behind
 //! a long line of blocked waiters.
-#![cfg(feature = "testkit")]
 
 mod support;
 
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::LocalCluster;
 use quorumlock::{Redlock, Retry};
+use quorumlock_testkit::LocalCluster;
 use support::settle;
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;

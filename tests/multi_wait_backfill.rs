@@ -4,14 +4,13 @@
 //! released queue only. So a waiter does not count such blocked entries as ahead of it (the
 //! joins report it): Y takes itself for the head and claims the free key on its fallback
 //! timer or a plain release.
-#![cfg(feature = "testkit")]
 
 mod support;
 
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::LocalCluster;
 use quorumlock::{Redlock, Retry};
+use quorumlock_testkit::LocalCluster;
 use support::settle;
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;

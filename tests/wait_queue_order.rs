@@ -1,6 +1,5 @@
 //! Adversarial probes of the wait queue against real `redis-server`s: holders that never
 //! had to wait, heralds slower than the other nodes, heralds restarted empty.
-#![cfg(feature = "testkit")]
 
 mod support;
 
@@ -8,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::{LocalCluster, ProxyMode};
 use quorumlock::{Error, Redlock, Retry};
+use quorumlock_testkit::{LocalCluster, ProxyMode};
 use support::heralds;
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;

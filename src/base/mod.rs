@@ -2,7 +2,9 @@
 //! above it.
 //!
 //! * [`resource`]: resource names and namespaces, and the Redis keys and channels they
-//!   map to (one rule, used by the requests, the notifier, the inspection and the tests);
+//!   map to (one rule, used by the requests, the notifier and the inspection);
+//! * [`keys`]: the public view of that rule ([`Keys`](crate::keys::Keys),
+//!   [`key_slot`](crate::keys::key_slot)), for operators and tests;
 //! * [`slot`]: Redis Cluster's hash slots, and the hash tag that keeps a name's keys in
 //!   one slot;
 //! * [`token`]: lock tokens, 128 random bits per acquisition;
@@ -18,6 +20,7 @@
 
 pub(crate) mod addr;
 pub mod error;
+pub mod keys;
 pub(crate) mod metrics;
 pub(crate) mod resource;
 pub(crate) mod slot;

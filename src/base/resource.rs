@@ -154,6 +154,10 @@ impl Keyspace {
     pub(crate) fn new(ns: Arc<str>, layout: Layout) -> Keyspace {
         Keyspace { ns, layout }
     }
+    /// The same namespace in `layout`.
+    pub(crate) fn with_layout(self, layout: Layout) -> Keyspace {
+        Keyspace { layout, ..self }
+    }
     /// The default namespace's keyspace in `layout`.
     pub(crate) fn in_default(layout: Layout) -> Keyspace {
         Keyspace::new(Arc::from(DEFAULT_NAMESPACE), layout)

@@ -97,6 +97,13 @@ mod tests {
         assert_eq!(key_slot(b"foo{}{bar}"), key_slot(b"foo{}{bar}"));
         assert_ne!(key_slot(b"foo{}{bar}"), key_slot(b"bar"));
         assert_eq!(key_slot(b"foo{{bar}}zap"), key_slot(b"{bar"));
+        // The checksum itself, from the Redis Cluster specification.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        // An empty tag does not count: the whole key is hashed.
+        assert_eq!(key_slot(b"{}foo"), crc16(b"{}foo") % SLOTS);
+        // Only the first tag counts; an unclosed brace is no tag.
+        assert_eq!(key_slot(b"a{b}{c}"), key_slot(b"b"));
+        assert_eq!(key_slot(b"a{b"), crc16(b"a{b") % SLOTS);
     }
 
     #[test]

@@ -1901,30 +1901,6 @@ impl Node {
     }
 }
 
-/// Test seams of the direct path to a Redis Cluster voter's shard masters.
-#[cfg(all(test, feature = "testkit"))]
-impl Node {
-    /// Sends `cmd` (its keys in `slot`) by the direct path: `None` without one.
-    pub(crate) async fn send_direct(
-        &self,
-        cmd: &Cmd,
-        slot: u16,
-    ) -> Option<redis::RedisResult<Value>> {
-        let Conn::Cluster(c) = &self.conn else {
-            return None;
-        };
-        Some(c.direct.as_ref()?.send(cmd, slot).await)
-    }
-
-    /// The master (`host:port`) the direct path routes `slot` to.
-    pub(crate) fn direct_master(&self, slot: u16) -> Option<String> {
-        let Conn::Cluster(c) = &self.conn else {
-            return None;
-        };
-        c.direct.as_ref()?.master_of(slot)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -155,10 +155,11 @@ impl Semaphore {
         Ok(s)
     }
 
-    /// The test kit's negative control: `c = P` with the majority quorum (up to
-    /// `⌊P·N / Q⌋` holders at once, more than `P`). **Not safe**: it exists to show that
-    /// the tests catch a semaphore that admits too many holders. Every request is the
-    /// real semaphore's; only `c` differs.
+    /// A **deliberately unsafe** semaphore, a negative control for tests: `c = P` with the
+    /// majority quorum (up to `⌊P·N / Q⌋` holders at once, more than `P`). Never use it
+    /// to guard anything: it exists so that a test, or a history checker, can show it
+    /// catches a semaphore that admits too many holders. Every request is the real
+    /// semaphore's; only `c` differs. (`quorumlock-testkit`'s `naive_semaphore` is this.)
     ///
     /// # Errors
     ///
@@ -173,8 +174,6 @@ impl Semaphore {
     /// assert_eq!(unsafe_pool.per_node_limit(), 2);
     /// # Ok(()) }
     /// ```
-    #[cfg(feature = "testkit")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
     pub fn naive(locks: &Redlock, name: &str, permits: u32) -> Result<Semaphore, Error> {
         Semaphore::new(locks, name, permits, true)
     }

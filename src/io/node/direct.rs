@@ -157,7 +157,7 @@ impl Direct {
     }
 
     /// The address (`host:port`) of the master the map routes `slot` to.
-    #[cfg(all(test, feature = "testkit"))]
+    #[cfg(test)]
     pub(crate) fn master_of(&self, slot: u16) -> Option<String> {
         self.routes().master(slot).map(|(a, _)| a.to_string())
     }

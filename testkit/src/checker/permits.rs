@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Hold, PermitPeak, Violation, ViolationKind};
-use crate::testkit::history::{HoldMode, offset};
+use crate::history::{HoldMode, offset};
 
 /// An interval above the bound that has not closed yet.
 struct Excess<'a> {
@@ -129,7 +129,7 @@ fn violation(permits: u32, x: &Excess<'_>, end: Duration) -> Violation {
 mod tests {
     use super::super::test_support::*;
     use super::super::{ViolationKind, check, check_events, holds};
-    use crate::testkit::history::{EventKind, History, HoldMode};
+    use crate::history::{EventKind, History, HoldMode};
     use proptest::prelude::*;
 
     const P2: HoldMode = HoldMode::Permit { permits: 2 };

@@ -1,17 +1,21 @@
 //! End-to-end tests of the `quorumlock` binary against real `redis-server` nodes
 //! (started by the test kit). Every wait is bounded.
-#![cfg(all(feature = "cli", feature = "testkit"))]
 
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Output};
 use std::time::{Duration, Instant};
 
 use quorumlock::Redlock;
-use quorumlock::testkit::LocalCluster;
+use quorumlock_testkit::LocalCluster;
 use tokio::process::{Child, Command};
 
 #[cfg(feature = "tls-rustls")]
-mod support;
+#[path = "../../tests/support/pki.rs"]
+#[allow(
+    dead_code,
+    reason = "the CLI's tests use part of the test certificates"
+)]
+mod pki;
 
 const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
 const USAGE: i32 = 64;
@@ -1288,7 +1292,6 @@ async fn groups_in_quorumlock_nodes() {
     assert!(stderr(&out).contains("group #3"), "{}", stderr(&out));
 }
 
-#[cfg(feature = "demo")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_oversells_without_and_not_with_the_lock() {
     let out = output(
@@ -1311,7 +1314,7 @@ async fn demo_oversells_without_and_not_with_the_lock() {
 /// lock on the three clusters.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_runs_on_cluster_voters() {
-    use quorumlock::testkit::{ClusterVoters, Faults};
+    use quorumlock_testkit::{ClusterVoters, Faults};
     let voters = ClusterVoters::launch(3, 2, 0)
         .await
         .expect("three local Redis Clusters");
@@ -1368,7 +1371,7 @@ async fn cli_runs_on_cluster_voters() {
 /// `run` and `inspect` against TLS nodes that require a client certificate.
 #[cfg(feature = "tls-rustls")]
 mod tls {
-    use super::support::pki::Pki;
+    use super::pki::Pki;
     use super::*;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # quorumlock Docker Compose harness.
 #
-# usage: compose/harness.sh COMMAND [--failover]
+# usage: testkit/compose/harness.sh COMMAND [--failover]
 #   image            pick the Redis image (build it locally if needed); prints its reference
 #   up [--failover]  bring up redis1..redis5 (and redis-primary/redis-replica with --failover),
 #                    wait until every container is healthy, print the client URLs
@@ -12,7 +12,7 @@
 #
 # Environment:
 #   QUORUMLOCK_REDIS_IMAGE        image to use (default: redis:7.2 if present or pullable,
-#                                 else quorumlock/redis:local built by compose/build-image.sh)
+#                                 else quorumlock/redis:local built by testkit/compose/build-image.sh)
 #   QUORUMLOCK_COMPOSE_PROJECT    compose project name (default quorumlock)
 #   QUORUMLOCK_COMPOSE_PORT_BASE  host ports are BASE+1..BASE+5, BASE+11 (primary),
 #                                 BASE+12 (replica); default 7000

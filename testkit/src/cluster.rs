@@ -65,7 +65,7 @@ pub enum Persistence {
 /// # Example
 ///
 /// ```no_run
-/// use quorumlock::testkit::{LocalCluster, Persistence};
+/// use quorumlock_testkit::{LocalCluster, Persistence};
 ///
 /// # async fn demo() -> std::io::Result<()> {
 /// let cluster = LocalCluster::builder(5)
@@ -180,7 +180,7 @@ impl LocalClusterBuilder {
     /// # Example
     ///
     /// ```no_run
-    /// use quorumlock::testkit::LocalCluster;
+    /// use quorumlock_testkit::LocalCluster;
     ///
     /// # async fn demo() -> std::io::Result<()> {
     /// let cluster = LocalCluster::builder(3)
@@ -215,7 +215,7 @@ impl LocalClusterBuilder {
     /// # Example
     ///
     /// ```no_run
-    /// use quorumlock::testkit::LocalCluster;
+    /// use quorumlock_testkit::LocalCluster;
     ///
     /// # async fn demo() -> std::io::Result<()> {
     /// let cluster = LocalCluster::builder(3)
@@ -347,7 +347,7 @@ impl LocalClusterBuilder {
 /// # Example
 ///
 /// ```no_run
-/// use quorumlock::testkit::LocalCluster;
+/// use quorumlock_testkit::LocalCluster;
 ///
 /// # async fn demo() -> std::io::Result<()> {
 /// let cluster = LocalCluster::launch(3).await?;

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::{Hold, Violation, ViolationKind};
-use crate::testkit::history::HoldMode;
+use crate::history::HoldMode;
 
 /// What a resource is, as its first hold says.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -55,7 +55,7 @@ pub(super) fn check(holds: &[Hold], out: &mut Vec<Violation>) -> BTreeMap<Arc<st
 mod tests {
     use super::super::test_support::*;
     use super::super::{ViolationKind, check};
-    use crate::testkit::history::{History, HoldMode};
+    use crate::history::{History, HoldMode};
 
     const P2: HoldMode = HoldMode::Permit { permits: 2 };
 

@@ -35,7 +35,7 @@
 //!
 //! ```no_run
 //! use std::time::{Duration, Instant};
-//! use quorumlock::testkit::{History, LocalCluster, ProxyMode};
+//! use quorumlock_testkit::{History, LocalCluster, ProxyMode};
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let cluster = LocalCluster::builder(3).proxies(true).launch().await?;
@@ -92,27 +92,27 @@ pub use redis_cluster::{ClusterVoters, RedisCluster};
 /// the majority quorum, so up to `⌊P·N / Q⌋` holders (more than `P`) can coexist. Use it to
 /// check that a test of your own, or a history checker, catches a semaphore that admits too
 /// many holders. It runs exactly the real semaphore's code (only `c` differs). See
-/// [`Semaphore::naive`](crate::Semaphore::naive).
+/// [`Semaphore::naive`](quorumlock::Semaphore::naive).
 ///
 /// # Errors
 ///
-/// As [`Redlock::semaphore`](crate::Redlock::semaphore).
+/// As [`Redlock::semaphore`](quorumlock::Redlock::semaphore).
 ///
 /// # Example
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), quorumlock::Error> {
 /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
-/// let unsafe_pool = quorumlock::testkit::naive_semaphore(&locks, "negative-control", 2)?;
+/// let unsafe_pool = quorumlock_testkit::naive_semaphore(&locks, "negative-control", 2)?;
 /// assert_eq!(unsafe_pool.per_node_limit(), unsafe_pool.permits());
 /// # Ok(()) }
 /// ```
 pub fn naive_semaphore(
-    locks: &crate::Redlock,
+    locks: &quorumlock::Redlock,
     name: &str,
     permits: u32,
-) -> Result<crate::Semaphore, crate::Error> {
-    crate::Semaphore::naive(locks, name, permits)
+) -> Result<quorumlock::Semaphore, quorumlock::Error> {
+    quorumlock::Semaphore::naive(locks, name, permits)
 }
 
 /// The fault interface shared by every backend: [`LocalCluster`] (local processes) and

@@ -43,8 +43,8 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use quorumlock::testkit::{EventKind, History};
-//! use quorumlock::testkit::checker::ViolationKind;
+//! use quorumlock_testkit::{EventKind, History};
+//! use quorumlock_testkit::checker::ViolationKind;
 //!
 //! let ms = Duration::from_millis;
 //! let h = History::new();
@@ -61,8 +61,8 @@
 //!
 //! ```
 //! use std::time::{Duration, Instant};
-//! use quorumlock::testkit::History;
-//! use quorumlock::testkit::checker::ViolationKind;
+//! use quorumlock_testkit::History;
+//! use quorumlock_testkit::checker::ViolationKind;
 //!
 //! let h = History::new();
 //! let until = Instant::now() + Duration::from_secs(10);

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 use super::{Hold, Violation, ViolationKind};
-use crate::testkit::history::HoldMode;
+use crate::history::HoldMode;
 
 /// The violation two overlapping holds of one resource make, if any.
 fn conflict(a: HoldMode, b: HoldMode) -> Option<ViolationKind> {
@@ -58,7 +58,7 @@ mod tests {
     use super::super::test_support::*;
     use super::super::{check, check_events, holds};
     use super::*;
-    use crate::testkit::history::{EventKind, History};
+    use crate::history::{EventKind, History};
     use proptest::prelude::*;
 
     #[test]

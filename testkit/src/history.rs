@@ -37,7 +37,7 @@
 //!
 //! ```
 //! use std::time::{Duration, Instant};
-//! use quorumlock::testkit::History;
+//! use quorumlock_testkit::History;
 //!
 //! let history = History::new();
 //! let alice = history.client(1);
@@ -63,7 +63,7 @@ pub type ClientId = u64;
 /// # Example
 ///
 /// ```
-/// use quorumlock::testkit::HoldMode;
+/// use quorumlock_testkit::HoldMode;
 ///
 /// assert!(HoldMode::Exclusive.is_exclusive());
 /// assert_eq!(HoldMode::Permit { permits: 3 }.permits(), Some(3));
@@ -187,7 +187,7 @@ impl EventKind {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use quorumlock::testkit::{EventKind, HoldMode};
+    /// use quorumlock_testkit::{EventKind, HoldMode};
     ///
     /// let kind = EventKind::Acquired { deadline: Duration::from_millis(5), fencing_token: None };
     /// assert_eq!(kind.acquisition(), Some((Duration::from_millis(5), None, HoldMode::Exclusive)));

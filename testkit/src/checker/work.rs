@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{Hold, Violation, ViolationKind};
-use crate::testkit::history::{ClientId, Event, EventKind, offset};
+use crate::history::{ClientId, Event, EventKind, offset};
 
 pub(super) fn check(events: &[Event], holds: &[Hold], out: &mut Vec<Violation>) {
     let mut started: HashMap<(ClientId, Arc<str>), Event> = HashMap::new();
@@ -79,7 +79,7 @@ pub(super) fn check(events: &[Event], holds: &[Hold], out: &mut Vec<Violation>) 
 mod tests {
     use super::super::test_support::*;
     use super::super::{ViolationKind, check};
-    use crate::testkit::history::{EventKind, History};
+    use crate::history::{EventKind, History};
     use proptest::prelude::*;
 
     #[test]

@@ -5,17 +5,17 @@
 //! Cluster voters, the CLI), writes no key and no channel outside `ns:`, and is refused
 //! nothing but the optional `CONFIG GET`; the same user with another namespace is refused
 //! with each node's `NOPERM`, never a panic; and two namespaces hold the same resource at
-//! once on the same nodes.
-#![cfg(feature = "testkit")]
+//! once on the same nodes. (With the CLI's tests, as it runs the `quorumlock` binary.)
 
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::LocalCluster;
-use quorumlock::testkit::redis_cluster::RedisCluster;
 use quorumlock::{Error, ErrorKind, Redlock, Retry, Watchdog};
+use quorumlock_testkit::LocalCluster;
+use quorumlock_testkit::redis_cluster::RedisCluster;
 use support::{eventually, raw};
 
 const NS: &str = "ns";
@@ -27,7 +27,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
 /// The rules of the documented `ACL SETUSER` line (the one in a `text` block of the
 /// operations guide), for namespace `ns` and password `pw`.
 fn documented_rules(ns: &str) -> Vec<String> {
-    let guide = include_str!("../docs/operations.md");
+    let guide = include_str!("../../docs/operations.md");
     let line = guide
         .lines()
         .find(|l| l.starts_with("ACL SETUSER app-locks on"))

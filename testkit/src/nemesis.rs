@@ -160,7 +160,7 @@ impl fmt::Display for NemesisLog {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use quorumlock::testkit::{LocalCluster, nemesis::{Fault, Schedule}};
+/// use quorumlock_testkit::{LocalCluster, nemesis::{Fault, Schedule}};
 ///
 /// # async fn demo() -> std::io::Result<()> {
 /// let cluster = LocalCluster::launch(5).await?;
@@ -271,7 +271,7 @@ enum NodeState {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use quorumlock::testkit::{LocalCluster, nemesis::{FaultKind, RandomNemesis}};
+/// use quorumlock_testkit::{LocalCluster, nemesis::{FaultKind, RandomNemesis}};
 ///
 /// # async fn demo() -> std::io::Result<()> {
 /// let cluster = LocalCluster::builder(5).proxies(true).launch().await?;

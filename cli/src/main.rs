@@ -5,14 +5,15 @@
 //!                [--shared | --write | --permits P] [--fencing] [--grace 10s]
 //!                -- COMMAND [ARGS...]
 //! quorumlock inspect RESOURCE... --nodes URL,URL,... [--timeout 1s] [--json]
-//! quorumlock demo [--nodes URL,URL,...]          (with the `demo` feature)
+//! quorumlock demo [--nodes URL,URL,...]
 //! ```
 //!
 //! Nodes come from `--nodes` or the `QUORUMLOCK_NODES` environment variable (comma
 //! separated; lock groups separated by `;`, as in `URL,URL,URL;URL,URL,URL`, with
 //! `--groups-version` / `QUORUMLOCK_GROUPS_VERSION`). Every key and channel starts with
 //! the namespace of `--namespace` or `QUORUMLOCK_NAMESPACE` (default `quorumlock`), which
-//! must match the one the locks' other clients use. With the `tls-rustls` feature,
+//! must match the one the locks' other clients use. With the `tls-rustls` feature
+//! (`cargo install --path cli --features tls-rustls`),
 //! `--tls-ca FILE` (`QUORUMLOCK_TLS_CA`) trusts a private certificate authority for
 //! `rediss://` nodes, and `--tls-cert FILE --tls-key FILE` (`QUORUMLOCK_TLS_CERT`,
 //! `QUORUMLOCK_TLS_KEY`) show a client certificate to servers with `tls-auth-clients yes`.
@@ -25,7 +26,6 @@
 //! or the wait timed out, 78 when `--permits P` does not match the semaphore in use,
 //! 126/127 when COMMAND cannot be executed / is not found.
 
-#[cfg(feature = "demo")]
 mod demo;
 mod exit;
 mod inspect;
@@ -72,7 +72,6 @@ enum Cmd {
     Inspect(inspect::InspectArgs),
     /// The coupon scenario: 100 buyers, K coupons, without and with the lock (starts its
     /// own 5 local redis-server nodes unless --nodes is given).
-    #[cfg(feature = "demo")]
     Demo(demo::DemoArgs),
 }
 
@@ -226,7 +225,6 @@ fn main() -> ExitCode {
         match cli.command {
             Cmd::Run(args) => run::run(args).await,
             Cmd::Inspect(args) => inspect::inspect(args).await,
-            #[cfg(feature = "demo")]
             Cmd::Demo(args) => demo::demo(args).await,
         }
     });

@@ -25,11 +25,10 @@ use std::time::{Duration, Instant};
 
 use super::cluster::LocalCluster;
 use super::resp::{self, Reply};
-use crate::base::resource::{Keyspace, Layout};
+use quorumlock::keys::Keys;
 use std::io;
 
-/// The number of hash slots of a Redis Cluster.
-pub const SLOTS: u16 = crate::base::slot::SLOTS;
+pub use quorumlock::keys::{SLOTS, key_slot};
 
 /// How long one cluster command may take.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
@@ -40,21 +39,6 @@ const TAKEOVER_NUDGE: Duration = Duration::from_secs(5);
 /// How often convergence is polled.
 const POLL: Duration = Duration::from_millis(50);
 
-/// The hash slot of `key`, as Redis Cluster computes it: CRC16 (XMODEM) of the key, or of
-/// its hash tag (the part between the first `{` and the next `}`, if not empty), modulo
-/// 16384.
-///
-/// # Example
-///
-/// ```
-/// use quorumlock::testkit::redis_cluster::key_slot;
-/// assert_eq!(key_slot(b"foo"), 12182);
-/// assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"{user1000}.followers"));
-/// ```
-pub fn key_slot(key: &[u8]) -> u16 {
-    crate::base::slot::key_slot(key)
-}
-
 /// The lock key of resource `name` on a voter that is a Redis Cluster, where every key of a
 /// name carries a hash tag that puts it in the name's own slot: for faults aimed at one
 /// resource's key ([`RedisCluster::crash_failover_losing`]).
@@ -62,13 +46,13 @@ pub fn key_slot(key: &[u8]) -> u16 {
 /// # Example
 ///
 /// ```
-/// use quorumlock::testkit::redis_cluster::{cluster_lock_key, key_slot};
+/// use quorumlock_testkit::redis_cluster::{cluster_lock_key, key_slot};
 /// let key = cluster_lock_key("orders:42");
 /// assert!(key.starts_with(b"quorumlock:lock:{"));
 /// assert_eq!(key_slot(&key), key_slot(b"orders:42"));
 /// ```
 pub fn cluster_lock_key(name: &str) -> Vec<u8> {
-    Keyspace::in_default(Layout::Slotted).lock_key(name)
+    Keys::default().on_cluster().lock(name)
 }
 
 /// The release channel of resource `name` on a voter that is a Redis Cluster: a shard
@@ -78,13 +62,13 @@ pub fn cluster_lock_key(name: &str) -> Vec<u8> {
 /// # Example
 ///
 /// ```
-/// use quorumlock::testkit::redis_cluster::{cluster_release_channel, key_slot};
+/// use quorumlock_testkit::redis_cluster::{cluster_release_channel, key_slot};
 /// let channel = cluster_release_channel("orders:42");
 /// assert!(channel.starts_with(b"quorumlock:released:"));
 /// assert_eq!(key_slot(&channel), key_slot(b"orders:42"));
 /// ```
 pub fn cluster_release_channel(name: &str) -> Vec<u8> {
-    Keyspace::in_default(Layout::Slotted).channel(name)
+    Keys::default().on_cluster().release_channel(name)
 }
 
 /// A local Redis Cluster: `masters` masters, each with `replicas` replicas, every slot
@@ -93,7 +77,7 @@ pub fn cluster_release_channel(name: &str) -> Vec<u8> {
 /// # Example
 ///
 /// ```no_run
-/// use quorumlock::testkit::redis_cluster::{RedisCluster, key_slot};
+/// use quorumlock_testkit::redis_cluster::{RedisCluster, key_slot};
 ///
 /// # async fn demo() -> std::io::Result<()> {
 /// let cluster = RedisCluster::launch(3, 1).await?;
@@ -196,7 +180,7 @@ impl RedisCluster {
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-    /// use quorumlock::testkit::redis_cluster::RedisCluster;
+    /// use quorumlock_testkit::redis_cluster::RedisCluster;
     /// let (a, b, c) = (
     ///     RedisCluster::launch(3, 0).await?,
     ///     RedisCluster::launch(3, 0).await?,
@@ -269,6 +253,33 @@ impl RedisCluster {
         Ok(replica)
     }
 
+    /// Pauses master `master` (SIGSTOP: its connections stay open, unanswered) and
+    /// promotes one of its replicas without it (`CLUSTER FAILOVER TAKEOVER`), as an
+    /// operator does with a master that stopped answering. The paused process stays
+    /// paused; [`LocalCluster::resume`] on [`processes`](Self::processes) wakes it (it
+    /// then learns it lost its slots). Returns the process that is master now.
+    ///
+    /// # Errors
+    ///
+    /// As [`failover`](Self::failover).
+    pub async fn pause_failover(&self, master: usize) -> io::Result<usize> {
+        let replica = self.topology.first_replica(master).await?;
+        self.processes.pause(master).await?;
+        self.topology.takeover(replica).await?;
+        Ok(replica)
+    }
+
+    /// The processes that replicate process `master` now (from each one's
+    /// `INFO replication`): e.g. to wait until a crashed master, started again, follows
+    /// the replica that took its place.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a process index out of range.
+    pub async fn replicas_of(&self, master: usize) -> io::Result<Vec<usize>> {
+        self.topology.replicas_of(master).await
+    }
+
     /// Moves `slot`, with its keys, to master `to`, and waits until every live node
     /// agrees: [`begin_migration`](Self::begin_migration), then
     /// [`finish_migration`](Self::finish_migration).
@@ -318,8 +329,8 @@ impl RedisCluster {
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-/// use quorumlock::testkit::Faults;
-/// use quorumlock::testkit::redis_cluster::ClusterVoters;
+/// use quorumlock_testkit::Faults;
+/// use quorumlock_testkit::redis_cluster::ClusterVoters;
 /// let voters = ClusterVoters::launch(5, 1, 0).await?;
 /// let locks = quorumlock::Redlock::builder(voters.urls()).build().await?;
 /// let lock = locks.try_lock("job", std::time::Duration::from_secs(5)).await?;
@@ -893,228 +904,5 @@ fn ok(reply: Reply) -> io::Result<()> {
     match reply {
         Reply::Simple(s) if s == "OK" => Ok(()),
         other => Err(io::Error::other(format!("expected OK, got {other:?}"))),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::base::slot::crc16;
-    use std::time::Duration;
-
-    /// The direct path of a cluster voter (`node::direct`), against a real Redis Cluster:
-    /// the first request waits for the slot map and reaches the slot's master directly;
-    /// after the slot moves, the old master's `MOVED` is followed on the direct path to
-    /// the master it names (never through the cluster client's connections: the clean-up
-    /// of a request goes where the map then says, and must go on the same socket), and
-    /// the map routes the slot there from then on; during a migration, `ASK` is followed
-    /// with `ASKING` on the direct connection to the importing master.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn requests_reach_the_slots_master_directly_and_follow_it()
-    -> Result<(), Box<dyn std::error::Error>> {
-        let cluster = RedisCluster::launch(2, 0).await?;
-        let spec = crate::io::node::NodeSpec::parse(0, &cluster.voter_url())?;
-        let node = crate::io::node::Node::new(&spec, Duration::from_secs(1))?;
-        let key = b"{direct}k";
-        let slot = key_slot(key);
-        let set = |v: &str| redis::cmd("SET").arg(&key[..]).arg(v).to_owned();
-        let sent = node.send_direct(&set("1"), slot).await;
-        assert!(
-            matches!(sent, Some(Ok(redis::Value::Okay))),
-            "sent directly: {sent:?}"
-        );
-        let owner = cluster.owner(slot).await?;
-        let at = |p: usize| -> io::Result<String> {
-            Ok(format!("127.0.0.1:{}", cluster.processes().port(p)?))
-        };
-        assert_eq!(node.direct_master(slot), Some(at(owner)?));
-        // The slot moves: MOVED, followed directly, and the map follows.
-        let to = (owner + 1) % cluster.masters();
-        cluster.migrate_slot(slot, to).await?;
-        let sent = node.send_direct(&set("2"), slot).await;
-        assert!(
-            matches!(sent, Some(Ok(redis::Value::Okay))),
-            "MOVED followed directly: {sent:?}"
-        );
-        assert_eq!(
-            node.direct_master(slot),
-            Some(at(to)?),
-            "MOVED names the new owner"
-        );
-        let got = command(cluster.topology.addr(to)?, &["GET", "{direct}k"]).await?;
-        assert_eq!(got.text().as_deref(), Some("2"));
-        // The slot starts moving back and stops half-way: a new key of it meets ASK at
-        // its owner and is written on the importing master, through ASKING on the direct
-        // path; its clean-up meets the same ASK and deletes it there.
-        cluster.begin_migration(slot, owner).await?;
-        let fresh = redis::cmd("SET").arg("{direct}fresh").arg("1").to_owned();
-        let sent = node.send_direct(&fresh, slot).await;
-        assert!(
-            matches!(sent, Some(Ok(redis::Value::Okay))),
-            "through ASK: {sent:?}"
-        );
-        let del = redis::cmd("DEL").arg("{direct}fresh").to_owned();
-        let sent = node.send_direct(&del, slot).await;
-        assert!(
-            matches!(sent, Some(Ok(redis::Value::Int(1)))),
-            "cleaned up through ASK: {sent:?}"
-        );
-        assert_eq!(
-            node.direct_master(slot),
-            Some(at(to)?),
-            "an ASK moves nothing"
-        );
-        cluster.finish_migration(slot, owner).await?;
-        Ok(())
-    }
-
-    /// `calls` of `cmdstat_<name>` on the process at `addr` (`INFO commandstats`).
-    async fn calls(addr: SocketAddr, name: &str) -> io::Result<u64> {
-        let info = command(addr, &["INFO", "commandstats"])
-            .await?
-            .text()
-            .unwrap_or_default();
-        let prefix = format!("cmdstat_{name}:calls=");
-        Ok(info
-            .lines()
-            .find_map(|l| l.strip_prefix(&prefix))
-            .and_then(|r| r.split(',').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0))
-    }
-
-    /// A one-master cluster answers `CLUSTER SLOTS` with an empty host for itself (no node
-    /// ever introduced it): it is taken to be at the address asked, so the voter gets a
-    /// direct path, and healthy traffic reads the map no more (it read it 20 times in 40
-    /// cycles, and never had a direct path, before).
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_one_master_cluster_gets_a_direct_path_and_reads_its_map_once()
-    -> Result<(), Box<dyn std::error::Error>> {
-        use crate::base::resource::Resources;
-        use crate::base::token::Token;
-        use crate::io::node::{Node, NodeSpec, Request};
-        let cluster = RedisCluster::launch(1, 0).await?;
-        let addr = cluster.topology.addr(0)?;
-        let node = Node::new(
-            &NodeSpec::parse(0, &cluster.voter_url())?,
-            Duration::from_secs(1),
-        )?;
-        let res = Resources::in_space(&["solo"], &Keyspace::in_default(Layout::Slotted))?;
-        let key = res.lock_keys().first().cloned().ok_or("no key")?;
-        let token = Token::generate()?;
-        let acquire = Request::acquire(std::slice::from_ref(&key), &token, Duration::from_secs(5));
-        let release = Request::release(&res, &token, b"", false);
-        let _ = node.send(&acquire, Duration::from_secs(1)).await;
-        let _ = node.send(&release, Duration::from_secs(1)).await;
-        let before = calls(addr, "cluster|slots").await?;
-        for _ in 0..40 {
-            let _ = node.send(&acquire, Duration::from_secs(1)).await;
-            let _ = node.send(&release, Duration::from_secs(1)).await;
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let read = calls(addr, "cluster|slots").await?.saturating_sub(before);
-        assert_eq!(
-            node.direct_master(key_slot(&key)),
-            Some(format!("127.0.0.1:{}", addr.port()))
-        );
-        assert!(
-            read <= 2,
-            "CLUSTER SLOTS read {read} times in 2 s of healthy traffic"
-        );
-        Ok(())
-    }
-
-    /// After a crash failover, and after a paused master's takeover by its replica, the
-    /// direct path reaches the promoted replica again within a few seconds, with no
-    /// restart: an I/O error, or a request its caller stopped waiting for, has the map
-    /// read again (without those readings the voter failed for good).
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_direct_path_follows_a_crash_and_a_paused_failover()
-    -> Result<(), Box<dyn std::error::Error>> {
-        use crate::base::resource::Resources;
-        use crate::base::token::Token;
-        use crate::io::node::{Node, NodeSpec, Request};
-        use crate::protocol::reply::Reply as Typed;
-        let cluster = RedisCluster::launch(2, 1).await?;
-        let node = Node::new(
-            &NodeSpec::parse(0, &cluster.voter_url())?,
-            Duration::from_secs(1),
-        )?;
-        let res = Resources::in_space(&["follow"], &Keyspace::in_default(Layout::Slotted))?;
-        let key = res.lock_keys().first().cloned().ok_or("no key")?;
-        let slot = key_slot(&key);
-        let cycle = || async {
-            let token = Token::generate().ok()?;
-            let acquire =
-                Request::acquire(std::slice::from_ref(&key), &token, Duration::from_secs(5));
-            let got = node.send(&acquire, Duration::from_millis(200)).await;
-            let release = Request::release(&res, &token, b"", false);
-            let _ = node.send(&release, Duration::from_millis(200)).await;
-            Some(got)
-        };
-        // Cycles every 20 ms until one is granted, for at most 10 s.
-        let granted_again = || async {
-            let start = std::time::Instant::now();
-            while start.elapsed() < Duration::from_secs(10) {
-                if matches!(cycle().await, Some(Typed::Granted)) {
-                    return true;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            false
-        };
-        assert!(matches!(cycle().await, Some(Typed::Granted)));
-        let owner = cluster.owner(slot).await?;
-        let promoted = cluster.crash_failover(owner).await?;
-        assert!(
-            granted_again().await,
-            "still failing after a crash failover"
-        );
-        assert_eq!(
-            node.direct_master(slot),
-            Some(format!("127.0.0.1:{}", cluster.processes().port(promoted)?))
-        );
-        // The killed process back (a replica of the new master), then the new master paused
-        // and taken over by it.
-        cluster.processes().start(owner).await?;
-        let mut replicating = false;
-        for _ in 0..200 {
-            if cluster
-                .topology
-                .replicas_of(promoted)
-                .await?
-                .contains(&owner)
-            {
-                replicating = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert!(
-            replicating,
-            "the restarted process never replicated the new master"
-        );
-        cluster.processes().pause(promoted).await?;
-        cluster.topology.takeover(owner).await?;
-        assert!(
-            granted_again().await,
-            "still failing after a paused failover"
-        );
-        cluster.processes().resume(promoted).await?;
-        Ok(())
-    }
-
-    #[test]
-    fn slots_match_redis() {
-        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
-        assert_eq!(crc16(b"123456789"), 0x31C3);
-        assert_eq!(key_slot(b"foo"), 12182);
-        assert_eq!(key_slot(b"bar"), 5061);
-        assert_eq!(key_slot(b"{foo}bar"), key_slot(b"foo"));
-        // An empty tag does not count: the whole key is hashed.
-        assert_eq!(key_slot(b"{}foo"), crc16(b"{}foo") % SLOTS);
-        // Only the first tag counts; an unclosed brace is no tag.
-        assert_eq!(key_slot(b"a{b}{c}"), key_slot(b"b"));
-        assert_eq!(key_slot(b"a{b"), crc16(b"a{b") % SLOTS);
     }
 }

@@ -135,7 +135,7 @@ struct Shared {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use quorumlock::testkit::{FaultProxy, ProxyMode};
+/// use quorumlock_testkit::{FaultProxy, ProxyMode};
 ///
 /// # async fn demo() -> std::io::Result<()> {
 /// let proxy = FaultProxy::start("127.0.0.1:6379".parse().unwrap()).await?;

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{Violation, ViolationKind};
-use crate::testkit::history::{Event, EventKind};
+use crate::history::{Event, EventKind};
 
 pub(super) fn check(events: &[Event], out: &mut Vec<Violation>) {
     let mut acquired_max: HashMap<Arc<str>, (u64, Event)> = HashMap::new();
@@ -48,7 +48,7 @@ pub(super) fn check(events: &[Event], out: &mut Vec<Violation>) {
 mod tests {
     use super::super::test_support::*;
     use super::super::{ViolationKind, check};
-    use crate::testkit::history::{EventKind, History};
+    use crate::history::{EventKind, History};
     use proptest::prelude::*;
 
     #[test]
@@ -90,16 +90,10 @@ mod tests {
         let write = |deadline, token| EventKind::AcquiredAs {
             deadline: ms(deadline),
             fencing_token: Some(token),
-            mode: crate::testkit::HoldMode::Exclusive,
+            mode: crate::HoldMode::Exclusive,
         };
         at(&h, 0, 1, "rw", write(10, 4));
-        at(
-            &h,
-            10,
-            2,
-            "rw",
-            acquired_as(20, crate::testkit::HoldMode::Shared),
-        );
+        at(&h, 10, 2, "rw", acquired_as(20, crate::HoldMode::Shared));
         at(&h, 20, 3, "rw", write(30, 4));
         assert_eq!(check(&h).count(ViolationKind::FencingNotIncreasing), 1);
     }

@@ -24,7 +24,7 @@
 //!
 //! ```
 //! use std::time::{Duration, Instant};
-//! use quorumlock::testkit::fairness::{Grant, Wait, scores};
+//! use quorumlock_testkit::fairness::{Grant, Wait, scores};
 //!
 //! let t = Instant::now();
 //! let at = |ms| t + Duration::from_millis(ms);

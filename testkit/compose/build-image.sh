@@ -4,7 +4,7 @@
 # libraries they link (found with ldd) and the dynamic loader, imported with `docker import`
 # (no base image, no builder, nothing pulled).
 #
-# usage: compose/build-image.sh [--force] [--tag IMAGE]
+# usage: testkit/compose/build-image.sh [--force] [--tag IMAGE]
 #   --force      rebuild even if the image already exists
 #   --tag IMAGE  image reference to create (default: $QUORUMLOCK_LOCAL_IMAGE or quorumlock/redis:local)
 #
