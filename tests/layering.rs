@@ -31,7 +31,7 @@ use proc_macro2::{TokenStream, TokenTree};
 const LAYERS: &[&str] = &["protocol", "base", "io", "client", "locks"];
 
 /// Folders outside the layers, which may use every layer.
-const TOOLS: &[&str] = &["sim", "testkit", "bin"];
+const TOOLS: &[&str] = &["sim"];
 
 /// Words that may appear only in some places: (word, the path prefixes under `src/`
 /// allowed to name it, why).
