@@ -1,9 +1,9 @@
-//! The fault-injection test kit (feature `testkit`): real Redis servers you can kill, pause and
+//! quorumlock's fault-injection test kit: real Redis servers you can kill, pause and
 //! cut off, a recorder of what lock clients believed, and a checker that says whether mutual
 //! exclusion held.
 //!
-//! It is what quorumlock's own fault tests use, and it is meant for yours: enable the
-//! `testkit` feature in your `[dev-dependencies]` and test your service's critical sections
+//! It is what quorumlock's own fault tests use, and it is meant for yours: add
+//! `quorumlock-testkit` to your `[dev-dependencies]` and test your service's critical sections
 //! against the failures of the fault matrix (a node crashing mid-lease, a restart without persistence,
 //! a pause, a partition, a failover to a lagging replica, a paused holder).
 //!
