@@ -15,7 +15,7 @@
 //! With `--json`, one JSON object on one line instead (hand-written, no JSON library; the
 //! schema is in [`JSON_HELP`] and is stable: fields are only ever added).
 //!
-//! Exits 0, or [`exit::UNAVAILABLE`](crate::exit::UNAVAILABLE) when, for some resource,
+//! Exits 0, or [`exit::UNAVAILABLE`] when, for some resource,
 //! fewer than a quorum of nodes answered (its verdict is then "unknown").
 
 use std::fmt::Write as _;

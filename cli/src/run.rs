@@ -17,7 +17,7 @@
 //! * The lock is kept alive by the library's watchdog ([`quorumlock::Watchdog`]), which
 //!   extends it every third of the TTL. When it cannot be extended and its guaranteed
 //!   validity drops below a safety margin (a tenth of the TTL), it counts as lost: COMMAND gets SIGTERM, then SIGKILL after `--grace`, and
-//!   `run` exits with [`exit::LOST`](crate::exit::LOST).
+//!   `run` exits with [`exit::LOST`].
 //! * SIGINT, SIGTERM and SIGHUP received by `quorumlock` are forwarded to COMMAND (its
 //!   process only, not its children: a shell script should pass them on itself).
 //! * COMMAND's exit status becomes ours; death by signal N becomes 128+N.
