@@ -31,7 +31,7 @@ use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use quorumlock::Redlock;
-use quorumlock::testkit::LocalCluster;
+use quorumlock_testkit::LocalCluster;
 
 use support::{Floor, Impl, cpu_time, proc_cpu_time};
 

@@ -3,8 +3,8 @@
 //! benchmark starts itself.
 //!
 //! ```text
-//! cargo bench --features testkit --bench lock            # everything (< 10 minutes)
-//! cargo bench --features testkit --bench lock -- cycle   # one section
+//! cargo bench --bench lock            # everything (< 10 minutes)
+//! cargo bench --bench lock -- cycle   # one section
 //! ```
 //!
 //! Sections (each a Criterion group plus our own timed loops, because the docs need
@@ -20,7 +20,7 @@
 //!   acquire latency, fairness (same-task re-acquisitions; per acquisition, the overtakes
 //!   by later waiters and the hand-offs waited), split votes.
 //! * `metrics`: the one-task cycle with the `metrics` feature's cost: built with
-//!   `--features testkit,metrics`, rounds alternate between recording into a Prometheus
+//!   `--features metrics`, rounds alternate between recording into a Prometheus
 //!   recorder and the same handles switched off; built without it, the plain cycle.
 //!   `scripts/bench-metrics.py` runs the two builds alternately and compares them.
 //! * `readers_16`: 16 tasks, each with its own client, taking (`try_read_lock`) and
@@ -67,9 +67,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
 use futures::StreamExt;
-use quorumlock::testkit::fairness::{self, Distribution, Grant, Wait};
-use quorumlock::testkit::{ClusterVoters, Faults, LocalCluster};
 use quorumlock::{Redlock, Semaphore, Watchdog};
+use quorumlock_testkit::fairness::{self, Distribution, Grant, Wait};
+use quorumlock_testkit::{ClusterVoters, Faults, LocalCluster};
 use tokio::runtime::Runtime;
 
 use support::{Impl, Summary, cpu_time, percentile, proc_cpu_time, rss_kb, split_votes, us};

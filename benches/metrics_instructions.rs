@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use quorumlock::Redlock;
-use quorumlock::testkit::LocalCluster;
+use quorumlock_testkit::LocalCluster;
 
 const TTL: Duration = Duration::from_secs(30);
 

@@ -3,8 +3,8 @@
 //! 5 local `redis-server` processes that this benchmark starts itself.
 //!
 //! ```text
-//! cargo bench --features testkit --bench server_cost              # everything (~3 minutes)
-//! cargo bench --features testkit --bench server_cost -- contended # one section
+//! cargo bench --bench server_cost              # everything (~3 minutes)
+//! cargo bench --bench server_cost -- contended # one section
 //! ```
 //!
 //! On a shared machine ops/s move with the load; CPU per operation does not. Each window
@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use quorumlock::Redlock;
-use quorumlock::testkit::LocalCluster;
+use quorumlock_testkit::LocalCluster;
 use tokio::runtime::Runtime;
 
 #[path = "support/mod.rs"]

@@ -6,7 +6,7 @@
 //! section is one key of one store, that store's atomic operation is the right tool, and a
 //! distributed lock is for everything else.
 //!
-//! Run it with `scripts/demo.sh` (or `cargo run --release --features testkit --example
+//! Run it with `scripts/demo.sh` (or `cargo run --release --example
 //! coupon`). With `QUORUMLOCK_NODES` unset it starts its own local 5-node cluster; with
 //! `QUORUMLOCK_NODES=redis://…,redis://…` it uses yours (and skips the node kill).
 
@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::LocalCluster;
 use quorumlock::{Redlock, Retry};
+use quorumlock_testkit::LocalCluster;
 use redis::AsyncCommands;
 use tokio::sync::Barrier;
 

@@ -11,7 +11,7 @@
 //! their order matters to the storage.
 //!
 //! ```text
-//! cargo run --example fenced_storage --features testkit
+//! cargo run --example fenced_storage
 //! ```
 //!
 //! With `QUORUMLOCK_NODES` unset it starts 5 local `redis-server`s for the lock plus one for
@@ -21,7 +21,7 @@
 use std::time::Duration;
 
 use quorumlock::Redlock;
-use quorumlock::testkit::LocalCluster;
+use quorumlock_testkit::LocalCluster;
 
 /// Write `ARGV[2]` to `KEYS[1]` only if the token `ARGV[1]` is ≥ the largest token seen
 /// (kept in `KEYS[2]`). Returns 1 when written, 0 when rejected as stale.

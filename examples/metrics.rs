@@ -3,7 +3,7 @@
 //! shared resources, kept locks, a node fault) and serves `/metrics` while it runs.
 //!
 //! ```sh
-//! cargo run --release --features testkit,metrics --example metrics -- --port 9091 --seconds 60
+//! cargo run --release --features metrics --example metrics -- --port 9091 --seconds 60
 //! curl -s 127.0.0.1:9091/metrics | grep quorumlock_
 //! ```
 //!
@@ -21,8 +21,8 @@
 use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
-use quorumlock::testkit::LocalCluster;
 use quorumlock::{Redlock, Retry, Watchdog};
+use quorumlock_testkit::LocalCluster;
 use rand::Rng;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

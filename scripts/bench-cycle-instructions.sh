@@ -29,7 +29,7 @@ if [ -z "${QL_STRACE:-}" ] && perf trace -s -o /dev/null true >/dev/null 2>&1; t
 out=bench-out/cycle
 mkdir -p "$out"
 
-bin=$(cargo bench --features testkit --bench cycle_instructions --no-run 2>&1 |
+bin=$(cargo bench --bench cycle_instructions --no-run 2>&1 |
   sed -n 's/.*Executable benches\/cycle_instructions\.rs (\(.*\))/\1/p' | tail -1)
 [ -n "$bin" ] || { echo "could not build the bench" >&2; exit 1; }
 

@@ -17,12 +17,12 @@ long=${2:-1200}
 command -v valgrind >/dev/null || { echo "valgrind is missing: apt-get install valgrind" >&2; exit 1; }
 mkdir -p bench-out/callgrind
 
-build() { # features -> path of the bench executable
-  cargo bench --features "$1" --bench metrics_instructions --no-run 2>&1 |
+build() { # features (none, or `metrics`) -> path of the bench executable
+  cargo bench ${1:+--features "$1"} --bench metrics_instructions --no-run 2>&1 |
     sed -n 's/.*Executable benches\/metrics_instructions\.rs (\(.*\))/\1/p' | tail -1
 }
-off=$(build testkit)
-on=$(build testkit,metrics)
+off=$(build "")
+on=$(build metrics)
 [ -n "$off" ] && [ -n "$on" ] || { echo "could not build the bench" >&2; exit 1; }
 
 count() { # binary recorder cycles -> instructions

@@ -37,14 +37,14 @@ import subprocess
 import sys
 import time
 
-FEATURES = {"off": "testkit", "on": "testkit,metrics"}
+FEATURES = {"off": [], "on": ["--features", "metrics"]}
 OUT = "bench-out/metrics-cost"
 
 
 def build(features):
-    print(f"building the lock benchmark with --features {features} ...", flush=True)
+    print(f"building the lock benchmark with {' '.join(features) or 'no features'} ...", flush=True)
     r = subprocess.run(
-        ["cargo", "bench", "--features", features, "--bench", "lock", "--no-run"],
+        ["cargo", "bench", *features, "--bench", "lock", "--no-run"],
         capture_output=True, text=True,
     )
     if r.returncode != 0:

@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh || { echo "quorumlock: FAILED: could not install redis-server" >&2; exit 1; }
-exec cargo run --quiet --features testkit --example coupon -- "$@"
+exec cargo run --quiet --example coupon -- "$@"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Plots of the `lock` benchmark, as hand-written SVG (Python standard library only).
 
-Reads bench-out/summary.jsonl (written by `cargo bench --features testkit --bench lock`)
+Reads bench-out/summary.jsonl (written by `cargo bench --bench lock`)
 and writes:
 
 * docs/img/latency_vs_n.svg: uncontended acquire+release p50 (and quorumlock p99)

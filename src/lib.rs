@@ -55,6 +55,7 @@
 //! | exit right after releasing (CLI, cron) without leaving keys on slow nodes | [`Redlock::flush`] |
 //! | see who holds it now, on which nodes, for how long (to look, not to decide) | [`Redlock::inspect`], [`Redlock::inspect_many`] |
 //! | more lock throughput than one group of masters serves | [`RedlockBuilder::group`] (resources spread over independent groups; [`Redlock::group_of`]) |
+//! | the Redis keys and channels of a resource (an ACL, `redis-cli`, which shard of a cluster holds it) | [`keys::Keys`], [`keys::key_slot`] |
 //!
 //! # Keeping a lock alive
 //!
@@ -104,23 +105,25 @@
 //!
 //! # How the algorithm maps to the code
 //!
-//! The layers, lowest first; a module uses only its own layer and the ones below.
+//! The code is in five folders, one per layer, lowest first; a module uses only its own
+//! folder and the folders below it (`tests/layering.rs` checks it).
 //!
-//! | layer | step | module |
+//! | layer (folder) | step | modules |
 //! | --- | --- | --- |
-//! | protocol (pure: no I/O, no clock) | vote counting, validity = TTL − elapsed − drift, typed replies, acquire/extend/release verdicts, the clean-up plan, fencing rules, contention and waiting rules, the kept lock's state, the semaphore's arithmetic | `protocol` |
-//! | base | resource names → keys; lock tokens; errors; saturating time; redacted node addresses; metric names and recording (feature `metrics`) | `resource`, `token`, [`error`], `time`, `addr`, `metrics` |
-//! | I/O | one node: connection, timeout, scripts, request builders (the one place a TTL becomes a `PX`/script argument), decoding replies | `node` |
-//! | I/O | parallel requests, early decision, stragglers, the clean-up run | `fanout` |
-//! | I/O | background work and `flush`; release subscriptions; the watchdog's batched rounds | `background`, `notifier`, `extender` |
-//! | I/O | read-only reads of a resource's keys on one node, for inspection | `peek` |
-//! | client | builder, defaults, validation; what clones share | `config`, `shared` |
-//! | client | one attempt and its clean-up; fencing's two rounds | `acquire`, `fencing` |
-//! | client | the held lock of every kind (mutex, reader, writer, permit): extend, release, drop | `lock` |
-//! | client | retry and notify waiting (polling for read-write locks and semaphores); the public entry points | `wait`, `client` |
-//! | client | read-write locks (writer intents) and semaphores (their rules: `protocol`) | `rwlock`, `semaphore` |
-//! | client | read-only inspection of a resource on every node (its verdict rule: `protocol`) | [`inspect`] |
-//! | top | watchdog policy, kept locks, lost signal, scoped use | `watchdog` |
+//! | `protocol` (pure: no I/O, no clock) | vote counting, validity = TTL − elapsed − drift, typed replies, acquire/extend/release verdicts, the clean-up plan, fencing rules, contention and waiting rules, the kept lock's state, the semaphore's arithmetic | `tally`, `reply`, `verdict`, `cleanup`, `fencing`, `contention`, `handoff`, `keep`, `semaphore`, `groups`, `inspect`, `time` |
+//! | `base` (plain data) | resource names → keys; hash slots; lock tokens; errors; saturating time; redacted node addresses; metric names and recording (feature `metrics`) | `resource`, `slot`, `token`, [`error`], `time`, `addr`, `metrics` |
+//! | `io` (the nodes) | one node: connection, timeout, scripts, request builders (the one place a TTL becomes a `PX`/script argument), decoding replies | `node` |
+//! | | parallel requests, early decision, stragglers, the clean-up run | `fanout` |
+//! | | background work and `flush`; release subscriptions; the watchdog's batched rounds; the group-map record | `background`, `notifier`, `extender`, `groupmap` |
+//! | | read-only reads of a resource's keys on one node, for inspection | `peek` |
+//! | `client` (the mutex) | builder, defaults, validation; what clones share | `config`, `shared` |
+//! | | one attempt and its clean-up; fencing's two rounds | `acquire`, `fencing` |
+//! | | the held lock of every kind (mutex, reader, writer, permit): extend, release, drop | `lock` |
+//! | | retry, notify and hand-off waiting; the public entry points | `wait`, `transfer`, `redlock` |
+//! | | locks over several lock groups | `spanning`, `groups` |
+//! | | read-only inspection of a resource on every node (its verdict rule: `protocol`) | [`inspect`] |
+//! | `locks` (kinds on the mutex) | read-write locks (writer intents) and semaphores (their rules: `protocol`) | `rwlock`, `semaphore` |
+//! | | watchdog policy, kept locks, lost signal, scoped use | `watchdog` |
 //!
 //! # Cancel safety
 //!
@@ -152,15 +155,10 @@
 //!
 //! # Crate features
 //!
-//! * `testkit`: [`testkit`], real `redis-server` processes, fault proxies, a history
-//!   checker, for your own tests too.
 //! * `sim`: [`sim`], a deterministic in-memory model of a Redis node (every script of
 //!   this crate implemented natively, time an input), and a simulator that runs this
 //!   crate's protocol layer against N of them under seeded random faults, checking the
 //!   safety invariants.
-//! * `cli`: the `quorumlock` binary (`run`, `inspect`).
-//! * `demo`: `cli` plus its `demo` subcommand, which starts local `redis-server` nodes
-//!   with the test kit (so it turns `testkit` on).
 //! * `metrics`: metrics through the [`metrics`](https://docs.rs/metrics) facade, for any
 //!   exporter (Prometheus, StatsD, OpenTelemetry, …): latency and outcome of acquire,
 //!   extend and release rounds and of each node's requests, validity left at grant, lost
@@ -175,13 +173,12 @@
 //!   the process default unless one is installed already (install yours first to use
 //!   another).
 //!
+//! Beside this crate, in the same repository: `quorumlock-testkit` (real `redis-server`
+//! processes, fault proxies, local Redis Clusters and a history checker, for your own
+//! tests too) and `quorumlock-cli`, the `quorumlock` command (`run`, `inspect`, `demo`;
+//! `cargo install --path cli`).
 //!
 // The links to feature-gated modules: to docs.rs when the feature is off in this build.
-#![cfg_attr(feature = "testkit", doc = "[`testkit`]: crate::testkit")]
-#![cfg_attr(
-    not(feature = "testkit"),
-    doc = "[`testkit`]: https://docs.rs/quorumlock/latest/quorumlock/testkit/index.html"
-)]
 #![cfg_attr(feature = "sim", doc = "[`sim`]: crate::sim")]
 #![cfg_attr(
     not(feature = "sim"),
@@ -190,68 +187,45 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-// The layers, lowest first; each module uses only its own layer and those below
-// (`tests/layering.rs` checks it). The pure protocol core:
+// The layers, lowest first: a module uses only its own folder and the folders below it
+// (`tests/layering.rs` checks it). Each folder's module doc says what it holds.
+// 1. the rules, pure functions of what the nodes answered: no I/O, no clock;
 mod protocol;
-// Plain data and arithmetic, and the metrics (empty without the feature):
-mod addr;
-pub mod error;
-mod metrics;
-mod resource;
-mod slot;
-mod time;
-mod token;
-// I/O: connections, rounds, background tasks, subscriptions:
-mod background;
-mod extender;
-mod fanout;
-mod groupmap;
-mod node;
-mod notifier;
-mod peek;
-// The client: configuration, what clones share, one attempt, the guard, waiting:
-mod acquire;
+// 2. the vocabulary: resource keys, tokens, errors, time, addresses, metrics;
+mod base;
+// 3. talking to the nodes: connections, requests, rounds, subscriptions, background work;
+mod io;
+// 4. the client and the mutex: configuration, attempts, the guard, waiting;
 mod client;
-mod config;
-mod fencing;
-mod groups;
-pub mod inspect;
-mod lock;
-mod rwlock;
-mod semaphore;
-mod shared;
-mod spanning;
-mod transfer;
-mod wait;
-// Kept locks and scoped use:
-mod watchdog;
+// 5. the lock kinds built on it: read-write locks, semaphores, kept locks.
+mod locks;
 
 #[cfg(feature = "sim")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub mod sim;
-#[cfg(feature = "testkit")]
-#[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
-pub mod testkit;
 
 /// The user guide (`docs/guide.md`): one section per feature, with examples.
 pub mod guide {
     #![doc = include_str!("../docs/guide.md")]
 }
 
-pub use addr::NodeAddr;
-pub use client::Redlock;
-pub use config::{DEFAULTS, Defaults, MAX_GROUPS, MAX_NODES, RedlockBuilder, Retry};
+pub use base::addr::NodeAddr;
+pub use base::error;
+pub use base::keys;
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub use base::metrics::describe as describe_metrics;
+pub use base::resource::{DEFAULT_NAMESPACE, MAX_NAMESPACE_LEN, MAX_RESOURCE_LEN, MAX_RESOURCES};
+pub use client::config::{DEFAULTS, Defaults, MAX_GROUPS, MAX_NODES, RedlockBuilder, Retry};
+pub use client::inspect;
+pub use client::lock::{Lock, LockMode};
+pub use client::redlock::Redlock;
+pub use client::wait::QUEUE_LEASE;
 pub use error::{
     ConfigError, Error, ErrorKind, GroupMapMismatch, InvalidInput, Lost, LostReason, NodeOutcome,
     NodeVote, PermitsMismatch, RandomSourceError, Result, Timeout, Votes,
 };
-pub use groupmap::GROUP_MAP_LEASE;
 pub use inspect::Inspection;
-pub use lock::{Lock, LockMode};
-#[cfg(feature = "metrics")]
-#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
-pub use metrics::describe as describe_metrics;
-pub use resource::{DEFAULT_NAMESPACE, MAX_NAMESPACE_LEN, MAX_RESOURCE_LEN, MAX_RESOURCES};
-pub use semaphore::Semaphore;
-pub use wait::QUEUE_LEASE;
-pub use watchdog::{KeptLock, LockContext, LostSignal, Watchdog};
+pub use io::groupmap::GROUP_MAP_LEASE;
+pub use locks::semaphore::Semaphore;
+pub use locks::watchdog::{KeptLock, LockContext, LostSignal, Watchdog};

@@ -1,5 +1,4 @@
 //! Acquire, release and extend against real redis-server processes: the algorithm's rules and the bad-input rules.
-#![cfg(feature = "testkit")]
 
 mod support;
 
@@ -7,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::History;
 use quorumlock::{Error, NodeOutcome, Redlock, Retry};
+use quorumlock_testkit::History;
 use redis::AsyncCommands;
 use support::*;
 
@@ -277,7 +276,7 @@ async fn t32_failed_attempt_leaves_no_key() {
     // but the answer never comes. The clean-up must still remove it.
     c.proxy(4)
         .unwrap()
-        .set_mode(quorumlock::testkit::ProxyMode::BlackholeReplies);
+        .set_mode(quorumlock_testkit::ProxyMode::BlackholeReplies);
     let err = a.try_lock("x", TTL).await.unwrap_err();
     assert!(err.is_held(), "{err}");
     assert_eq!(
@@ -287,7 +286,7 @@ async fn t32_failed_attempt_leaves_no_key() {
     );
     c.proxy(4)
         .unwrap()
-        .set_mode(quorumlock::testkit::ProxyMode::Pass);
+        .set_mode(quorumlock_testkit::ProxyMode::Pass);
     // The release was queued behind the SET; after the link heals the key goes.
     // (If the blackholed connection was reset, the key expires by TTL instead; the
     // proxy keeps it, so the release reaches the node.)
@@ -790,7 +789,7 @@ async fn t90_start_up_checks_warn_about_the_deployment_contract() {
     // A current-thread test runtime: the checks' spawned tasks run on this thread.
     let _guard = tracing::subscriber::set_default(subscriber);
 
-    let c = quorumlock::testkit::LocalCluster::launch(4).await.unwrap();
+    let c = quorumlock_testkit::LocalCluster::launch(4).await.unwrap();
     let mut r0 = raw(&c, 0).await;
     let _: () = redis::cmd("CONFIG")
         .arg("SET")

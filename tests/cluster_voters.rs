@@ -6,17 +6,16 @@
 //! failed over mid-lease, losing the key (one voter lost: the lock holds); and, the
 //! negative control, two of three voters failed over that way at once, which the history
 //! checker must flag.
-#![cfg(feature = "testkit")]
 
 mod support;
 
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::redis_cluster::{
+use quorumlock::{ErrorKind, Lock, Redlock};
+use quorumlock_testkit::redis_cluster::{
     RedisCluster, cluster_lock_key, cluster_release_channel, key_slot,
 };
-use quorumlock::testkit::{History, ViolationKind};
-use quorumlock::{ErrorKind, Lock, Redlock};
+use quorumlock_testkit::{History, ViolationKind};
 use support::eventually;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -455,7 +454,7 @@ async fn one_store_under_two_addresses_is_refused() {
     assert!(e.to_string().contains("voters #1"), "{e}");
     assert!(e.to_string().contains("and #2"), "{e}");
 
-    let plain = quorumlock::testkit::LocalCluster::launch(2)
+    let plain = quorumlock_testkit::LocalCluster::launch(2)
         .await
         .expect("masters");
     let port = plain.port(0).expect("port");

@@ -1,4 +1,4 @@
-//! The Docker Compose harness (`compose/`), driven through `testkit::compose::ComposeCluster`:
+//! The Docker Compose harness (`testkit/compose/`), driven through `testkit::compose::ComposeCluster`:
 //! bring up the five masters and the failover pair, check the deployment contract, inject each
 //! fault and watch its effect through the ports published on 127.0.0.1, tear down and check
 //! that nothing of the project is left.
@@ -8,7 +8,6 @@
 //! `tests/shared_faults.rs`) on a Compose project of its own.
 //!
 //! Skipped (with one line on stderr) when no Docker engine answers.
-#![cfg(feature = "testkit")]
 
 #[path = "support/shared_scenarios.rs"]
 mod shared_scenarios;
@@ -16,8 +15,8 @@ mod shared_scenarios;
 use std::io::Write as _;
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::Faults;
-use quorumlock::testkit::compose::{ComposeCluster, ComposeOptions, ComposeService};
+use quorumlock_testkit::Faults;
+use quorumlock_testkit::compose::{ComposeCluster, ComposeOptions, ComposeService};
 use redis::aio::MultiplexedConnection;
 
 /// Bound on one client request (connect + command) in these checks.
@@ -458,7 +457,7 @@ async fn compose_shared_faults() {
 /// slot killed on one voter the lock holds on the two others: refused to a second client,
 /// extended, released.
 async fn clusters_as_voters(cluster: &ComposeCluster) {
-    use quorumlock::testkit::redis_cluster::{cluster_lock_key, key_slot};
+    use quorumlock_testkit::redis_cluster::{cluster_lock_key, key_slot};
     let voters: Vec<String> = (0..3)
         .map(|k| {
             let seeds = cluster.cluster_seeds(k).expect("a cluster");
@@ -582,7 +581,7 @@ async fn clusters_as_voters(cluster: &ComposeCluster) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compose_clusters_profile() {
-    use quorumlock::testkit::redis_cluster::key_slot;
+    use quorumlock_testkit::redis_cluster::key_slot;
     let _turn = ONE_PROJECT_AT_A_TIME.lock().await;
     if !ComposeCluster::engine_available() {
         let _ = writeln!(

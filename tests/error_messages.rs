@@ -2,7 +2,6 @@
 //! `redis-server`s: the message names the resource(s) and says what each node did in plain
 //! words, the alternate form (`{:#}`) gives each node's cause, and the lost signal yields
 //! the [`Lost`](quorumlock::Lost) it always is, naming its resources.
-#![cfg(feature = "testkit")]
 
 use std::time::Duration;
 

@@ -7,15 +7,14 @@
 //!
 //! Written against the public API only (`Redlock::lock`, the test kit's cluster and its
 //! [`fairness`] computation), so it holds whatever the hand-off mechanism is.
-#![cfg(feature = "testkit")]
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::LocalCluster;
-use quorumlock::testkit::fairness::{self, Distribution, Grant, Score, Wait};
 use quorumlock::{Redlock, Retry};
+use quorumlock_testkit::LocalCluster;
+use quorumlock_testkit::fairness::{self, Distribution, Grant, Score, Wait};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 

@@ -9,8 +9,7 @@
 //! Notation (5 nodes, quorum 3): k = nodes that hold A's key, f = nodes that lose it early.
 //! A second client B can win a majority while A still believes it holds iff f ≥ k − 2.
 //!
-//! Run: `cargo test --features testkit --test faults` (see docs/testing.md).
-#![cfg(feature = "testkit")]
+//! Run: `cargo test --test faults` (see docs/testing.md).
 
 mod support;
 
@@ -18,12 +17,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::checker::ViolationKind;
-use quorumlock::testkit::nemesis::{FaultKind, RandomNemesis};
-use quorumlock::testkit::{
+use quorumlock::{Error, ErrorKind, Lock, Redlock, Retry};
+use quorumlock_testkit::checker::ViolationKind;
+use quorumlock_testkit::nemesis::{FaultKind, RandomNemesis};
+use quorumlock_testkit::{
     ClientRecorder, EventKind, History, LocalCluster, Persistence, ProxyMode, Report,
 };
-use quorumlock::{Error, ErrorKind, Lock, Redlock, Retry};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use redis::AsyncCommands;
@@ -1583,7 +1582,7 @@ struct SoakRun {
     secs: u64,
     history: History,
     report: Report,
-    log: quorumlock::testkit::nemesis::NemesisLog,
+    log: quorumlock_testkit::nemesis::NemesisLog,
     stats: Arc<SoakStats>,
     per_client: Vec<u64>,
     /// Acquisitions in each third of the fault phase.
@@ -1687,7 +1686,7 @@ async fn run_soak(
     let mut faulty = std::collections::BTreeSet::new();
     let (mut max_faulty, mut majority_faults) = (0, 0);
     for f in log.faults() {
-        use quorumlock::testkit::Fault;
+        use quorumlock_testkit::Fault;
         let restarting = match f {
             Fault::Kill(n)
             | Fault::Pause(n)

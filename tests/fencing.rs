@@ -2,7 +2,6 @@
 //! holders, multi-resource locks, a soak under the random nemesis, the paused holder, nodes
 //! that lost their counters (delayed restarts without persistence), availability with a
 //! bare quorum, a node stalling between the two rounds, and mixed fenced/plain clients.
-#![cfg(feature = "testkit")]
 
 mod support;
 
@@ -10,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use quorumlock::Redlock;
-use quorumlock::testkit::nemesis::FaultKind;
-use quorumlock::testkit::{History, LocalCluster, Persistence, RandomNemesis, ViolationKind};
+use quorumlock_testkit::nemesis::FaultKind;
+use quorumlock_testkit::{History, LocalCluster, Persistence, RandomNemesis, ViolationKind};
 use redis::AsyncCommands;
 use support::{lock_key, occupy, raw, vacate};
 
@@ -696,7 +695,7 @@ async fn fenced_and_plain_clients_exclude_each_other() {
 }
 
 /// Rough cost of fencing: 2000 try_lock + release cycles with and without it.
-/// `cargo test --release --features testkit --test fencing -- --ignored --nocapture`
+/// `cargo test --release --test fencing -- --ignored --nocapture`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn fencing_cost() {

@@ -1,14 +1,13 @@
 //! The order and uniqueness of fencing tokens against real Redis servers: where the clock
 //! floor's assumption really lies (a clock that once ran ahead), counters that Lua reads as
 //! numbers but `INCR` refuses, and cancellation between the two rounds.
-#![cfg(feature = "testkit")]
 
 mod support;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use quorumlock::Redlock;
-use quorumlock::testkit::LocalCluster;
+use quorumlock_testkit::LocalCluster;
 use redis::AsyncCommands;
 use support::{del_on, fence_key, lock_key, raw};
 

@@ -4,14 +4,13 @@
 //! running one, a record nobody can read fails closed, and the record's rounds hold up
 //! neither an extension with a node paused nor `try_lock`s during an outage. Each test
 //! states the interleaving it drives and the invariant it checks. Every wait is bounded.
-#![cfg(feature = "testkit")]
 
 mod support;
 
 use std::time::Duration;
 
-use quorumlock::testkit::LocalCluster;
 use quorumlock::{Error, Redlock, Retry};
+use quorumlock_testkit::LocalCluster;
 use redis::AsyncCommands;
 use support::{eventually, queued_on_every_node, raw};
 use tokio::sync::oneshot;

@@ -3,15 +3,14 @@
 //! other groups (at build, and later through the refresher), multi-resource locks and hash
 //! tags (locks across groups: `tests/spanning.rs`), fencing tokens across a map change, and a soak with a minority of each group
 //! killed, checked for mutual exclusion.
-#![cfg(feature = "testkit")]
 
 mod support;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::{History, LocalCluster};
 use quorumlock::{Error, ErrorKind, Redlock};
+use quorumlock_testkit::{History, LocalCluster};
 use redis::AsyncCommands;
 use support::{count_key, eventually, lock_key, raw};
 

@@ -12,14 +12,13 @@
 //!   a voter not read at build does not vote until it is read.
 //! * Cluster topology: plain masters given as `redis+cluster://` voters are refused at build
 //!   with the reason.
-#![cfg(feature = "testkit")]
 
 mod support;
 
 use std::time::Duration;
 
-use quorumlock::testkit::LocalCluster;
 use quorumlock::{Error, NodeOutcome, Redlock};
+use quorumlock_testkit::LocalCluster;
 
 const NODE_TIMEOUT: Duration = Duration::from_millis(100);
 

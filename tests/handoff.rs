@@ -8,15 +8,14 @@
 //! (checked in every node's command log), a fenced transfer commits a larger token, a
 //! cancelled waiter does not strand the lock, a lost announcement still ends with the
 //! waiter holding, and eight contenders with a node paused never overlap (history checker).
-#![cfg(feature = "testkit")]
 
 mod support;
 
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use quorumlock::testkit::{History, LocalCluster, ProxyMode};
 use quorumlock::{QUEUE_LEASE, Redlock, Retry};
+use quorumlock_testkit::{History, LocalCluster, ProxyMode};
 use redis::aio::MultiplexedConnection;
 use support::{
     acl_cluster, acquires_run, connections_received, count_key, del_on, eventually, get, heralds,
@@ -34,7 +33,7 @@ async fn enqueue(
     kind: &str,
     first: bool,
 ) -> Vec<redis::Value> {
-    redis::Script::new(quorumlock::testkit::scripts::enqueue())
+    redis::Script::new(quorumlock_testkit::scripts::enqueue())
         .key(format!("quorumlock:queue:{resource}"))
         .key(format!("quorumlock:qlease:{resource}"))
         .key(format!("quorumlock:qattrs:{resource}"))

@@ -10,14 +10,13 @@
 //! dropped by its lock's release; and eight clients on overlapping pairs of a ring of four
 //! resources, with a node paused for a second, never overlap, never deadlock and all get
 //! the lock.
-#![cfg(feature = "testkit")]
 
 mod support;
 
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::{History, LocalCluster, ProxyMode};
 use quorumlock::{Lock, Redlock, Retry};
+use quorumlock_testkit::{History, LocalCluster, ProxyMode};
 use support::{count_key, eventually, get, lock_key, raw};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -182,7 +181,7 @@ async fn a_multi_resource_waiter_refused_by_a_release_still_on_its_way_takes_the
     for i in 0..cluster.len() {
         let _: String = redis::cmd("SCRIPT")
             .arg("LOAD")
-            .arg(quorumlock::testkit::scripts::release_one())
+            .arg(quorumlock_testkit::scripts::release_one())
             .query_async(&mut raw(&cluster, i).await)
             .await?;
     }

@@ -2,15 +2,14 @@
 //! letting its queue entries lapse (only where its claim was granted), and release
 //! subscriptions a node refuses (`BUSY` for a moment, or an ACL fixed at run time): each
 //! refused one is asked again, without holding up the link or looping on reconnections.
-#![cfg(feature = "testkit")]
 
 mod support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::LocalCluster;
 use quorumlock::{Redlock, Retry};
+use quorumlock_testkit::LocalCluster;
 use support::{acl_cluster, eventually, lock_key, node_ms, plant_everywhere, raw, zcards};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -41,7 +40,7 @@ async fn queued_everywhere(cluster: &LocalCluster, res: &str, n: u64) -> TestRes
 /// Runs `release_one.lua` raw on node `i` for `token` (a release of an earlier holder that
 /// reaches this node late): `{kind, waiters[, fence]}`.
 async fn release_one(cluster: &LocalCluster, i: usize, res: &str, token: &str) -> Vec<i64> {
-    redis::Script::new(quorumlock::testkit::scripts::release_one())
+    redis::Script::new(quorumlock_testkit::scripts::release_one())
         .key(lock_key(res))
         .key(queue(res))
         .key(qlease(res))

@@ -2,14 +2,13 @@
 //! free (or transferred to it) on a quorum: the claim loop it must not become, the quorum
 //! it needs, and the release it must end with a node down. Real `redis-server` processes
 //! through `LocalCluster`.
-#![cfg(feature = "testkit")]
 
 mod support;
 
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::{LocalCluster, ProxyMode};
 use quorumlock::{Redlock, Retry};
+use quorumlock_testkit::{LocalCluster, ProxyMode};
 use support::{
     acquires_run, del_on, heralds, lock_key, log_every_command, queue_keys, queued_on, raw,
 };
@@ -207,7 +206,7 @@ async fn overtaken_release_on_five(kill: bool) -> TestResult {
     for &i in &live {
         let _: String = redis::cmd("SCRIPT")
             .arg("LOAD")
-            .arg(quorumlock::testkit::scripts::release_one())
+            .arg(quorumlock_testkit::scripts::release_one())
             .query_async(&mut raw(&cluster, i).await)
             .await?;
     }

@@ -1,6 +1,5 @@
 //! The hot path: a release or an extension sent while a node's acquire is still in flight
 //! must not overtake it, and the guard's tracing must only ever write into its own spans.
-#![cfg(feature = "testkit")]
 
 mod support;
 
@@ -8,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use quorumlock::testkit::LocalCluster;
+use quorumlock_testkit::LocalCluster;
 use support::*;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};

@@ -2,7 +2,6 @@
 //! a quorum, unknown), the per-node detail (holder prefix, TTL, fence counter, queue
 //! length, failures), the read-write lock and the semaphore of the same name (readers,
 //! writer, waiting writers, permits), and that inspecting writes nothing.
-#![cfg(feature = "testkit")]
 
 mod support;
 
@@ -10,8 +9,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use quorumlock::inspect::{NodeState, RwVerdict, SemaphoreVerdict, Verdict};
-use quorumlock::testkit::LocalCluster;
 use quorumlock::{Error, Redlock, Retry};
+use quorumlock_testkit::LocalCluster;
 use redis::AsyncCommands;
 use support::*;
 

@@ -2,14 +2,13 @@
 //! never reported valid through a context that outlived it, keys found gone from a quorum
 //! leave no validity even when the lost signal had already fired for another reason, and
 //! a node that does not answer cannot starve one kept lock behind another's round.
-#![cfg(feature = "testkit")]
 
 mod support;
 
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::LocalCluster;
 use quorumlock::{Error, LostReason, Redlock, Retry, Watchdog};
+use quorumlock_testkit::LocalCluster;
 use redis::AsyncCommands;
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;

@@ -1,13 +1,12 @@
 //! Held-lock lifecycle against real `redis-server`s: the watchdog, the lost signal, caps,
 //! scoped use, and drop without release.
-#![cfg(feature = "testkit")]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::LocalCluster;
 use quorumlock::{Error, LostReason, Redlock, Retry, Watchdog};
+use quorumlock_testkit::LocalCluster;
 use redis::AsyncCommands;
 
 mod support;

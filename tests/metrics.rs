@@ -11,7 +11,7 @@
 //! * `docs_list_every_metric`: every metric name in the source is in the operations guide.
 //!
 //! Both Redis tests check that no label value holds the password or a lock token.
-#![cfg(all(feature = "testkit", feature = "metrics"))]
+#![cfg(feature = "metrics")]
 
 mod support;
 
@@ -22,8 +22,8 @@ use std::time::Duration;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::{CompositeKey, MetricKind};
-use quorumlock::testkit::LocalCluster;
 use quorumlock::{Error, LostReason, Redlock, Retry, Watchdog};
+use quorumlock_testkit::LocalCluster;
 use redis::AsyncCommands;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -775,8 +775,8 @@ fn documented_names() -> Vec<String> {
 /// lists no metric the source does not have.
 #[test]
 fn docs_list_every_metric() {
-    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/metrics.rs"))
-        .expect("read src/metrics.rs");
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/base/metrics.rs"))
+        .expect("read src/base/metrics.rs");
     let mut in_source: Vec<String> = src
         .split('"')
         .skip(1)

@@ -2,14 +2,13 @@
 //! queue's head): a lock on several resources is still announced by every node, so its
 //! waiters hear it with the heralds down; its releaser still yields to a waiter that
 //! listened; and clients mixing `lock_many` with `lock` never overlap.
-#![cfg(feature = "testkit")]
 
 mod support;
 
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::{History, LocalCluster};
 use quorumlock::{Redlock, Retry};
+use quorumlock_testkit::{History, LocalCluster};
 use support::{heralds, raw};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;

@@ -3,14 +3,13 @@
 //! is never "ahead" of a queued waiter, blocked or not, and no waiter is kept behind any
 //! number of multi-resource waiters. (The set hand-off counted blocked entries among the
 //! first 64 ahead, and served around a blocked head among the next 8.)
-#![cfg(feature = "testkit")]
 
 mod support;
 
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::LocalCluster;
 use quorumlock::{Redlock, Retry};
+use quorumlock_testkit::LocalCluster;
 use support::settle;
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;

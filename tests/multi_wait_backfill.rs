@@ -3,14 +3,13 @@
 //! queue of the key it waits for and is handed it, or claims it, whatever their number or
 //! the holder's fate. (The set hand-off served around a blocked head among the next 8
 //! entries at a release only, and these cases timed out there.)
-#![cfg(feature = "testkit")]
 
 mod support;
 
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::LocalCluster;
 use quorumlock::{Redlock, Retry};
+use quorumlock_testkit::LocalCluster;
 use support::settle;
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;

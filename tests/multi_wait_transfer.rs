@@ -2,14 +2,13 @@
 //! waiting for another is never stuck behind a blocked multi-resource waiter (it does not
 //! queue); a cancelled waiter leaves nothing beyond its marks' lease; a plain release that lands during the waiter's join is not lost; and random
 //! sets under cancellation, crashes and link faults never overlap and leave no key behind.
-#![cfg(feature = "testkit")]
 
 mod support;
 
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::LocalCluster;
 use quorumlock::{Redlock, Retry};
+use quorumlock_testkit::LocalCluster;
 use support::{count_key, eventually, lock_key, zcards};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -90,7 +89,7 @@ async fn a_nested_holder_is_not_deadlocked_by_a_multi_resource_waiter() -> TestR
 /// holders of one resource at once (each hold counted up to its deadline).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_sets_with_cancellation_crashes_and_link_faults_never_overlap() -> TestResult {
-    use quorumlock::testkit::{History, ProxyMode};
+    use quorumlock_testkit::{History, ProxyMode};
     use rand::Rng;
     const CLIENTS: u64 = 8;
     let names = ["rs-0", "rs-1", "rs-2", "rs-3"];
@@ -322,7 +321,7 @@ async fn a_cancelled_multi_resource_waiter_leaves_nothing_beyond_its_lease() -> 
 async fn plain_release_during_join(
     many: bool,
 ) -> Result<Result<Duration, String>, Box<dyn std::error::Error + Send + Sync>> {
-    use quorumlock::testkit::ProxyMode;
+    use quorumlock_testkit::ProxyMode;
     let cluster = LocalCluster::builder(3).proxies(true).launch().await?;
     let direct: Vec<String> = (0..3)
         .map(|i| cluster.direct_url(i))

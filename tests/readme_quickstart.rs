@@ -1,12 +1,11 @@
 //! The README's quick start is a program a new user can copy: it is `examples/quickstart.rs`
 //! word for word, and that example, built by `cargo test`, takes and releases a lock on
 //! real `redis-server` nodes.
-#![cfg(feature = "testkit")]
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use quorumlock::testkit::LocalCluster;
+use quorumlock_testkit::LocalCluster;
 
 /// The README's first `rust` code block.
 fn readme_quick_start() -> String {

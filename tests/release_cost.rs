@@ -1,15 +1,14 @@
 //! What a lock costs the Redis nodes, counted from `INFO commandstats` on real
 //! `redis-server`s: an uncontended release is a compare-and-delete (no queue command, no
 //! announcement), and a contended acquisition's commands per node stay bounded.
-#![cfg(feature = "testkit")]
 
 mod support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use quorumlock::testkit::LocalCluster;
 use quorumlock::{Redlock, Retry};
+use quorumlock_testkit::LocalCluster;
 use support::{calls, raw};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;

@@ -1,7 +1,6 @@
 //! Read-write locks against real redis-server processes: readers share, a writer excludes
 //! readers and writers, every kind's lifecycle (extend, release, drop, keep alive), the
 //! clean-up of refused attempts, fencing tokens, writer preference and its intent.
-#![cfg(feature = "testkit")]
 
 mod support;
 
@@ -9,8 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::LocalCluster;
 use quorumlock::{Error, LockMode, Redlock, Retry, Watchdog};
+use quorumlock_testkit::LocalCluster;
 use redis::AsyncCommands;
 use support::{eventually, raw, zcards};
 

@@ -2,14 +2,13 @@
 //! round racing a permit's give-back, a kept node dying, and very long or refused TTLs.
 //! Each test sets up one interleaving against real redis-server processes and asserts the
 //! safety invariant the proofs in `docs/safety.md` rely on.
-#![cfg(feature = "testkit")]
 
 mod support;
 
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::LocalCluster;
 use quorumlock::{Error, LostReason, Redlock};
+use quorumlock_testkit::LocalCluster;
 use redis::AsyncCommands;
 use support::{client, node_ms, proxied, raw};
 

@@ -2,13 +2,12 @@
 //! local `redis-server` processes (always), voters that are local Redis Clusters (always),
 //! and the Docker Compose harness (whenever a Docker engine answers; otherwise one line
 //! says it was skipped).
-#![cfg(feature = "testkit")]
 
 use std::time::Duration;
 
-use quorumlock::testkit::compose::{ComposeCluster, ComposeOptions, ComposeService};
-use quorumlock::testkit::{ClusterVoters, Faults, History, LocalCluster, ViolationKind};
 use quorumlock::{Error, Redlock};
+use quorumlock_testkit::compose::{ComposeCluster, ComposeOptions, ComposeService};
+use quorumlock_testkit::{ClusterVoters, Faults, History, LocalCluster, ViolationKind};
 
 const TTL: Duration = Duration::from_secs(5);
 

@@ -2,14 +2,13 @@
 //! more, the surplus given back, mixed configurations refused without a write, every
 //! permit's lifecycle, nodes down, and the test kit's naive semaphore as the negative
 //! control.
-#![cfg(feature = "testkit")]
 
 mod support;
 
 use std::time::Duration;
 
-use quorumlock::testkit::{LocalCluster, naive_semaphore};
 use quorumlock::{Error, Lock, LockMode, Redlock, Semaphore, Watchdog};
+use quorumlock_testkit::{LocalCluster, naive_semaphore};
 use redis::AsyncCommands;
 use support::raw;
 

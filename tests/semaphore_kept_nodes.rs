@@ -4,14 +4,13 @@
 //! nothing of a released permit is left anywhere (a grant that lands after the permit was
 //! returned included), and each permit of a mixed watchdog round is counted on its own kept
 //! nodes only.
-#![cfg(feature = "testkit")]
 
 mod support;
 
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::LocalCluster;
 use quorumlock::{LostReason, Redlock, Watchdog};
+use quorumlock_testkit::LocalCluster;
 use redis::AsyncCommands;
 use support::{client, node_ms, proxied, raw};
 

@@ -9,15 +9,14 @@
 //! more than P holders while ours is not, and restarts without persistence outside the
 //! deployment contract must be flagged.
 //!
-//! Run: `cargo test --features testkit --test shared_faults -- --nocapture`.
-#![cfg(feature = "testkit")]
+//! Run: `cargo test --test shared_faults -- --nocapture`.
 
 #[path = "support/shared_scenarios.rs"]
 mod shared_scenarios;
 
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::{LocalCluster, Persistence, ViolationKind};
+use quorumlock_testkit::{LocalCluster, Persistence, ViolationKind};
 use shared_scenarios::*;
 
 async fn launch(persistence: Persistence) -> (LocalCluster, Vec<String>) {
@@ -255,7 +254,7 @@ async fn naive_semaphore_is_flagged_ours_is_not() {
         writer_rest: (0, 0),
         extend_percent: 20,
     };
-    let seed = quorumlock::testkit::nemesis::seed_from_env();
+    let seed = quorumlock_testkit::nemesis::seed_from_env();
     println!("[sem-naive] seed {seed} (replay with QUORUMLOCK_SEED={seed})");
     let started = Instant::now();
     let (h, (), stats) = with_contenders(&c.urls(), roles, plan, seed, async {
@@ -321,8 +320,8 @@ async fn sem_back_to_back_acquisitions_reach_the_capacity() {
     let (c, direct) = launch(Persistence::None).await;
     c.proxy(4)
         .expect("proxy")
-        .set_mode(quorumlock::testkit::ProxyMode::Delay(ms(100)));
-    let h = quorumlock::testkit::History::new();
+        .set_mode(quorumlock_testkit::ProxyMode::Delay(ms(100)));
+    let h = quorumlock_testkit::History::new();
     let mut actors = Vec::new();
     for id in 0..3 {
         actors.push(Actor::new(&h, id, &c.urls()).await);

@@ -19,12 +19,12 @@
 //! sequence of requests (arguments read from the clock, such as a counter planted ahead of
 //! it, aside). A mismatch names the seed, the sequence, the request's index, the request
 //! and both replies.
-#![cfg(all(feature = "testkit", feature = "sim"))]
+#![cfg(feature = "sim")]
 
 use std::time::{Duration, Instant};
 
 use quorumlock::sim::{Persistence as SimPersistence, Queued, Reply, Request, SimNode, Value};
-use quorumlock::testkit::{LocalCluster, Persistence};
+use quorumlock_testkit::{LocalCluster, Persistence};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use redis::aio::MultiplexedConnection;

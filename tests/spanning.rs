@@ -6,14 +6,13 @@
 //! every group, and a part lost making the whole lock lost; then (`loss_and_waiting`) a lost
 //! lock's surviving parts, its lost signal, a cancelled release and a polling waiter across
 //! groups, with controls within one group.
-#![cfg(feature = "testkit")]
 
 mod support;
 
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::LocalCluster;
 use quorumlock::{Error, LostReason, Redlock, Watchdog};
+use quorumlock_testkit::LocalCluster;
 use redis::AsyncCommands;
 use support::{count_key, eventually, fence_key, get, lock_key, raw};
 
@@ -284,8 +283,8 @@ mod loss_and_waiting {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::time::{Duration, Instant};
 
-    use quorumlock::testkit::LocalCluster;
     use quorumlock::{Redlock, Retry, Watchdog};
+    use quorumlock_testkit::LocalCluster;
     use redis::AsyncCommands;
 
     use super::support::{self, count_key, lock_key, raw};

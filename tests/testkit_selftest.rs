@@ -1,14 +1,13 @@
 //! Self-test of the fault-injection kit against real `redis-server` processes: every fault it
 //! offers must have the observable effect it promises.
-#![cfg(feature = "testkit")]
 
 mod support;
 
 use std::io;
 use std::time::Duration;
 
-use quorumlock::testkit::nemesis::{FaultKind, RandomNemesis};
-use quorumlock::testkit::{Faults, LocalCluster, Persistence, ProxyMode};
+use quorumlock_testkit::nemesis::{FaultKind, RandomNemesis};
+use quorumlock_testkit::{Faults, LocalCluster, Persistence, ProxyMode};
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -376,7 +375,7 @@ fn fault_futures_are_send() {
 mod redis_cluster {
     use std::time::Duration;
 
-    use quorumlock::testkit::redis_cluster::{RedisCluster, SLOTS, key_slot};
+    use quorumlock_testkit::redis_cluster::{RedisCluster, SLOTS, key_slot};
     use redis::AsyncCommands;
 
     use super::support::{eventually, raw};

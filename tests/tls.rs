@@ -1,13 +1,13 @@
 //! TLS (`rediss://`) against real redis-server processes serving TLS, with a certificate
 //! authority and server certificates the test makes itself.
-#![cfg(all(feature = "testkit", feature = "tls-rustls"))]
+#![cfg(feature = "tls-rustls")]
 
 mod support;
 
 use std::time::Duration;
 
-use quorumlock::testkit::LocalCluster;
 use quorumlock::{Error, NodeOutcome, Redlock};
+use quorumlock_testkit::LocalCluster;
 use support::pki::{ClientCert, Pki};
 use support::*;
 

@@ -2,14 +2,13 @@
 //! subscription link, 16 contenders with their own clients, wait-queue hygiene (bounded
 //! under contention, crashed waiters' entries lapse, nothing left behind), the attempt
 //! budget, and hand-over in arrival order.
-#![cfg(feature = "testkit")]
 
 mod support;
 
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::{History, LocalCluster, ProxyMode};
 use quorumlock::{Error, QUEUE_LEASE, Redlock, Retry};
+use quorumlock_testkit::{History, LocalCluster, ProxyMode};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 

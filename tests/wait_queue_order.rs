@@ -1,6 +1,5 @@
 //! Adversarial probes of the wait queue against real `redis-server`s: holders that never
 //! had to wait, heralds slower than the other nodes, heralds restarted empty.
-#![cfg(feature = "testkit")]
 
 mod support;
 
@@ -8,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::{LocalCluster, ProxyMode};
 use quorumlock::{Error, Redlock, Retry};
+use quorumlock_testkit::{LocalCluster, ProxyMode};
 use support::heralds;
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -111,8 +110,8 @@ async fn skewed_peer(
     holds: Arc<AtomicU64>,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     use futures::StreamExt;
-    let enqueue = redis::Script::new(quorumlock::testkit::scripts::enqueue());
-    let release = redis::Script::new(quorumlock::testkit::scripts::release_one());
+    let enqueue = redis::Script::new(quorumlock_testkit::scripts::enqueue());
+    let release = redis::Script::new(quorumlock_testkit::scripts::release_one());
     let n = urls.len();
     let hs = heralds(resource, n);
     let mut conns = Vec::new();

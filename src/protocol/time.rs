@@ -1,7 +1,7 @@
 //! Time as an input: the arithmetic the protocol does on the instants it is given.
 //!
 //! The protocol never reads a clock. An instant is any [`Moment`]: the I/O layers pass
-//! the process's monotonic clock (`crate::time` implements it for the standard and the
+//! the process's monotonic clock (`crate::base::time` implements it for the standard and the
 //! Tokio instant), a simulator or a test passes a `Duration` since its own start. Every
 //! sum saturates in the direction that is safe for what it computes:
 //!

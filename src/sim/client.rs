@@ -41,9 +41,9 @@ use rand::Rng;
 use super::net::{Translated, translate};
 use super::state::{Attempt, Held, Kind, Owner, Phase, Round, RoundKind, Timer, between, short};
 use super::world::{EXTEND_MIN_TTL_MS, World};
-use crate::node::Request;
+use crate::base::token::Token;
+use crate::io::node::Request;
 use crate::protocol::{Ballot, Decision, Loss, Reply, Tally, Verdict, tally, verdict};
-use crate::token::Token;
 
 fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)

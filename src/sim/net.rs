@@ -19,7 +19,7 @@
 //! * the **timeout** fires on the client's own clock; a command or non-idempotent script
 //!   whose caller stopped waiting is abandoned (its `NOSCRIPT` gets no `EVAL`, its reply
 //!   is ignored), an idempotent one finishes in the background, for at most
-//!   [`LATE_LIMIT`](crate::node::LATE_LIMIT); a call whose round was cancelled is dropped
+//!   [`LATE_LIMIT`](crate::io::node::LATE_LIMIT); a call whose round was cancelled is dropped
 //!   (no background finish).
 //!
 //! Each answer is turned into the `redis::Value` (or `RedisError`) redis-rs would produce
@@ -32,7 +32,7 @@ use redis::Value;
 use super::node::{Queued, Reply as SimReply, Request as SimRequest};
 use super::state::{Call, Kind, Owner, Raw, short};
 use super::world::{Invariant, World};
-use crate::node::{self, Answer, Sent};
+use crate::io::node::{self, Answer, Sent};
 use crate::protocol::Reply;
 
 /// A request as the simulated node runs it, from what `node.rs` would put on the wire.
@@ -462,9 +462,9 @@ impl World {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::Request;
-    use crate::resource::Resources;
-    use crate::token::Token;
+    use crate::base::resource::Resources;
+    use crate::base::token::Token;
+    use crate::io::node::Request;
     use std::time::Duration;
 
     /// Every request the client builds reads as the simulator request with the same keys,

@@ -15,9 +15,9 @@ use rand::Rng;
 use rand::rngs::StdRng;
 
 use super::node::{Reply as SimReply, Request as SimRequest};
-use crate::node::Answer;
+use crate::base::token::Token;
+use crate::io::node::Answer;
 use crate::protocol::{Reply, Tally};
-use crate::token::Token;
 
 // Clocks.
 

@@ -17,8 +17,8 @@ use rand::{Rng, SeedableRng};
 
 use super::node::{Persistence, SimNode, Variant};
 use super::state::{Attempt, Call, Client, Clock, Fault, Kind, Link, Round, between, expiry_true};
+use crate::base::resource::Resources;
 use crate::protocol::tally;
-use crate::resource::Resources;
 
 /// A known-unsafe variant of the protocol or of the deployment, selectable in [`Config`]:
 /// the simulator must catch each one (an invariant violation) within a few seeds.

@@ -7,7 +7,7 @@ pub mod pki;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::LocalCluster;
+use quorumlock_testkit::LocalCluster;
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 

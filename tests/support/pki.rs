@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use quorumlock::testkit::LocalCluster;
+use quorumlock_testkit::LocalCluster;
 
 /// A certificate authority and a server certificate it signed (for `127.0.0.1` and
 /// `localhost` unless said otherwise), as PEM files in a temporary directory.

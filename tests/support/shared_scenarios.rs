@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use quorumlock::testkit::nemesis::{FaultKind, NemesisLog, RandomNemesis};
-use quorumlock::testkit::{ClientRecorder, Faults, History, HoldMode, Report};
 use quorumlock::{Error, Lock, LockMode, Redlock, Retry, Semaphore};
+use quorumlock_testkit::nemesis::{FaultKind, NemesisLog, RandomNemesis};
+use quorumlock_testkit::{ClientRecorder, Faults, History, HoldMode, Report};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use redis::aio::MultiplexedConnection;
@@ -186,7 +186,7 @@ impl Pool {
     /// The test kit's naive semaphore (per-node limit c = P): the negative control.
     pub fn naive(locks: &Redlock, name: &str, permits: u32) -> Pool {
         Pool {
-            sem: quorumlock::testkit::naive_semaphore(locks, name, permits)
+            sem: quorumlock_testkit::naive_semaphore(locks, name, permits)
                 .expect("naive semaphore"),
             name: name.to_owned(),
         }
@@ -1060,7 +1060,7 @@ where
 
 /// The most shared holds of `res` that overlapped at one instant.
 pub fn max_concurrent(h: &History, res: &str, mode: HoldMode) -> usize {
-    let holds: Vec<_> = quorumlock::testkit::checker::holds(&h.events())
+    let holds: Vec<_> = quorumlock_testkit::checker::holds(&h.events())
         .into_iter()
         .filter(|x| &*x.resource == res && x.mode == mode && !x.is_empty())
         .collect();
@@ -1112,7 +1112,7 @@ pub async fn rw_under_nemesis<F: Faults>(f: &F, secs: u64) -> (Report, NemesisLo
     .await;
     let report = h.check();
     let count = |mode: HoldMode| {
-        quorumlock::testkit::checker::holds(&h.events())
+        quorumlock_testkit::checker::holds(&h.events())
             .iter()
             .filter(|x| x.mode == mode)
             .count()
