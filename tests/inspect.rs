@@ -567,7 +567,14 @@ async fn a_waiting_writer_is_shown_while_readers_hold() {
     let deadline = Instant::now() + Duration::from_secs(15);
     let seen = loop {
         let seen = locks.inspect("catalog").await.expect("inspect");
-        if seen.waiting_writers() == 1 || Instant::now() >= deadline {
+        // The intent lands node by node: wait until three nodes show it.
+        let with_intent = seen
+            .nodes()
+            .iter()
+            .filter_map(|n| n.reading())
+            .filter(|r| !r.rw().waiting_writers().is_empty())
+            .count();
+        if (seen.waiting_writers() == 1 && with_intent >= 3) || Instant::now() >= deadline {
             break seen;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
