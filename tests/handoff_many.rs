@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use quorumlock::testkit::{History, LocalCluster, ProxyMode};
 use quorumlock::{Lock, Redlock, Retry};
-use support::{count_key, eventually, get, lock_key, raw};
+use support::{announcements, count_key, eventually, get, lock_key, raw};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
@@ -43,28 +43,6 @@ async fn marks(cluster: &LocalCluster, i: usize, res: &str) -> u64 {
         .query_async(&mut raw(cluster, i).await)
         .await
         .unwrap_or(0)
-}
-
-/// How many `PUBLISH` and `SPUBLISH` calls the nodes have run so far (`INFO commandstats`,
-/// which counts the calls a script makes): the release announcements.
-async fn announcements(cluster: &LocalCluster) -> u64 {
-    let mut total = 0;
-    for i in 0..cluster.len() {
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut raw(cluster, i).await)
-            .await
-            .unwrap_or_default();
-        for line in info.lines() {
-            let calls = ["cmdstat_publish:calls=", "cmdstat_spublish:calls="]
-                .iter()
-                .find_map(|p| line.strip_prefix(p))
-                .and_then(|rest| rest.split(',').next())
-                .and_then(|n| n.parse::<u64>().ok());
-            total += calls.unwrap_or(0);
-        }
-    }
-    total
 }
 
 /// Far below the mark's renewal (a third of the lease, 1 s), whose reply alone would start
