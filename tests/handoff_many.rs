@@ -5,7 +5,9 @@
 //! (`listen.lua`: its id in the resource's leases, renewed while it waits), so every
 //! release of those resources announces itself; woken, it staggers within the resource's
 //! contention window and claims every key or none. Tested here: the waiter is woken by the
-//! release, not by its retry delay; it gets nothing while one of its keys is held; a
+//! release (it published), not by its retry delay nor its mark's renewal; it gets nothing
+//! while one of its keys is held; a release it marked between (before the mark on some
+//! nodes, after it on others) is found by renewals brought forward; a
 //! waiter behind any number of waiters that cannot be served is served; its mark is
 //! dropped by its lock's release; and eight clients on overlapping pairs of a ring of four
 //! resources, with a node paused for a second, never overlap, never deadlock and all get
@@ -262,6 +264,90 @@ async fn a_multi_resource_waiter_refused_by_a_release_still_on_its_way_takes_the
     println!("refused by a release on its way: held {took:?} after the release began");
     // Not at the next regular renewal (a third of the lease, 1 s).
     assert!(took < Duration::from_millis(700), "{took:?}");
+    assert!(holds_on_a_quorum(&cluster, &set, got.token()).await);
+    got.release().await?;
+    Ok(())
+}
+
+/// A release that lands on its resource's heralds before the waiter's mark does (so they
+/// announce nothing) and on the other nodes after it (which announce nothing for a lock on
+/// one resource): no announcement comes. The mark's reply finds the keys free on some
+/// nodes, not yet on a quorum, so the waiter looks again soon and holds well before its
+/// mark's renewal (1 s) and its retry delay (30 s). Five nodes; the holder's links to the
+/// three that are not heralds are 90 ms slow each way, the waiter's are direct.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_resource_waiter_marking_between_a_releases_nodes_takes_the_keys_soon() -> TestResult
+{
+    let cluster = LocalCluster::builder(5).proxies(true).launch().await?;
+    let holder = Redlock::builder(cluster.urls()).build().await?;
+    let direct: Vec<String> = (0..cluster.len())
+        .map(|i| cluster.direct_url(i))
+        .collect::<Result<_, _>>()?;
+    let waiter = Redlock::builder(direct)
+        .retry(NOTIFIED_ONLY)
+        .build()
+        .await?;
+    let set = ["between-a", "between-b"];
+    let ttl = Duration::from_secs(10);
+    let seen = waiter.inspect(set[0]).await?;
+    let heralds: Vec<usize> = (0..cluster.len())
+        .filter(|i| seen.nodes().get(*i).is_some_and(|n| n.is_herald()))
+        .collect();
+    assert_eq!(heralds.len(), 2, "two heralds of {}", set[0]);
+    subscribe_first(&cluster, &waiter, set).await?;
+    let lock = holder.try_lock(set[0], ttl).await?;
+    for i in 0..cluster.len() {
+        let _: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(quorumlock::testkit::scripts::release_one())
+            .query_async(&mut raw(&cluster, i).await)
+            .await?;
+    }
+    for i in (0..cluster.len()).filter(|i| !heralds.contains(i)) {
+        cluster
+            .proxy(i)?
+            .set_mode(ProxyMode::Delay(Duration::from_millis(90)));
+    }
+    let mut herald_links = Vec::new();
+    for i in &heralds {
+        herald_links.push(raw(&cluster, *i).await);
+    }
+    let key = lock_key(set[0]);
+    let before = announcements(&cluster).await;
+    let releasing = Instant::now();
+    let release = tokio::spawn(async move { lock.release().await });
+    let mut on_heralds = false;
+    for _ in 0..200 {
+        let mut held = 0u32;
+        for c in &mut herald_links {
+            let n: u32 = redis::cmd("EXISTS").arg(&key).query_async(c).await?;
+            held += n;
+        }
+        if held == 0 {
+            on_heralds = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(on_heralds, "the release ran on the heralds");
+    let waiting = releasing.elapsed();
+    assert!(
+        waiting < Duration::from_millis(60),
+        "the waiter starts before the release reaches the other nodes: {waiting:?}"
+    );
+    let w = tokio::spawn(async move { waiter.lock_many(set, ttl).await });
+    let got = tokio::time::timeout(Duration::from_secs(6), w).await???;
+    let took = releasing.elapsed();
+    println!(
+        "marked between a release's nodes: started {waiting:?}, held {took:?} after the release began"
+    );
+    release.await??;
+    assert_eq!(
+        announcements(&cluster).await,
+        before,
+        "the release announced nothing"
+    );
+    assert!(took < Duration::from_millis(400), "{took:?}");
     assert!(holds_on_a_quorum(&cluster, &set, got.token()).await);
     got.release().await?;
     Ok(())
