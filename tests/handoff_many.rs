@@ -5,7 +5,9 @@
 //! (`listen.lua`: its id in the resource's leases, renewed while it waits), so every
 //! release of those resources announces itself; woken, it staggers within the resource's
 //! contention window and claims every key or none. Tested here: the waiter is woken by the
-//! release, not by its retry delay; it gets nothing while one of its keys is held; a
+//! release (it published), not by its retry delay nor its mark's renewal; it gets nothing
+//! while one of its keys is held; a release it marked between (before the mark on some
+//! nodes, after it on others) is found by renewals brought forward; a
 //! waiter behind any number of waiters that cannot be served is served; its mark is
 //! dropped by its lock's release; and eight clients on overlapping pairs of a ring of four
 //! resources, with a node paused for a second, never overlap, never deadlock and all get
@@ -17,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use quorumlock::{Lock, Redlock, Retry};
 use quorumlock_testkit::{History, LocalCluster, ProxyMode};
-use support::{count_key, eventually, get, lock_key, raw};
+use support::{announcements, count_key, eventually, get, lock_key, raw};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
@@ -44,6 +46,10 @@ async fn marks(cluster: &LocalCluster, i: usize, res: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Far below the mark's renewal (a third of the lease, 1 s), whose reply alone would start
+/// an attempt; a wake-up by the release takes a few milliseconds unloaded.
+const WOKEN_WITHIN: Duration = Duration::from_millis(300);
+
 /// Waits (at most 5 s) until every node has at least `n` marks for each of `resources`.
 async fn marked_everywhere(cluster: &LocalCluster, resources: &[&str], n: u64) -> TestResult {
     let ok = eventually(Duration::from_secs(5), || async {
@@ -64,6 +70,55 @@ async fn marked_everywhere(cluster: &LocalCluster, resources: &[&str], n: u64) -
     }
 }
 
+/// Waits (at most 5 s) until no node has more than `n` marks for any of `resources`.
+async fn marked_everywhere_at_most(
+    cluster: &LocalCluster,
+    resources: &[&str],
+    n: u64,
+) -> TestResult {
+    let ok = eventually(Duration::from_secs(5), || async {
+        for i in 0..cluster.len() {
+            for r in resources {
+                if marks(cluster, i, r).await > n {
+                    return false;
+                }
+            }
+        }
+        true
+    })
+    .await;
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("at most {n} marks for {resources:?} on every node").into())
+    }
+}
+
+/// A first wait of `waiter` for `set` (held for a moment by another client): it subscribes
+/// the waiter's client to the resources' channels, which stay subscribed a while after, so
+/// the one wake-up a new subscription gives (and the quick renewals a refused wake-up
+/// brings) play no part in what a test measures next. Returns once its mark is gone.
+async fn subscribe_first(
+    cluster: &LocalCluster,
+    waiter: &Redlock,
+    set: [&'static str; 2],
+) -> TestResult {
+    let ttl = Duration::from_secs(10);
+    let other = Redlock::builder(cluster.urls()).build().await?;
+    let lock = other.try_lock(set[0], ttl).await?;
+    let first = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move { waiter.lock_many(set, ttl).await })
+    };
+    marked_everywhere(cluster, &set, 1).await?;
+    lock.release().await?;
+    tokio::time::timeout(Duration::from_secs(5), first)
+        .await???
+        .release()
+        .await?;
+    marked_everywhere_at_most(cluster, &set, 0).await
+}
+
 /// Whether a quorum of nodes hold `token` on every key of `resources` (the waiter's attempt
 /// is decided at its quorum: a node the holder's release reached late refused it).
 async fn holds_on_a_quorum(cluster: &LocalCluster, resources: &[&str], token: &str) -> bool {
@@ -79,7 +134,8 @@ async fn holds_on_a_quorum(cluster: &LocalCluster, resources: &[&str], token: &s
 }
 
 /// A multi-resource waiter marks its resources on every node, is woken by the holder's
-/// release (its retry delay is 30 s) and holds both keys within a second; its lock's
+/// release (its retry delay is 30 s; the release published, and the waiter holds both keys
+/// well before its mark's renewal would have found them free); its lock's
 /// release drops its mark, so the next release of those resources is a plain one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_multi_resource_waiter_is_woken_by_the_release_and_its_mark_goes_with_its_lock()
@@ -89,18 +145,21 @@ async fn a_multi_resource_waiter_is_woken_by_the_release_and_its_mark_goes_with_
     let waiter = notified(&cluster).await?;
     let set = ["many-a", "many-b"];
     let ttl = Duration::from_secs(10);
+    subscribe_first(&cluster, &waiter, set).await?;
     let lock = holder.try_lock_many(set, ttl).await?;
     let w = tokio::spawn(async move { waiter.lock_many(set, ttl).await });
     marked_everywhere(&cluster, &set, 1).await?;
+    let before = announcements(&cluster).await;
     let releasing = Instant::now();
     lock.release().await?;
     let got = tokio::time::timeout(Duration::from_secs(5), w).await???;
     let took = releasing.elapsed();
     println!("multi-resource waiter: held {took:?} after the release began");
     assert!(
-        took < Duration::from_secs(1),
-        "woken by the release: {took:?}"
+        announcements(&cluster).await > before,
+        "the release announced itself"
     );
+    assert!(took < WOKEN_WITHIN, "woken by the release: {took:?}");
     assert!(holds_on_a_quorum(&cluster, &set, got.token()).await);
     got.release().await?;
     let unmarked = eventually(Duration::from_secs(2), || async {
@@ -122,7 +181,8 @@ async fn a_multi_resource_waiter_is_woken_by_the_release_and_its_mark_goes_with_
 }
 
 /// All or nothing: with each of its two resources held by another client, the waiter gets
-/// nothing when the first is released, and both keys when the second is.
+/// nothing when the first is released, and both keys when the second is, woken by that
+/// release's announcement (well before its mark's renewal).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_multi_resource_waiter_gets_nothing_until_every_key_is_free() -> TestResult {
     let cluster = LocalCluster::builder(3).launch().await?;
@@ -131,6 +191,7 @@ async fn a_multi_resource_waiter_gets_nothing_until_every_key_is_free() -> TestR
     let waiter = notified(&cluster).await?;
     let set = ["part-a", "part-b"];
     let ttl = Duration::from_secs(10);
+    subscribe_first(&cluster, &waiter, set).await?;
     let a = first.try_lock(set[0], ttl).await?;
     let b = second.try_lock(set[1], ttl).await?;
     let w = tokio::spawn(async move { waiter.lock_many(set, ttl).await });
@@ -143,12 +204,17 @@ async fn a_multi_resource_waiter_gets_nothing_until_every_key_is_free() -> TestR
     assert!(freed, "the first release ran everywhere");
     assert!(!w.is_finished(), "holds part of its set");
     assert_eq!(count_key(&cluster, 0..3, &lock_key(set[0])).await, 0);
+    let before = announcements(&cluster).await;
     let releasing = Instant::now();
     b.release().await?;
     let got = tokio::time::timeout(Duration::from_secs(5), w).await???;
     let took = releasing.elapsed();
     println!("all or nothing: held {took:?} after the last key's release began");
-    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert!(
+        announcements(&cluster).await > before,
+        "the last release announced itself"
+    );
+    assert!(took < WOKEN_WITHIN, "woken by the last release: {took:?}");
     assert!(holds_on_a_quorum(&cluster, &set, got.token()).await);
     got.release().await?;
     Ok(())
@@ -202,6 +268,90 @@ async fn a_multi_resource_waiter_refused_by_a_release_still_on_its_way_takes_the
     Ok(())
 }
 
+/// A release that lands on its resource's heralds before the waiter's mark does (so they
+/// announce nothing) and on the other nodes after it (which announce nothing for a lock on
+/// one resource): no announcement comes. The mark's reply finds the keys free on some
+/// nodes, not yet on a quorum, so the waiter looks again soon and holds well before its
+/// mark's renewal (1 s) and its retry delay (30 s). Five nodes; the holder's links to the
+/// three that are not heralds are 90 ms slow each way, the waiter's are direct.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_resource_waiter_marking_between_a_releases_nodes_takes_the_keys_soon() -> TestResult
+{
+    let cluster = LocalCluster::builder(5).proxies(true).launch().await?;
+    let holder = Redlock::builder(cluster.urls()).build().await?;
+    let direct: Vec<String> = (0..cluster.len())
+        .map(|i| cluster.direct_url(i))
+        .collect::<Result<_, _>>()?;
+    let waiter = Redlock::builder(direct)
+        .retry(NOTIFIED_ONLY)
+        .build()
+        .await?;
+    let set = ["between-a", "between-b"];
+    let ttl = Duration::from_secs(10);
+    let seen = waiter.inspect(set[0]).await?;
+    let heralds: Vec<usize> = (0..cluster.len())
+        .filter(|i| seen.nodes().get(*i).is_some_and(|n| n.is_herald()))
+        .collect();
+    assert_eq!(heralds.len(), 2, "two heralds of {}", set[0]);
+    subscribe_first(&cluster, &waiter, set).await?;
+    let lock = holder.try_lock(set[0], ttl).await?;
+    for i in 0..cluster.len() {
+        let _: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(quorumlock_testkit::scripts::release_one())
+            .query_async(&mut raw(&cluster, i).await)
+            .await?;
+    }
+    for i in (0..cluster.len()).filter(|i| !heralds.contains(i)) {
+        cluster
+            .proxy(i)?
+            .set_mode(ProxyMode::Delay(Duration::from_millis(90)));
+    }
+    let mut herald_links = Vec::new();
+    for i in &heralds {
+        herald_links.push(raw(&cluster, *i).await);
+    }
+    let key = lock_key(set[0]);
+    let before = announcements(&cluster).await;
+    let releasing = Instant::now();
+    let release = tokio::spawn(async move { lock.release().await });
+    let mut on_heralds = false;
+    for _ in 0..200 {
+        let mut held = 0u32;
+        for c in &mut herald_links {
+            let n: u32 = redis::cmd("EXISTS").arg(&key).query_async(c).await?;
+            held += n;
+        }
+        if held == 0 {
+            on_heralds = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(on_heralds, "the release ran on the heralds");
+    let waiting = releasing.elapsed();
+    assert!(
+        waiting < Duration::from_millis(60),
+        "the waiter starts before the release reaches the other nodes: {waiting:?}"
+    );
+    let w = tokio::spawn(async move { waiter.lock_many(set, ttl).await });
+    let got = tokio::time::timeout(Duration::from_secs(6), w).await???;
+    let took = releasing.elapsed();
+    println!(
+        "marked between a release's nodes: started {waiting:?}, held {took:?} after the release began"
+    );
+    release.await??;
+    assert_eq!(
+        announcements(&cluster).await,
+        before,
+        "the release announced nothing"
+    );
+    assert!(took < Duration::from_millis(400), "{took:?}");
+    assert!(holds_on_a_quorum(&cluster, &set, got.token()).await);
+    got.release().await?;
+    Ok(())
+}
+
 /// A multi-resource waiter behind 70 waiters that cannot be served (each also wants a key
 /// held for the whole test) is served by the release of the key they all want: nothing
 /// looks ahead a bounded number of entries (the hand-off of waiting sets looked at 64
@@ -223,6 +373,7 @@ async fn a_multi_resource_waiter_behind_seventy_blocked_waiters_is_served() -> T
         .await?;
     let waiter = notified(&cluster).await?;
     let ttl = Duration::from_secs(20);
+    subscribe_first(&cluster, &waiter, ["blk-a", "blk-c"]).await?;
     let held: Vec<String> = (0..BLOCKED).map(|i| format!("blk-b{i}")).collect();
     let blocking = blocker.try_lock_many(&held, ttl).await?;
     let a = holder.try_lock("blk-a", ttl).await?;
@@ -237,12 +388,22 @@ async fn a_multi_resource_waiter_behind_seventy_blocked_waiters_is_served() -> T
     marked_everywhere(&cluster, &["blk-a"], BLOCKED as u64).await?;
     let w = tokio::spawn(async move { waiter.lock_many(["blk-a", "blk-c"], ttl).await });
     marked_everywhere(&cluster, &["blk-a"], BLOCKED as u64 + 1).await?;
+    let before = announcements(&cluster).await;
     let releasing = Instant::now();
     a.release().await?;
     let got = tokio::time::timeout(Duration::from_secs(7), w).await???;
     let took = releasing.elapsed();
     println!("behind {BLOCKED} blocked waiters: held {took:?} after the release began");
-    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(
+        announcements(&cluster).await > before,
+        "the release announced itself"
+    );
+    // Seventy-one waiters wake at once and stagger: allow more than one waiter's wake-up,
+    // still well below the mark's renewal.
+    assert!(
+        took < Duration::from_millis(600),
+        "woken by the release: {took:?}"
+    );
     assert!(holds_on_a_quorum(&cluster, &["blk-a", "blk-c"], got.token()).await);
     assert!(
         blocked.iter().all(|t| !t.is_finished()),

@@ -1,6 +1,7 @@
 //! Multi-resource waiters (notified, then claimed, every key or none): a holder of one key
 //! waiting for another is never stuck behind a blocked multi-resource waiter (it does not
-//! queue); a cancelled waiter leaves nothing beyond its marks' lease; a plain release that lands during the waiter's join is not lost; and random
+//! queue); a cancelled waiter leaves nothing beyond its marks' lease; a release that runs while a
+//! waiter's join or mark is on its way is not lost; and random
 //! sets under cancellation, crashes and link faults never overlap and leave no key behind.
 
 mod support;
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use quorumlock::{Redlock, Retry};
 use quorumlock_testkit::LocalCluster;
-use support::{count_key, eventually, lock_key, zcards};
+use support::{announcements, count_key, eventually, lock_key, zcards};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
@@ -312,15 +313,19 @@ async fn a_cancelled_multi_resource_waiter_leaves_nothing_beyond_its_lease() -> 
     Ok(())
 }
 
-/// The scenario of `a_plain_release_during_the_join_is_not_lost_*`: the waiter's links
-/// are slow (150 ms one way), so its first claim is refused, the holder (direct links)
-/// then releases before the waiter's join lands anywhere: a plain release, announced on
-/// every node. The waiter is inside its join round when the announcement arrives and
-/// handles it only after its join was acknowledged. Returns how long the waiter took
-/// after the release (retry delay 30 s, max wait 5 s: only the announcement can wake it).
-async fn plain_release_during_join(
+/// A waiter whose links are slow (150 ms one way) is refused by a holder with direct links,
+/// and the holder releases while the waiter's next step is still on its way: for one
+/// resource its queue join (the release runs before the join lands: a plain release,
+/// announced on the heralds, and the waiter handles the announcement once its join is
+/// acknowledged); for several its mark (no mark is on the nodes when the release runs, so
+/// the release is a plain compare-and-delete that announces nothing, and the mark's reply
+/// finds every key free on a quorum). Before that, a first wait that the waiter wins and
+/// releases subscribes its client to the resources' channels with no mark or queue entry
+/// left. Returns how long the waiter took after the release (retry delay 30 s, max wait
+/// 5 s), and how many announcements the nodes published from the release on.
+async fn release_before_the_wait_lands(
     many: bool,
-) -> Result<Result<Duration, String>, Box<dyn std::error::Error + Send + Sync>> {
+) -> Result<(Result<Duration, String>, u64), Box<dyn std::error::Error + Send + Sync>> {
     use quorumlock_testkit::ProxyMode;
     let cluster = LocalCluster::builder(3).proxies(true).launch().await?;
     let direct: Vec<String> = (0..3)
@@ -343,13 +348,32 @@ async fn plain_release_during_join(
     };
     let ttl = Duration::from_secs(10);
     let lock = holder.try_lock_many(set.clone(), ttl).await?;
-    // Let the waiter's subscriptions come up before the links slow down.
-    let _ = tokio::time::timeout(
-        Duration::from_millis(300),
-        waiter.lock_many(set.clone(), ttl),
-    )
+    let first = {
+        let (waiter, set) = (waiter.clone(), set.clone());
+        tokio::spawn(async move { waiter.lock_many(set, ttl).await })
+    };
+    let waiting = eventually(Duration::from_secs(5), || async {
+        zcards(&cluster, &format!("quorumlock:qlease:{}", set[0]))
+            .await
+            .iter()
+            .all(|n| *n > 0)
+    })
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(waiting, "the first wait marked or queued on every node");
+    lock.release().await?;
+    tokio::time::timeout(Duration::from_secs(5), first)
+        .await???
+        .release()
+        .await?;
+    let left = eventually(Duration::from_secs(5), || async {
+        zcards(&cluster, &format!("quorumlock:qlease:{}", set[0]))
+            .await
+            .iter()
+            .all(|n| *n == 0)
+    })
+    .await;
+    assert!(left, "the first wait left no mark or queue entry");
+    let lock = holder.try_lock_many(set.clone(), ttl).await?;
     for i in 0..3 {
         cluster
             .proxy(i)?
@@ -363,28 +387,29 @@ async fn plain_release_during_join(
             waiter.lock_many(s2, ttl).await
         }
     });
-    // The claim lands at ~150 ms (refused), the join at ~450 ms or later.
-    let at: u64 = std::env::var("QUORUMLOCK_RELEASE_AT")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(200);
-    tokio::time::sleep(Duration::from_millis(at)).await;
+    // The attempt lands at ~150 ms (refused), the join or mark at ~450 ms or later.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = announcements(&cluster).await;
     let released = Instant::now();
     lock.release().await?;
     let got = tokio::time::timeout(Duration::from_secs(10), w).await??;
     let took = released.elapsed();
+    let announced = announcements(&cluster).await.saturating_sub(before);
     let queued = zcards(&cluster, &format!("quorumlock:queue:{}", set[0])).await;
     println!(
-        "many={many}: {:?} after {took:?}; queue {queued:?}",
+        "many={many}: {:?} after {took:?}; {announced} announcements; queue {queued:?}",
         got.as_ref().map(|l| l.token().to_owned())
     );
-    Ok(got.map(|_| took).map_err(|e| e.to_string()))
+    Ok((got.map(|_| took).map_err(|e| e.to_string()), announced))
 }
 
-/// Control: a single-resource waiter in the same race holds at once.
+/// A single-resource waiter whose queue join lands after the release: the release,
+/// announced on the heralds, is handled once the join is acknowledged, and the waiter holds
+/// at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_release_during_the_join_is_not_lost_single() -> TestResult {
-    let took = plain_release_during_join(false).await?;
+    let (took, announced) = release_before_the_wait_lands(false).await?;
+    assert!(announced > 0, "the release announced itself");
     assert!(
         took.as_ref().is_ok_and(|t| *t < Duration::from_secs(2)),
         "{took:?}"
@@ -392,15 +417,18 @@ async fn a_plain_release_during_the_join_is_not_lost_single() -> TestResult {
     Ok(())
 }
 
-/// Liveness/perf: a queued multi-resource waiter that hears a plain release renews soon and
-/// claims if it heads its queues and no key of its set is held (it used to ignore the
-/// release and, with the keys free on every node, wait for its fallback timer: here
-/// beyond its max wait).
+/// A multi-resource waiter whose mark lands after the release: the release found no mark
+/// and announced nothing, and the mark's reply (every key free on a quorum) starts the
+/// attempt at once. The attempt, the mark and the claim take a round trip each through the
+/// slow links (about 0.7 s after the release); waiting for the mark's renewal instead would
+/// take until about 1.7 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_plain_release_during_the_join_is_not_lost_many() -> TestResult {
-    let took = plain_release_during_join(true).await?;
+async fn a_release_before_the_mark_lands_is_found_by_the_marks_reply_many() -> TestResult {
+    let (took, announced) = release_before_the_wait_lands(true).await?;
+    assert_eq!(announced, 0, "a release with no mark announces nothing");
     assert!(
-        took.as_ref().is_ok_and(|t| *t < Duration::from_secs(2)),
+        took.as_ref()
+            .is_ok_and(|t| *t < Duration::from_millis(1_300)),
         "{took:?}"
     );
     Ok(())

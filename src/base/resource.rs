@@ -13,8 +13,8 @@
 //! | `quorumlock:lock:{name}` | the lock token, with the TTL |
 //! | `quorumlock:fence:{name}` | the fence counter (fencing only; never expires; the largest fencing token issued or committed on this node, in microseconds since the Unix epoch or above) |
 //! | `quorumlock:queue:{name}`, `quorumlock:qlease:{name}`, `quorumlock:qattrs:{name}` | waiters by ticket, when each one's lease lapses (and multi-resource waiters' listening marks: the leases key exists exactly while someone waits, and only then does a release run its hand-off), and what a release does with each entry (`<ttl ms>:<kind>[:<channel>]`: transfer, fenced transfer; the channel a transfer is announced on, the waiter's client's inbox) (notify waiting, on every node; vanish with the last lease) |
-//! | `quorumlock:qset:<token>` | a multi-resource waiter's set: the channel a transfer to it is announced on, then each of its resources' lock key, queue, leases and attributes (`<length>:<bytes>` each); its entries' attributes are `<ttl ms>:m:quorumlock:qset:<token>`; lapses with the entries' lease |
-//! | `quorumlock:released:{name}` | the pub/sub channel announcing releases that hand the lock to no one |
+//! | `quorumlock:qset:<token>` | nothing: an earlier version's multi-resource waiter's set; the kind stays reserved |
+//! | `quorumlock:released:{name}` | the pub/sub channel announcing a release that hands the lock to no one, when someone waits or listens (the leases key exists): on the resource's two heralds for a lock on one resource, on every node for a lock on several; a release with no one waiting or listening announces nothing |
 //! | `quorumlock:released:\xFFinbox:<16 hex>` | one client's inbox: the pub/sub channel announcing transfers to its waiters (byte `0xFF` never occurs in a name, so no resource's channel is an inbox) |
 //! | `quorumlock:rw:{name}` | a read-write lock's writer token, with the TTL |
 //! | `quorumlock:readers:{name}` | a read-write lock's readers: a sorted set, member = reader token, score = its expiry in ms by this node's clock |

@@ -181,7 +181,8 @@ impl Waiter<'_> {
     }
 }
 
-/// How many renewals a refused wake brings forward ([`Listener::recheck`]): with
+/// How many renewals a refused wake, or a renewal that finds the keys free on more nodes
+/// than the one before but not on a quorum, brings forward ([`Listener::recheck`]): with
 /// [`contention::RECHECK_GAP`] between them, half a second for the release to land.
 const RECHECKS: u8 = 5;
 
@@ -196,6 +197,8 @@ struct Listener<'a> {
     timeout: Duration,
     /// Renewals left to bring forward while the keys are not yet free ([`Listener::recheck`]).
     rechecks: u8,
+    /// On how many nodes the latest renewal found every key of the set free.
+    free_on: usize,
 }
 
 impl<'a> Listener<'a> {
@@ -217,6 +220,7 @@ impl<'a> Listener<'a> {
             renew_at: None,
             timeout: inner.config.node_timeout_for(ttl),
             rechecks: 0,
+            free_on: 0,
         })
     }
 
@@ -261,13 +265,21 @@ impl<'a> Listener<'a> {
         let join = QueueJoin::listen(self.res, id.as_bytes(), QUEUE_LEASE);
         let timeout = self.timeout;
         let replies = join_all(self.inner.nodes.iter().map(|n| n.listen(&join, timeout))).await;
-        let free = replies.iter().filter(|r| **r == Some(true)).count() >= self.inner.quorum;
+        let free_on = replies.iter().filter(|r| **r == Some(true)).count();
+        let free = free_on >= self.inner.quorum;
         if free {
             self.rechecks = 0;
+        } else if free_on > self.free_on {
+            // Free on more nodes than before, not yet on a quorum: a release may be on its
+            // way to the others, and it announces nothing where it landed before the mark
+            // (or on a node that is not a herald). Look again soon, not a third of the
+            // lease later.
+            self.recheck();
         } else if self.rechecks > 0 {
             self.rechecks -= 1;
             self.soon();
         }
+        self.free_on = free_on;
         free
     }
 

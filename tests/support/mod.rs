@@ -434,3 +434,25 @@ pub async fn vacate(
         let _: () = c.del(lock_key(resource)).await.expect("DEL");
     }
 }
+
+/// How many `PUBLISH` and `SPUBLISH` calls the nodes have run so far (`INFO commandstats`,
+/// which counts the calls a script makes): the release announcements.
+pub async fn announcements(cluster: &LocalCluster) -> u64 {
+    let mut total = 0;
+    for i in 0..cluster.len() {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut raw(cluster, i).await)
+            .await
+            .unwrap_or_default();
+        for line in info.lines() {
+            let calls = ["cmdstat_publish:calls=", "cmdstat_spublish:calls="]
+                .iter()
+                .find_map(|p| line.strip_prefix(p))
+                .and_then(|rest| rest.split(',').next())
+                .and_then(|n| n.parse::<u64>().ok());
+            total += calls.unwrap_or(0);
+        }
+    }
+    total
+}
