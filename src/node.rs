@@ -56,15 +56,22 @@ use crate::token::Token;
 /// once from that source on first use.
 pub(crate) struct Lua {
     code: &'static str,
+    /// The files of `src/scripts/` its source is made of, in order.
+    files: &'static [&'static str],
     hash: OnceLock<String>,
     /// Running it twice has the effect of running it once (compare-and-X scripts).
     idempotent: bool,
 }
 
 impl Lua {
-    pub(crate) const fn new(code: &'static str, idempotent: bool) -> Lua {
+    pub(crate) const fn new(
+        code: &'static str,
+        files: &'static [&'static str],
+        idempotent: bool,
+    ) -> Lua {
         Lua {
             code,
+            files,
             hash: OnceLock::new(),
             idempotent,
         }
@@ -79,56 +86,82 @@ impl Lua {
 
 macro_rules! lua {
     ($file:literal, idempotent: $idem:literal) => {
-        $crate::node::Lua::new(include_str!($file), $idem)
+        $crate::node::Lua::new(include_str!(concat!("scripts/", $file)), &[$file], $idem)
     };
     // With `scripts/sets.lua` (the functions that read multi-resource entries) in front.
     ($file:literal, sets, idempotent: $idem:literal) => {
         $crate::node::Lua::new(
-            concat!(include_str!("scripts/sets.lua"), include_str!($file)),
+            concat!(
+                include_str!("scripts/sets.lua"),
+                include_str!(concat!("scripts/", $file))
+            ),
+            &["sets.lua", $file],
             $idem,
         )
     };
 }
 
 /// The acquire script for multi-resource locks (every key or none).
-pub(crate) static ACQUIRE_MANY: Lua = lua!("scripts/acquire.lua", idempotent: false);
+pub(crate) static ACQUIRE_MANY: Lua = lua!("acquire.lua", idempotent: false);
 /// Compare-and-delete (and announce the release).
-pub(crate) static RELEASE: Lua = lua!("scripts/release.lua", idempotent: true);
+pub(crate) static RELEASE: Lua = lua!("release.lua", idempotent: true);
 /// Compare-and-delete of one key, handing over to the wait queue's head.
-pub(crate) static RELEASE_ONE: Lua = lua!("scripts/release_one.lua", sets, idempotent: true);
+pub(crate) static RELEASE_ONE: Lua = lua!("release_one.lua", sets, idempotent: true);
 /// Join a wait queue. Never finished late nor retried (as an acquire): a first join landing
 /// after the waiter's leave release would queue a token no one waits with, and the next
 /// release would transfer the lock to it (found by `faults::row06b_…`).
-static ENQUEUE: Lua = lua!("scripts/enqueue.lua", sets, idempotent: false);
+pub(crate) static ENQUEUE: Lua = lua!("enqueue.lua", sets, idempotent: false);
 /// A queued waiter's acquire of one key: its own token there counts as granted.
-pub(crate) static CLAIM: Lua = lua!("scripts/claim.lua", idempotent: false);
+pub(crate) static CLAIM: Lua = lua!("claim.lua", idempotent: false);
 /// A multi-resource waiter's join of all its queues at once (never finished late nor
 /// retried, as [`ENQUEUE`]).
-static ENQUEUE_MANY: Lua = lua!("scripts/enqueue_many.lua", sets, idempotent: false);
+pub(crate) static ENQUEUE_MANY: Lua = lua!("enqueue_many.lua", sets, idempotent: false);
 /// A queued multi-resource waiter's acquire: every key or none, its own token counting as
 /// free.
-pub(crate) static CLAIM_MANY: Lua = lua!("scripts/claim_many.lua", idempotent: false);
+pub(crate) static CLAIM_MANY: Lua = lua!("claim_many.lua", idempotent: false);
 /// Compare-and-extend.
-pub(crate) static EXTEND: Lua = lua!("scripts/extend.lua", idempotent: true);
+pub(crate) static EXTEND: Lua = lua!("extend.lua", idempotent: true);
 /// The fenced acquire (round 1): every lock key or none, and the fence counters raised.
-pub(crate) static ACQUIRE_FENCED: Lua = lua!("scripts/acquire_fenced.lua", idempotent: false);
+pub(crate) static ACQUIRE_FENCED: Lua = lua!("acquire_fenced.lua", idempotent: false);
 /// The fence commit (round 2): raise the counters where our token still holds the keys.
-pub(crate) static COMMIT_FENCE: Lua = lua!("scripts/commit_fence.lua", idempotent: true);
+pub(crate) static COMMIT_FENCE: Lua = lua!("commit_fence.lua", idempotent: true);
 /// A reader's acquire (read-write locks).
-pub(crate) static READ_ACQUIRE: Lua = lua!("scripts/read_acquire.lua", idempotent: false);
+pub(crate) static READ_ACQUIRE: Lua = lua!("read_acquire.lua", idempotent: false);
 /// The writer's acquire (read-write locks), optionally fenced; registers a waiting
 /// writer's intent when refused.
-pub(crate) static WRITE_ACQUIRE: Lua = lua!("scripts/write_acquire.lua", idempotent: false);
+pub(crate) static WRITE_ACQUIRE: Lua = lua!("write_acquire.lua", idempotent: false);
 /// A semaphore permit's acquire.
-pub(crate) static SEM_ACQUIRE: Lua = lua!("scripts/sem_acquire.lua", idempotent: false);
+pub(crate) static SEM_ACQUIRE: Lua = lua!("sem_acquire.lua", idempotent: false);
 /// Compare-and-extend of a sorted-set entry (reader, permit).
-pub(crate) static SHARED_EXTEND: Lua = lua!("scripts/shared_extend.lua", idempotent: true);
+pub(crate) static SHARED_EXTEND: Lua = lua!("shared_extend.lua", idempotent: true);
 /// Compare-and-delete of a sorted-set entry (reader, permit, writer intent).
-pub(crate) static SHARED_RELEASE: Lua = lua!("scripts/shared_release.lua", idempotent: true);
+pub(crate) static SHARED_RELEASE: Lua = lua!("shared_release.lua", idempotent: true);
 
 /// The group-map record (see `groupmap`): sent with `EVAL`, a few times a minute per
 /// node, so never cached.
-const GROUP_MAP: &str = include_str!("scripts/groupmap.lua");
+pub(crate) static GROUP_MAP: Lua = lua!("groupmap.lua", idempotent: true);
+
+/// Every script the crate sends, by name (its file under `src/scripts/` without `.lua`):
+/// the one table of them, which the simulator (feature `sim`) loads too.
+#[cfg_attr(not(feature = "sim"), allow(dead_code))]
+pub(crate) static SCRIPTS: [(&str, &Lua); 16] = [
+    ("acquire", &ACQUIRE_MANY),
+    ("acquire_fenced", &ACQUIRE_FENCED),
+    ("commit_fence", &COMMIT_FENCE),
+    ("extend", &EXTEND),
+    ("release", &RELEASE),
+    ("release_one", &RELEASE_ONE),
+    ("enqueue", &ENQUEUE),
+    ("claim", &CLAIM),
+    ("enqueue_many", &ENQUEUE_MANY),
+    ("claim_many", &CLAIM_MANY),
+    ("read_acquire", &READ_ACQUIRE),
+    ("write_acquire", &WRITE_ACQUIRE),
+    ("sem_acquire", &SEM_ACQUIRE),
+    ("shared_extend", &SHARED_EXTEND),
+    ("shared_release", &SHARED_RELEASE),
+    ("groupmap", &GROUP_MAP),
+];
 
 /// The group-map record request: on the node, record `map` in `key` with `lease` (or only
 /// read it, when `lease` is zero); whole milliseconds, at least 1 when not zero.
@@ -139,7 +172,7 @@ pub(crate) fn group_map_request(key: &[u8], map: &str, lease: Duration) -> Cmd {
         u64::try_from(lease.as_millis()).unwrap_or(u64::MAX).max(1)
     };
     let mut cmd = redis::cmd("EVAL");
-    cmd.arg(GROUP_MAP).arg(1).arg(key).arg(map).arg(ms);
+    cmd.arg(GROUP_MAP.code).arg(1).arg(key).arg(map).arg(ms);
     cmd
 }
 
@@ -1271,7 +1304,7 @@ impl Request {
     }
 
     /// What this request does, for the metrics' `op` label (from its script: no field).
-    fn op(&self) -> Op {
+    pub(crate) fn op(&self) -> Op {
         let Wire::Script(s) = &self.wire else {
             return Op::Acquire;
         };
@@ -1500,10 +1533,28 @@ impl Request {
 }
 
 #[cfg(feature = "sim")]
+impl QueueJoin {
+    /// What is sent.
+    pub(crate) fn sent(&self) -> Sent<'_> {
+        Sent::Script(
+            self.call.code,
+            self.call.idempotent,
+            &self.call.keys,
+            &self.call.args,
+        )
+    }
+}
+
+#[cfg(feature = "sim")]
 impl Lua {
     /// The script's source.
     pub(crate) fn code(&self) -> &'static str {
         self.code
+    }
+
+    /// The files of `src/scripts/` its source is made of.
+    pub(crate) fn files(&self) -> &'static [&'static str] {
+        self.files
     }
 }
 

@@ -691,6 +691,7 @@ impl World {
                     answer: t.answer,
                     script: t.script,
                     idempotent: t.idempotent,
+                    release: t.release,
                 }
             })
             .collect();

@@ -182,6 +182,8 @@ pub(super) struct Call {
     pub(super) answer: Answer,
     pub(super) script: bool,
     pub(super) idempotent: bool,
+    /// A release (see `Translated::release`).
+    pub(super) release: bool,
     pub(super) owner: Owner,
     /// Put on the wire (false while it waits for the lock's acquire on that node).
     pub(super) sent: bool,

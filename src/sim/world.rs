@@ -15,7 +15,7 @@ use std::fmt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::node::{Persistence, SimNode, Variant};
+use super::node::{Persistence, Script, SimNode, scripts};
 use super::state::{Attempt, Call, Client, Clock, Fault, Kind, Link, Round, between, expiry_true};
 use crate::protocol::tally;
 use crate::resource::Resources;
@@ -38,14 +38,14 @@ pub enum Mutation {
     HalfQuorum,
     /// No clock drift allowance (`drift = 0`); the clients' and nodes' clocks still drift.
     NoDrift,
-    /// Extensions may shorten a lock: the nodes run the extend script with plain `PEXPIRE`
-    /// ([`Variant::ExtendWithoutGt`]).
+    /// Extensions may shorten a lock: the nodes run `extend.lua` with plain `PEXPIRE`
+    /// instead of `PEXPIRE … GT` (the script's text replaced, see [`Mutation::patches`]).
     ExtendShortens,
     /// A node without persistence restarts at once after a crash, instead of after the
     /// longest TTL.
     ImmediateRestart,
-    /// The release scripts delete the lock key whatever token it holds
-    /// ([`Variant::ReleaseWithoutTokenCheck`]).
+    /// The release scripts (`release.lua`, `release_one.lua`) delete or hand over the lock
+    /// key whatever token it holds (their text replaced, see [`Mutation::patches`]).
     ReleaseWithoutTokenCheck,
     /// Fenced acquisitions skip the commit round: the token is the largest counter among
     /// the granting replies, never written back to the other nodes.
@@ -89,6 +89,38 @@ impl Mutation {
             Mutation::ReleaseWithoutTokenCheck => "release without the token check",
             Mutation::FencingWithoutCommit => "fencing without the commit",
             Mutation::CleanupGrantedOnly => "clean-up of granting nodes only",
+        }
+    }
+
+    /// The replacements this mutation makes in the crate's Lua scripts: `(script, text,
+    /// replacement)`. Empty for a mutation of the client or of the deployment. A
+    /// replacement whose text a script no longer contains stops the run with a
+    /// [`Invariant::Simulator`] violation, so a mutation never passes by not applying.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use quorumlock::sim::Mutation;
+    ///
+    /// assert!(Mutation::HalfQuorum.patches().is_empty());
+    /// assert_eq!(Mutation::ExtendShortens.patches()[0].0, "extend");
+    /// ```
+    pub fn patches(self) -> &'static [(&'static str, &'static str, &'static str)] {
+        match self {
+            Mutation::ExtendShortens => &[("extend", ", 'GT')", ")")],
+            Mutation::ReleaseWithoutTokenCheck => &[
+                (
+                    "release",
+                    "redis.call('GET', KEYS[i]) == ARGV[1]",
+                    "redis.call('GET', KEYS[i])",
+                ),
+                (
+                    "release_one",
+                    "if redis.call('GET', key) ~= token then",
+                    "if not redis.call('GET', key) then",
+                ),
+            ],
+            _ => &[],
         }
     }
 }
@@ -563,11 +595,7 @@ impl World {
         let (Ok(res), Some(lock_key), Some(fence_key)) = (res, lock_key, fence_key) else {
             return Err("the resource's keys".to_owned());
         };
-        let variant = match mutation {
-            Some(Mutation::ExtendShortens) => Variant::ExtendWithoutGt,
-            Some(Mutation::ReleaseWithoutTokenCheck) => Variant::ReleaseWithoutTokenCheck,
-            _ => Variant::Redis,
-        };
+        let scripts = mutated_scripts(mutation)?;
         // Persistence: every node AOF `always`, none, or each its own.
         let aof_p = [1.0, 0.0, 0.5][prm.random_range(0..3usize)];
         let offset_bound = NODE_OFFSETS_US[prm.random_range(0..NODE_OFFSETS_US.len())];
@@ -581,7 +609,7 @@ impl World {
                 };
                 let offset = prm.random_range(-offset_bound..=offset_bound);
                 NodeState {
-                    sim: SimNode::new(persistence).with_variant(variant),
+                    sim: SimNode::with_scripts(persistence, scripts.clone()),
                     clock: Clock::new(
                         EPOCH_US.saturating_add_signed(offset),
                         ppm(&mut prm, NODE_PPM),
@@ -1089,4 +1117,18 @@ impl World {
             between(&mut self.net_rng, lo, hi)
         }
     }
+}
+
+/// The crate's scripts with `mutation`'s replacements made.
+fn mutated_scripts(mutation: Option<Mutation>) -> Result<std::rc::Rc<[Script]>, String> {
+    let mut all = scripts();
+    for (name, from, to) in mutation.map_or(&[][..], Mutation::patches) {
+        let Some(s) = all.iter_mut().find(|s| s.name() == *name) else {
+            return Err(format!("mutation: no script named {name}"));
+        };
+        *s = s.replaced(from, to).ok_or_else(|| {
+            format!("mutation: {name}.lua no longer contains {from:?} (update the mutation)")
+        })?;
+    }
+    Ok(all.into())
 }
