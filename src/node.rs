@@ -1532,7 +1532,7 @@ impl Request {
     }
 }
 
-#[cfg(feature = "sim")]
+#[cfg(all(feature = "sim", test))]
 impl QueueJoin {
     /// What is sent.
     pub(crate) fn sent(&self) -> Sent<'_> {

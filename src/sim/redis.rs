@@ -36,6 +36,10 @@ pub(crate) enum Fault {
 }
 
 type Res<T> = Result<T, String>;
+/// A sorted set's members, `(score, member)` in Redis order.
+type ZSet = Vec<(f64, Vec<u8>)>;
+/// A hash's fields and values, by field.
+type Hash = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// A key's value and its absolute expiry.
 #[derive(Debug, Clone)]
@@ -145,7 +149,7 @@ impl Store {
         }
     }
 
-    fn zset(&mut self, key: &[u8], now: u64) -> Res<Option<&mut Vec<(f64, Vec<u8>)>>> {
+    fn zset(&mut self, key: &[u8], now: u64) -> Res<Option<&mut ZSet>> {
         match self.live(key, now) {
             None => Ok(None),
             Some(Entry {
@@ -156,7 +160,7 @@ impl Store {
         }
     }
 
-    fn hash(&mut self, key: &[u8], now: u64) -> Res<Option<&mut Vec<(Vec<u8>, Vec<u8>)>>> {
+    fn hash(&mut self, key: &[u8], now: u64) -> Res<Option<&mut Hash>> {
         match self.live(key, now) {
             None => Ok(None),
             Some(Entry {
@@ -375,7 +379,7 @@ impl Store {
             _ => return Err(SYNTAX.to_owned()),
         };
         let (mut nx, mut xx, mut get, mut keepttl) = (false, false, false, false);
-        let mut expiry: Option<(&str, i64)> = None;
+        let mut expiry: Option<(&str, &[u8])> = None;
         let mut i = 2;
         while let Some(word) = args.get(i) {
             let w = word.to_ascii_uppercase();
@@ -384,17 +388,19 @@ impl Store {
                 b"XX" if !nx => xx = true,
                 b"GET" => get = true,
                 b"KEEPTTL" if expiry.is_none() => keepttl = true,
-                b"PX" | b"PXAT" | b"EX" | b"EXAT" if expiry.is_none() && !keepttl => {
-                    let Some(v) = args.get(i + 1) else {
-                        return Err(SYNTAX.to_owned());
-                    };
+                b"PX" | b"PXAT" | b"EX" | b"EXAT" if !keepttl => {
                     let unit = match w.as_slice() {
                         b"PX" => "px",
                         b"PXAT" => "pxat",
                         b"EX" => "ex",
                         _ => "exat",
                     };
-                    expiry = Some((unit, int(v)?));
+                    // The same unit again replaces the value; another unit conflicts.
+                    let (Some(v), true) = (args.get(i + 1), expiry.is_none_or(|(u, _)| u == unit))
+                    else {
+                        return Err(SYNTAX.to_owned());
+                    };
+                    expiry = Some((unit, v.as_slice()));
                     i += 1;
                 }
                 _ => return Err(SYNTAX.to_owned()),
@@ -403,7 +409,9 @@ impl Store {
         }
         let at = match expiry {
             None => None,
-            Some((unit, v)) => {
+            Some((unit, raw)) => {
+                // Redis reads every option first (a syntax error wins), then the number.
+                let v = int(raw)?;
                 let seconds = unit == "ex" || unit == "exat";
                 if v <= 0 || (seconds && v > i64::MAX / 1000) {
                     return Err("ERR invalid expire time in 'set' command".to_owned());
@@ -529,7 +537,7 @@ impl Store {
         if nx && xx {
             return Err("ERR XX and NX options at the same time are not compatible".to_owned());
         }
-        if (gt && nx) || (lt && nx) || (gt && lt) {
+        if (nx && (gt || lt)) || (gt && lt) {
             return Err(
                 "ERR GT, LT, and/or NX options at the same time are not compatible".to_owned(),
             );

@@ -19,7 +19,7 @@
 //!   1, `false` and `nil` are nil, a string is a bulk string, a table with a string `err`
 //!   is an error, with a string `ok` a status, otherwise an array up to its first nil.
 //! * **Errors that end the script** (raised by `redis.call`, by `error`, or by Lua itself)
-//!   answer `<error> script: <f_sha1>, on @user_script:<line>.`, with `ERR ` in front of a
+//!   answer `<error> script: <sha1>, on @user_script:<line>.`, with `ERR ` in front of a
 //!   message that has no code of its own.
 //!
 //! The interpreter is one per thread, shared by every simulated node of that thread: a
@@ -165,7 +165,7 @@ fn new_vm() -> mlua::Result<Vm> {
 }
 
 fn run(vm: &mut Vm, script: &Source<'_>, keys: &[Vec<u8>], args: &[Vec<u8>]) -> Reply {
-    let funcname = format!("f_{}", script.sha);
+    let funcname = script.sha;
     let f = match vm.compiled.get(script.sha) {
         Some(f) => f.clone(),
         None => match vm
@@ -202,7 +202,7 @@ fn run(vm: &mut Vm, script: &Source<'_>, keys: &[Vec<u8>], args: &[Vec<u8>]) -> 
             let mut it = values.into_iter();
             match (it.next(), it.next()) {
                 (Some(LuaValue::Boolean(true)), result) => to_reply(result.as_ref()),
-                (_, err) => raised(err.as_ref(), &funcname),
+                (_, err) => raised(err.as_ref(), funcname),
             }
         }
     }
