@@ -470,8 +470,11 @@ pub(super) struct Params {
     /// A failed attempt cleans up every node that may hold its key (unless mutated).
     pub(super) cleanup_all: bool,
     pub(super) res: Resources,
-    pub(super) lock_key: Vec<u8>,
-    pub(super) fence_key: Vec<u8>,
+    /// Every lock key of the resources (a client takes them all, `lock_many`-style).
+    pub(super) lock_keys: Vec<Vec<u8>>,
+    pub(super) fence_keys: Vec<Vec<u8>>,
+    /// Refused clients may join the wait queues and be handed the lock.
+    pub(super) waiting: bool,
 }
 
 pub(super) const EXTEND_MIN_TTL_MS: u64 = 5;
@@ -583,18 +586,18 @@ impl World {
         let slow_p = [0.0, 0.01, 0.05][prm.random_range(0..3usize)];
         let slow_hi = node_timeout_us * 3;
         let fencing = prm.random_bool(0.5);
-        let res = Resources::new(&["r"]);
-        let lock_key = res
-            .as_ref()
-            .ok()
-            .and_then(|r| r.lock_keys().first().cloned());
-        let fence_key = res
-            .as_ref()
-            .ok()
-            .and_then(|r| r.fence_keys().first().cloned());
-        let (Ok(res), Some(lock_key), Some(fence_key)) = (res, lock_key, fence_key) else {
-            return Err("the resource's keys".to_owned());
+        // Drawn apart from the stream above, so that the older parameters of a seed stay.
+        let mut extra = StdRng::seed_from_u64(seed ^ 0x5EED_0F_5A17_u64);
+        let names: &[&str] = if extra.random_bool(0.35) {
+            &["r", "s"]
+        } else {
+            &["r"]
         };
+        // Waiters queue (and are handed the lock) in half the unfenced schedules.
+        let waiting = !fencing && extra.random_bool(0.5);
+        let res = Resources::new(names).map_err(|e| format!("the resources' keys: {e}"))?;
+        let lock_keys = res.lock_keys().to_vec();
+        let fence_keys = res.fence_keys();
         let scripts = mutated_scripts(mutation)?;
         // Persistence: every node AOF `always`, none, or each its own.
         let aof_p = [1.0, 0.0, 0.5][prm.random_range(0..3usize)];
@@ -641,8 +644,9 @@ impl World {
             fencing_commit: mutation != Some(Mutation::FencingWithoutCommit),
             cleanup_all: mutation != Some(Mutation::CleanupGrantedOnly),
             res,
-            lock_key,
-            fence_key,
+            lock_keys,
+            fence_keys,
+            waiting,
         };
         let mut client_root = StdRng::seed_from_u64(client_seed);
         let clients: Vec<Client> = (0..m)
@@ -944,7 +948,7 @@ impl World {
                         let now_n = node.clock.at(self.now);
                         node.sim
                             .entries(now_n)
-                            .any(|(k, _, _)| k == self.p.lock_key.as_slice())
+                            .any(|(k, _, _)| self.p.lock_keys.iter().any(|l| l.as_slice() == k))
                     });
                 for _ in 0..k {
                     let pool = if holders.is_empty() {
@@ -1040,15 +1044,10 @@ impl World {
         if !aof {
             // What the node held, for the validity invariant: see `check.rs`.
             let clock = self.nodes[i].clock;
-            let key = self.p.lock_key.clone();
-            let ghosts: Vec<(Vec<u8>, u64)> = self.nodes[i]
-                .sim
-                .entries(now_n)
-                .filter(|(k, _, _)| *k == key.as_slice())
-                .filter_map(|(_, v, at)| match v {
-                    super::node::Value::String(t) => Some((t.clone(), expiry_true(clock, at))),
-                    _ => None,
-                })
+            let ghosts: Vec<(Vec<u8>, u64)> = self
+                .node_holder(i, now_n)
+                .map(|(t, at)| (t, expiry_true(clock, at)))
+                .into_iter()
                 .collect();
             self.nodes[i].ghosts = ghosts;
         }
