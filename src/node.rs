@@ -1532,7 +1532,7 @@ impl Request {
     }
 }
 
-#[cfg(all(feature = "sim", test))]
+#[cfg(feature = "sim")]
 impl QueueJoin {
     /// What is sent.
     pub(crate) fn sent(&self) -> Sent<'_> {

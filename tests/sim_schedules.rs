@@ -68,6 +68,9 @@ fn schedules_on_five_nodes_keep_every_invariant() {
     assert!(stats.fenced_schedules > 0 && stats.crashes > 0 && stats.cuts > 0);
     assert!(stats.node_pauses > 0 && stats.pauses_past_validity > 0);
     assert!(stats.extended > 0 && stats.lost > 0 && stats.cancelled > 0);
+    // Waiters queue and are handed the lock; some schedules take two resources at once.
+    assert!(stats.waits > 0 && stats.claimed > 0, "{stats:?}");
+    assert!(stats.multi_resource_schedules > 0, "{stats:?}");
 }
 
 #[test]
@@ -148,6 +151,13 @@ fn mutation_fencing_without_the_commit_is_caught() {
         Some(Invariant::FencingOrder)
     );
     first_catch(Mutation::FencingWithoutCommit, 3, 300);
+}
+
+/// A claim that takes keys another token holds gives the lock to a second holder; with
+/// waiters queued behind the holder it is caught as two holders at once.
+#[test]
+fn mutation_claim_takes_held_keys_is_caught() {
+    caught(Mutation::ClaimTakesHeldKeys, 200);
 }
 
 #[test]

@@ -44,8 +44,14 @@ impl World {
                 };
                 let (wc, wd) = (who(c), who(d));
                 let until = self.client_deadline_true(d).unwrap_or(0);
+                let waited = |x: usize| self.clients[x].lock.as_ref().is_some_and(|h| h.via_wait);
+                let invariant = if waited(c) && waited(d) {
+                    Invariant::HandOffToTwo
+                } else {
+                    Invariant::TwoHolders
+                };
                 self.violate(
-                    Invariant::TwoHolders,
+                    invariant,
                     format!(
                         "c{c} ({wc}) holds while c{d} ({wd}) still believes it holds until {}",
                         time(until)

@@ -61,7 +61,6 @@ pub(super) fn translate(req: &node::Request) -> Result<Translated, String> {
 }
 
 /// A wait-queue join built by `node::QueueJoin`, as the simulated node runs it.
-#[cfg(test)]
 pub(super) fn translate_join(join: &node::QueueJoin) -> Result<SimRequest, String> {
     wire(join.sent()).map(|(r, _, _)| r)
 }

@@ -28,7 +28,7 @@ use crate::resource::Resources;
 /// ```
 /// use quorumlock::sim::Mutation;
 ///
-/// assert_eq!(Mutation::ALL.len(), 7);
+/// assert_eq!(Mutation::ALL.len(), 8);
 /// assert_eq!(Mutation::HalfQuorum.name(), "quorum N/2");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -53,6 +53,10 @@ pub enum Mutation {
     /// A failed attempt releases only the nodes that granted, not those that failed, timed
     /// out or had not answered (whose `SET` may still land).
     CleanupGrantedOnly,
+    /// A waiter's claim (`claim.lua`, `claim_many.lua`) takes the lock keys whatever token
+    /// they hold, as if the lock had been handed to it (their text replaced, see
+    /// [`Mutation::patches`]).
+    ClaimTakesHeldKeys,
 }
 
 impl Mutation {
@@ -63,7 +67,7 @@ impl Mutation {
     /// ```
     /// assert!(quorumlock::sim::Mutation::ALL.contains(&quorumlock::sim::Mutation::NoDrift));
     /// ```
-    pub const ALL: [Mutation; 7] = [
+    pub const ALL: [Mutation; 8] = [
         Mutation::HalfQuorum,
         Mutation::NoDrift,
         Mutation::ExtendShortens,
@@ -71,6 +75,7 @@ impl Mutation {
         Mutation::ReleaseWithoutTokenCheck,
         Mutation::FencingWithoutCommit,
         Mutation::CleanupGrantedOnly,
+        Mutation::ClaimTakesHeldKeys,
     ];
 
     /// A short name.
@@ -89,6 +94,7 @@ impl Mutation {
             Mutation::ReleaseWithoutTokenCheck => "release without the token check",
             Mutation::FencingWithoutCommit => "fencing without the commit",
             Mutation::CleanupGrantedOnly => "clean-up of granting nodes only",
+            Mutation::ClaimTakesHeldKeys => "claim takes held keys",
         }
     }
 
@@ -119,6 +125,11 @@ impl Mutation {
                     "if redis.call('GET', key) ~= token then",
                     "if not redis.call('GET', key) then",
                 ),
+            ],
+            Mutation::ClaimTakesHeldKeys => &[
+                ("claim", "'NX', ", ""),
+                ("claim", "return old", "return false"),
+                ("claim_many", "return 0", "held = nil"),
             ],
             _ => &[],
         }
@@ -185,6 +196,9 @@ pub enum Invariant {
     /// A key was left behind: a lock key its owner's release or clean-up reached, or any
     /// key but a fence counter once the longest TTL passed after the end.
     KeyLeftBehind,
+    /// A hand-off gave the lock to two waiters: two clients that took it by a claim
+    /// believed they held it at the same true time.
+    HandOffToTwo,
     /// The simulator itself could not go on (a request it cannot model, or a run that did
     /// not end within its event budget). A simulator bug, never a protocol verdict.
     Simulator,
@@ -199,6 +213,7 @@ impl fmt::Display for Invariant {
             }
             Invariant::FencingOrder => "fencing tokens do not strictly rise",
             Invariant::KeyLeftBehind => "a key was left behind",
+            Invariant::HandOffToTwo => "a hand-off gave the lock to two waiters",
             Invariant::Simulator => "simulator error",
         })
     }
@@ -282,6 +297,12 @@ pub struct Stats {
     pub client_pauses: u64,
     /// Client pauses longer than the validity of the lock the client held.
     pub pauses_past_validity: u64,
+    /// Schedules whose clients take several resources at once.
+    pub multi_resource_schedules: u64,
+    /// Refused clients that joined the wait queues.
+    pub waits: u64,
+    /// Waiters' claims that returned the lock (handed over by a release, or found free).
+    pub claimed: u64,
 }
 
 impl Stats {
@@ -316,6 +337,9 @@ impl Stats {
         self.cuts += o.cuts;
         self.client_pauses += o.client_pauses;
         self.pauses_past_validity += o.pauses_past_validity;
+        self.multi_resource_schedules += o.multi_resource_schedules;
+        self.waits += o.waits;
+        self.claimed += o.claimed;
     }
 }
 
@@ -587,7 +611,7 @@ impl World {
         let slow_hi = node_timeout_us * 3;
         let fencing = prm.random_bool(0.5);
         // Drawn apart from the stream above, so that the older parameters of a seed stay.
-        let mut extra = StdRng::seed_from_u64(seed ^ 0x5EED_0F_5A17_u64);
+        let mut extra = StdRng::seed_from_u64(seed ^ 0x005E_ED0F_5A17_u64);
         let names: &[&str] = if extra.random_bool(0.35) {
             &["r", "s"]
         } else {
@@ -677,6 +701,7 @@ impl World {
             stats: Stats {
                 schedules: 1,
                 fenced_schedules: u64::from(fencing),
+                multi_resource_schedules: u64::from(names.len() > 1),
                 ..Stats::default()
             },
             max_fence: None,
