@@ -152,10 +152,21 @@ impl Script {
 /// assert!(names.contains(&"acquire_fenced") && names.contains(&"enqueue_many"));
 /// ```
 pub fn scripts() -> Vec<Script> {
-    crate::node::SCRIPTS
+    CRATE_SCRIPTS.with(|all| all.to_vec())
+}
+
+/// The crate's scripts, shared.
+pub(crate) fn crate_scripts() -> Rc<[Script]> {
+    CRATE_SCRIPTS.with(Rc::clone)
+}
+
+thread_local! {
+    /// The crate's scripts, their SHA1s computed once per thread (a simulator makes many
+    /// nodes).
+    static CRATE_SCRIPTS: Rc<[Script]> = crate::node::SCRIPTS
         .iter()
         .map(|(name, lua)| Script::new(name, lua.files(), Rc::from(lua.code())))
-        .collect()
+        .collect();
 }
 
 /// A request to a node: a plain command or a script.
@@ -436,7 +447,7 @@ impl SimNode {
     /// assert!(SimNode::new(Persistence::None).is_up());
     /// ```
     pub fn new(persistence: Persistence) -> SimNode {
-        SimNode::with_scripts(persistence, scripts().into())
+        SimNode::with_scripts(persistence, crate_scripts())
     }
 
     /// An empty node that runs `scripts` (for instance with one of them

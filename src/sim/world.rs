@@ -15,7 +15,7 @@ use std::fmt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::node::{Persistence, Script, SimNode, scripts};
+use super::node::{Persistence, Script, SimNode, crate_scripts, scripts};
 use super::state::{Attempt, Call, Client, Clock, Fault, Kind, Link, Round, between, expiry_true};
 use crate::protocol::tally;
 use crate::resource::Resources;
@@ -1145,8 +1145,12 @@ impl World {
 
 /// The crate's scripts with `mutation`'s replacements made.
 fn mutated_scripts(mutation: Option<Mutation>) -> Result<std::rc::Rc<[Script]>, String> {
+    let patches = mutation.map_or(&[][..], Mutation::patches);
+    if patches.is_empty() {
+        return Ok(crate_scripts());
+    }
     let mut all = scripts();
-    for (name, from, to) in mutation.map_or(&[][..], Mutation::patches) {
+    for (name, from, to) in patches {
         let Some(s) = all.iter_mut().find(|s| s.name() == *name) else {
             return Err(format!("mutation: no script named {name}"));
         };
