@@ -56,7 +56,8 @@ use crate::token::Token;
 /// once from that source on first use.
 pub(crate) struct Lua {
     code: &'static str,
-    /// The files of `src/scripts/` its source is made of, in order.
+    /// The files of `src/scripts/` its source is made of, in order (read by the simulator).
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
     files: &'static [&'static str],
     hash: OnceLock<String>,
     /// Running it twice has the effect of running it once (compare-and-X scripts).

@@ -84,7 +84,7 @@
 //! modelled commands (random keys, types, TTLs and expiry, wrong types included) and of
 //! every script with random keys and arguments against a real `redis-server` and a
 //! `SimNode` side by side, and compares every reply and, at the end, the whole keyspace.
-//! `tests/sim_schedules.rs` checks that every file of `src/scripts/` is loaded.
+//! A unit test reads `src/scripts/` and checks that the simulator loads every file in it.
 //!
 //! ## Example
 //!
