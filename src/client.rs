@@ -291,7 +291,9 @@ impl Redlock {
     /// ```
     pub async fn try_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
         let (res, inner) = self.prepare(&[resource], ttl)?;
-        acquire_once(inner, &res, ttl, 1).await
+        acquire_once(inner, &res, ttl, 1)
+            .await
+            .map_err(|e| e.about(&[resource]))
     }
 
     /// Takes the lock on `resource`, waiting per the retry policy (and, unless turned
@@ -319,7 +321,9 @@ impl Redlock {
     /// ```
     pub async fn lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
         let (res, inner) = self.prepare(&[resource], ttl)?;
-        crate::wait::acquire_waiting(inner, &res, ttl, &inner.config.retry).await
+        crate::wait::acquire_waiting(inner, &res, ttl, &inner.config.retry)
+            .await
+            .map_err(|e| e.about(&[resource]))
     }
 
     /// As [`lock`](Redlock::lock), with a retry policy for this call only.
@@ -352,7 +356,9 @@ impl Redlock {
             Error::Config(c) => Error::invalid("retry", c.to_string()),
             other => other,
         })?;
-        crate::wait::acquire_waiting(inner, &res, ttl, &retry).await
+        crate::wait::acquire_waiting(inner, &res, ttl, &retry)
+            .await
+            .map_err(|e| e.about(&[resource]))
     }
 
     /// Tries once to take every resource in the list, all-or-nothing: on each node one
@@ -394,22 +400,23 @@ impl Redlock {
         I::Item: AsRef<str>,
     {
         let names: Vec<I::Item> = resources.into_iter().collect();
-        match self.prepare_many(&names, ttl)? {
+        let got = match self.prepare_many(&names, ttl)? {
             Many::Within(res, inner) => acquire_once(&inner, &res, ttl, 1).await,
             Many::Spanning(parts, all) => crate::spanning::acquire_once(&parts, &all, ttl, 1).await,
-        }
+        };
+        got.map_err(|e| e.about(&names))
     }
 
     /// Takes every resource in the list, all-or-nothing, waiting per the retry policy.
     ///
-    /// With notify waiting (the default) and without fencing, the caller queues in every
-    /// resource's wait queue at once, and a release hands it every key of the set at once
-    /// or none: it never holds part of the set while it waits, so callers waiting for
-    /// overlapping sets never deadlock. While another of its keys is held, the waiters
-    /// behind it that can be served now take its free keys (a caller that holds one key
-    /// and waits for another is never stuck behind it); so under sustained contention on
-    /// its keys, this wait has no bound but the retry policy's maximum wait. With fencing,
-    /// the caller is woken by releases and tries again.
+    /// With notify waiting (the default), fenced or not, the caller marks its resources on
+    /// every node so their releases are announced, is woken by them and tries again, every
+    /// key or none: it never holds part of the set while it waits, so callers waiting for
+    /// overlapping sets never deadlock, and nothing is kept for it (a caller that holds one
+    /// key and waits for another is never stuck behind it). It has no place in the
+    /// resources' wait queues: a release hands a key to a waiter queued for that resource
+    /// alone first, so under sustained contention on its keys this wait has no bound but
+    /// the retry policy's maximum wait.
     ///
     /// A set across [lock groups](RedlockBuilder::group) (see
     /// [`try_lock_many`](Redlock::try_lock_many)) waits by polling: an attempt at every
@@ -444,7 +451,7 @@ impl Redlock {
         I::Item: AsRef<str>,
     {
         let names: Vec<I::Item> = resources.into_iter().collect();
-        match self.prepare_many(&names, ttl)? {
+        let got = match self.prepare_many(&names, ttl)? {
             Many::Within(res, inner) => {
                 crate::wait::acquire_waiting(&inner, &res, ttl, &inner.config.retry).await
             }
@@ -455,7 +462,8 @@ impl Redlock {
                     .unwrap_or_default();
                 crate::spanning::acquire_waiting(&parts, &all, ttl, &retry).await
             }
-        }
+        };
+        got.map_err(|e| e.about(&names))
     }
 }
 

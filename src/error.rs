@@ -16,8 +16,11 @@
 //! | [`Error::GroupMapMismatch`] | a node records another group map: clients with other lock groups are running | give every client the same groups; nothing was sent |
 //!
 //! Errors that come from a vote carry a [`Votes`] value: the answer of every node, in the
-//! order the nodes were configured, printed like
-//! `granted 2/5, held 2, timed out 1 (quorum 3)`.
+//! order the nodes were configured. An error's message names the resource(s) and says what
+//! the nodes did, like
+//! `"orders:42" is held by another owner: 2 of 5 nodes granted (3 needed); 2 held by
+//! another owner, 1 did not answer in time`; the alternate form (`{:#}`) adds one line per
+//! node with its cause (an error's text, such as a TLS certificate the node refused).
 //!
 //! No error ever prints a password from a node URL or a whole lock token.
 
@@ -50,49 +53,122 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// }
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Error {
     /// The resource is held by someone else: enough nodes answered for a quorum, but too
     /// many of them already hold another owner's token.
-    #[error("resource is held by another owner: {0}")]
     Held(Votes),
     /// Too few nodes answered with a grant for a quorum to be possible (nodes down,
     /// paused, unreachable, or answering with errors).
-    #[error("no quorum: {0}")]
     NoQuorum(Votes),
     /// A time budget ran out: the validity was used up during the acquisition, or the
     /// maximum wait of the retry policy passed.
-    #[error("{0}")]
     Timeout(Timeout),
     /// The lock was lost: it expired before the call, or an extension could not be
     /// confirmed before the validity ran out.
-    #[error("{0}")]
     Lost(Lost),
     /// The builder was given an invalid configuration.
-    #[error("invalid configuration: {0}")]
     Config(ConfigError),
     /// A call was given an invalid argument.
-    #[error("invalid input: {0}")]
     InvalidInput(InvalidInput),
     /// The operating system's random number generator failed, so no lock token could be
     /// drawn. Nothing was sent to any node. This is a fault of the host, not of the call:
     /// the lock is never taken with a weaker token instead.
-    #[error("{0}")]
     RandomSource(RandomSourceError),
     /// A semaphore is in use by clients with another configuration (permits, per-node
     /// limit, quorum or number of nodes): the nodes that hold its permits refused, and
     /// nothing was written on them. Every client of one semaphore must use the same
     /// settings, or the bound on holders would not hold.
-    #[error("{0}")]
     PermitsMismatch(PermitsMismatch),
     /// A node records another group map (other lock groups, or another version of them;
     /// see [`RedlockBuilder::group`](crate::RedlockBuilder::group)): clients that route
     /// resources differently are running, and two of them could hold one resource in two
     /// groups at once. This client refuses every acquisition from then on; nothing is
     /// sent for the refused call.
-    #[error("{0}")]
     GroupMapMismatch(GroupMapMismatch),
+}
+
+impl fmt::Display for Error {
+    /// One line that names the resource(s) and says what each node did; the alternate
+    /// form (`{:#}`) adds one line per node with its cause (an error's text, a timeout).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let alt = f.alternate();
+        let votes = |f: &mut fmt::Formatter<'_>, v: &Votes| {
+            if alt {
+                write!(f, "{v:#}")
+            } else {
+                write!(f, "{v}")
+            }
+        };
+        match self {
+            Error::Held(v) => {
+                write!(f, "{} is held by another owner: ", Names(&v.resources))?;
+                votes(f, v)
+            }
+            Error::NoQuorum(v) => {
+                write!(f, "no quorum for {}: ", Names(&v.resources))?;
+                votes(f, v)
+            }
+            Error::Timeout(t) => {
+                t.headline(f)?;
+                if let Some(v) = &t.votes {
+                    f.write_str("; last attempt: ")?;
+                    votes(f, v)?;
+                }
+                Ok(())
+            }
+            Error::Lost(l) => {
+                l.headline(f)?;
+                if let Some(v) = &l.votes {
+                    f.write_str("; ")?;
+                    votes(f, v)?;
+                }
+                Ok(())
+            }
+            Error::Config(e) => write!(f, "invalid configuration: {e}"),
+            Error::InvalidInput(e) => write!(f, "invalid input: {e}"),
+            Error::RandomSource(e) => write!(f, "{e}"),
+            Error::PermitsMismatch(e) => {
+                if alt {
+                    write!(f, "{e:#}")
+                } else {
+                    write!(f, "{e}")
+                }
+            }
+            Error::GroupMapMismatch(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// A lost lock is an [`Error::Lost`]: `return Err(kept.lost().await.into())`.
+impl From<Lost> for Error {
+    fn from(lost: Lost) -> Error {
+        Error::Lost(lost)
+    }
+}
+
+impl std::error::Error for Lost {}
+
+/// Resource names as an error message says them: `"a"`, `"a", "b"`, or `the resource`
+/// when the error was made before they were known.
+struct Names<'a>(&'a [String]);
+
+impl fmt::Display for Names<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("the resource");
+        }
+        for (i, name) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{name:?}")?;
+        }
+        Ok(())
+    }
 }
 
 /// The kind of an [`Error`], for matching without the payload.
@@ -211,14 +287,46 @@ impl Error {
     pub fn votes(&self) -> Option<&Votes> {
         match self {
             Error::Held(v) | Error::NoQuorum(v) => Some(v),
-            Error::Timeout(t) => t.votes.as_ref(),
-            Error::Lost(l) => l.votes.as_ref(),
+            Error::Timeout(t) => t.votes.as_deref(),
+            Error::Lost(l) => l.votes.as_deref(),
             Error::PermitsMismatch(m) => Some(m.votes()),
             Error::Config(_)
             | Error::InvalidInput(_)
             | Error::RandomSource(_)
             | Error::GroupMapMismatch(_) => None,
         }
+    }
+
+    /// This error, naming `names` as the resources it is about where it did not yet.
+    pub(crate) fn about<S: AsRef<str>>(mut self, names: &[S]) -> Error {
+        let fill = |into: &mut Vec<String>| {
+            if into.is_empty() {
+                let mut all: Vec<String> = names.iter().map(|n| n.as_ref().to_owned()).collect();
+                all.sort();
+                *into = all;
+            }
+        };
+        match &mut self {
+            Error::Held(v) | Error::NoQuorum(v) => fill(&mut v.resources),
+            Error::Timeout(t) => {
+                fill(&mut t.resources);
+                if let Some(v) = &mut t.votes {
+                    fill(&mut v.resources);
+                }
+            }
+            Error::Lost(l) => {
+                fill(&mut l.resources);
+                if let Some(v) = &mut l.votes {
+                    fill(&mut v.resources);
+                }
+            }
+            Error::Config(_)
+            | Error::InvalidInput(_)
+            | Error::RandomSource(_)
+            | Error::PermitsMismatch(_)
+            | Error::GroupMapMismatch(_) => {}
+        }
+        self
     }
 
     pub(crate) fn invalid(what: &'static str, detail: impl Into<String>) -> Error {
@@ -248,7 +356,11 @@ impl Error {
     }
 
     pub(crate) fn lost(reason: LostReason, votes: Option<Votes>) -> Error {
-        Error::Lost(Lost { reason, votes })
+        Error::Lost(Lost {
+            reason,
+            votes: votes.map(Box::new),
+            resources: Vec::new(),
+        })
     }
 
     /// A round that reached the quorum with no validity left.
@@ -257,7 +369,8 @@ impl Error {
             budget: TimeoutBudget::Validity,
             waited,
             attempts: 1,
-            votes: Some(votes),
+            votes: Some(Box::new(votes)),
+            resources: Vec::new(),
         })
     }
 }
@@ -295,7 +408,9 @@ impl fmt::Display for NodeOutcome {
             NodeOutcome::HeldByOther => f.write_str("held by another owner"),
             NodeOutcome::Failed(e) => write!(f, "failed: {e}"),
             NodeOutcome::TimedOut => f.write_str("timed out"),
-            NodeOutcome::NotAwaited => f.write_str("not awaited"),
+            NodeOutcome::NotAwaited => {
+                f.write_str("not waited for (the outcome was already decided)")
+            }
         }
     }
 }
@@ -311,8 +426,8 @@ pub struct NodeVote {
 
 /// The answers of every node in one vote, in the order the nodes were configured.
 ///
-/// `Display` prints a one-line summary such as `granted 2/5, held 2, timed out 1 (quorum
-/// 3)`; `{:#}` (alternate) adds one line per node.
+/// `Display` prints a one-line summary such as `2 of 5 nodes granted (3 needed); 2 held by
+/// another owner, 1 did not answer in time`; `{:#}` (alternate) adds one line per node.
 ///
 /// # Example
 ///
@@ -338,9 +453,28 @@ pub struct Votes {
     /// The release ids (a token's first eight characters, as release announcements name
     /// them) of the owners that refused a single-resource acquire (empty otherwise).
     pub(crate) holder_ids: Vec<String>,
+    /// The resources the vote was about, when the error reached the caller.
+    pub(crate) resources: Vec<String>,
 }
 
 impl Votes {
+    /// The resources the vote was about (sorted, as the lock names them); empty for a
+    /// vote that was not about resources (a check at start-up).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// # use std::time::Duration;
+    /// # let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+    /// if let Err(quorumlock::Error::Held(votes)) = locks.try_lock("job", Duration::from_secs(5)).await {
+    ///     assert_eq!(votes.resources(), ["job"]);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn resources(&self) -> &[String] {
+        &self.resources
+    }
     /// The number of grants needed.
     pub fn quorum(&self) -> usize {
         self.quorum
@@ -422,6 +556,7 @@ impl Votes {
             elapsed,
             largest_holder: None,
             holder_ids: Vec::new(),
+            resources: Vec::new(),
         }
     }
 
@@ -437,22 +572,31 @@ impl Votes {
 }
 
 impl fmt::Display for Votes {
+    /// `2 of 5 nodes granted (3 needed); 2 held by another owner, 1 did not answer in
+    /// time`; `{:#}` adds one line per node with what it answered.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "granted {}/{}", self.granted(), self.len())?;
+        write!(
+            f,
+            "{} of {} nodes granted ({} needed)",
+            self.granted(),
+            self.len(),
+            self.quorum
+        )?;
+        let mut sep = "; ";
         for (n, label) in [
-            (self.held(), "held"),
+            (self.held(), "held by another owner"),
             (self.failed(), "failed"),
-            (self.timed_out(), "timed out"),
+            (self.timed_out(), "did not answer in time"),
             (
                 self.count(|o| matches!(o, NodeOutcome::NotAwaited)),
-                "not awaited",
+                "not waited for (the outcome was already decided)",
             ),
         ] {
             if n > 0 {
-                write!(f, ", {label} {n}")?;
+                write!(f, "{sep}{n} {label}")?;
+                sep = ", ";
             }
         }
-        write!(f, " (quorum {})", self.quorum)?;
         if f.alternate() {
             for v in &self.votes {
                 write!(f, "\n  {}: {}", v.node, v.outcome)?;
@@ -478,7 +622,8 @@ pub struct Timeout {
     pub(crate) budget: TimeoutBudget,
     pub(crate) waited: Duration,
     pub(crate) attempts: u32,
-    pub(crate) votes: Option<Votes>,
+    pub(crate) votes: Option<Box<Votes>>,
+    pub(crate) resources: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -500,6 +645,7 @@ impl Timeout {
             waited: elapsed,
             attempts: 1,
             votes: None,
+            resources: Vec::new(),
         })
     }
 
@@ -510,7 +656,8 @@ impl Timeout {
             budget: TimeoutBudget::MaxWait,
             waited: start.elapsed(),
             attempts,
-            votes,
+            votes: votes.map(Box::new),
+            resources: Vec::new(),
         })
     }
 
@@ -533,26 +680,37 @@ impl Timeout {
     }
     /// The last attempt's votes, if any.
     pub fn votes(&self) -> Option<&Votes> {
-        self.votes.as_ref()
+        self.votes.as_deref()
+    }
+}
+
+impl Timeout {
+    fn headline(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names = Names(&self.resources);
+        match self.budget {
+            TimeoutBudget::Validity => write!(
+                f,
+                "timed out on {names}: a quorum granted it, but no validity was left (it took {:?})",
+                self.waited
+            ),
+            TimeoutBudget::MaxWait => write!(
+                f,
+                "timed out on {names}: gave up waiting after {:?} and {} attempt(s)",
+                self.waited, self.attempts
+            ),
+        }
     }
 }
 
 impl fmt::Display for Timeout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.budget {
-            TimeoutBudget::Validity => write!(
-                f,
-                "timed out: no validity left after reaching the quorum (took {:?})",
-                self.waited
-            )?,
-            TimeoutBudget::MaxWait => write!(
-                f,
-                "timed out: gave up waiting after {:?} and {} attempt(s)",
-                self.waited, self.attempts
-            )?,
-        }
+        self.headline(f)?;
         if let Some(v) = &self.votes {
-            write!(f, "; last vote: {v}")?;
+            if f.alternate() {
+                write!(f, "; last attempt: {v:#}")?;
+            } else {
+                write!(f, "; last attempt: {v}")?;
+            }
         }
         Ok(())
     }
@@ -572,7 +730,8 @@ impl fmt::Display for Timeout {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lost {
     pub(crate) reason: LostReason,
-    pub(crate) votes: Option<Votes>,
+    pub(crate) votes: Option<Box<Votes>>,
+    pub(crate) resources: Vec<String>,
 }
 
 /// Why a lock was lost: the answer of [`Lost::reason`].
@@ -662,15 +821,45 @@ impl Lost {
     }
     /// The votes of the operation that found the lock lost, if any.
     pub fn votes(&self) -> Option<&Votes> {
-        self.votes.as_ref()
+        self.votes.as_deref()
+    }
+}
+
+impl Lost {
+    fn headline(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "lock on {} lost: {}",
+            Names(&self.resources),
+            self.reason
+        )
+    }
+
+    /// The lost lock's resources (sorted); empty when not known where it was found lost.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn f(e: quorumlock::Error) {
+    /// if let quorumlock::Error::Lost(lost) = &e {
+    ///     println!("stop the work on {:?}", lost.resources());
+    /// }
+    /// # }
+    /// ```
+    pub fn resources(&self) -> &[String] {
+        &self.resources
     }
 }
 
 impl fmt::Display for Lost {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "lock lost: {}", self.reason)?;
+        self.headline(f)?;
         if let Some(v) = &self.votes {
-            write!(f, "; {v}")?;
+            if f.alternate() {
+                write!(f, "; {v:#}")?;
+            } else {
+                write!(f, "; {v}")?;
+            }
         }
         Ok(())
     }
@@ -889,5 +1078,110 @@ impl InvalidInput {
 impl fmt::Display for InvalidInput {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.what, self.detail)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::IntoConnectionInfo;
+
+    fn vote(port: u16, outcome: NodeOutcome) -> NodeVote {
+        let url = format!("redis://127.0.0.1:{port}");
+        let info = url
+            .as_str()
+            .into_connection_info()
+            .unwrap_or_else(|e| panic!("{url}: {e}"));
+        let node = NodeAddr::from_info(&info);
+        NodeVote { node, outcome }
+    }
+
+    fn votes(outcomes: Vec<NodeOutcome>) -> Votes {
+        Votes {
+            quorum: outcomes.len() / 2 + 1,
+            votes: outcomes
+                .into_iter()
+                .enumerate()
+                .map(|(i, o)| vote(7001 + u16::try_from(i).unwrap_or(0), o))
+                .collect(),
+            elapsed: Duration::ZERO,
+            largest_holder: None,
+            holder_ids: Vec::new(),
+            resources: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_held_resource_is_named_and_each_node_said_in_plain_words() {
+        let e = Error::Held(votes(vec![
+            NodeOutcome::HeldByOther,
+            NodeOutcome::HeldByOther,
+            NodeOutcome::HeldByOther,
+            NodeOutcome::NotAwaited,
+            NodeOutcome::NotAwaited,
+        ]))
+        .about(&["orders:42"]);
+        assert_eq!(
+            e.to_string(),
+            "\"orders:42\" is held by another owner: 0 of 5 nodes granted (3 needed); \
+             3 held by another owner, 2 not waited for (the outcome was already decided)"
+        );
+    }
+
+    #[test]
+    fn the_alternate_form_shows_each_nodes_cause() {
+        let e = Error::NoQuorum(votes(vec![
+            NodeOutcome::Granted,
+            NodeOutcome::Failed("TLS: invalid peer certificate: UnknownIssuer".into()),
+            NodeOutcome::TimedOut,
+        ]))
+        .about(&["b", "a"]);
+        assert_eq!(
+            e.to_string(),
+            "no quorum for \"a\", \"b\": 1 of 3 nodes granted (2 needed); 1 failed, \
+             1 did not answer in time"
+        );
+        let full = format!("{e:#}");
+        assert!(
+            full.ends_with(
+                "\n  redis://127.0.0.1:7001: granted\
+                 \n  redis://127.0.0.1:7002: failed: TLS: invalid peer certificate: UnknownIssuer\
+                 \n  redis://127.0.0.1:7003: timed out"
+            ),
+            "{full}"
+        );
+    }
+
+    #[test]
+    fn timeouts_and_lost_locks_name_their_resources() {
+        let t = Timeout::gave_up(std::time::Instant::now(), 3, None).about(&["cron"]);
+        let text = t.to_string();
+        assert!(
+            text.starts_with("timed out on \"cron\": gave up waiting after "),
+            "{text}"
+        );
+        assert!(text.ends_with(" and 3 attempt(s)"), "{text}");
+        let lost = Error::lost(LostReason::NotHeld, None).about(&["job"]);
+        assert_eq!(
+            lost.to_string(),
+            "lock on \"job\" lost: a quorum of nodes no longer holds our token"
+        );
+        // Made before the names were known, and never told: still a sentence.
+        let anonymous = Error::lost(LostReason::Expired, None);
+        assert_eq!(
+            anonymous.to_string(),
+            "lock on the resource lost: its validity had already run out"
+        );
+    }
+
+    #[test]
+    fn names_already_given_are_kept() {
+        let e = Error::Held(votes(vec![NodeOutcome::HeldByOther]))
+            .about(&["inner"])
+            .about(&["outer"]);
+        assert_eq!(
+            e.votes().map(Votes::resources),
+            Some(&["inner".to_owned()][..])
+        );
     }
 }

@@ -164,6 +164,7 @@ impl Round {
             quorum: self.tally.quorum(),
             largest_holder: None,
             holder_ids: Vec::new(),
+            resources: Vec::new(),
             elapsed: self.elapsed(),
             votes: nodes
                 .iter()

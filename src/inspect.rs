@@ -11,7 +11,19 @@
 //! * the wait queue's length, on the resource's two *herald* nodes (the only nodes that
 //!   keep its queue; see [`NodeInspection::is_herald`]).
 //!
-//! and put the answers together in an [`Inspection`] with a [`Verdict`]:
+//! * the read-write lock of the same name ([`NodeReading::rw`]): its writer, its live
+//!   readers and the intents of its waiting writers, each with its TTL;
+//! * the semaphore of the same name ([`NodeReading::semaphore`]): its live permits and the
+//!   configuration `P:c:Q:N` the node stores for it.
+//!
+//! The mutex, the read-write lock and the semaphore of one name are separate locks; one
+//! inspection shows all three, each with its own verdict: [`Inspection::verdict`] (the
+//! mutex), [`Inspection::rw_verdict`] (read-held, write-held, free or unknown, plus
+//! [`Inspection::waiting_writers`]) and [`Inspection::semaphore_verdict`] (permits held on
+//! the semaphore's own quorum, free or unknown); [`Inspection::is_all_free`] says whether
+//! nothing holds the name.
+//!
+//! The answers are put together in an [`Inspection`] with a [`Verdict`] for the mutex:
 //!
 //! | verdict | when |
 //! | --- | --- |
@@ -25,13 +37,20 @@
 //!
 //! # What it sends
 //!
-//! One transaction per node, of read-only commands only: `MULTI`, then per resource
-//! `GET` and `PTTL` of the lock key, `GET` of the fence counter and, on the resource's
-//! herald nodes, `ZCARD` of its wait queue, then `EXEC`. The transaction makes each node's
-//! answer one snapshot (a holder is never paired with the next holder's TTL). Nothing is
-//! written: no key, no TTL, no queue entry changes. (Reading a key updates its last access
+//! One transaction per node, of read-only commands only: `MULTI`, `TIME` (the node's clock,
+//! which the sorted sets' expiry scores are read against), then per resource `GET` and
+//! `PTTL` of the lock key, `GET` of the fence counter and, on the resource's herald nodes,
+//! `ZCARD` of its wait queue; `GET` and `PTTL` of the read-write lock's writer key,
+//! `ZRANGE … WITHSCORES` of its readers and of its writers' intents; `ZRANGE … WITHSCORES`
+//! of the semaphore's holders and `GET` of its configuration; then `EXEC`. The keys are
+//! the locks' own, in the client's namespace. The transaction makes each node's answer one
+//! snapshot (a holder is never paired with the next holder's TTL). Nothing is written: no
+//! key, no TTL, no queue entry changes, and entries whose time ran out are left for the
+//! next request to purge (they are not shown). (Reading a key updates its last access
 //! time, which only eviction policies look at; quorumlock's nodes run `noeviction`.) An
-//! ACL user for inspection needs `GET`, `PTTL`, `ZCARD`, `MULTI` and `EXEC`.
+//! ACL user for inspection needs `GET`, `PTTL`, `ZCARD`, `ZRANGE`, `TIME`, `MULTI` and
+//! `EXEC`. A reply of an unexpected shape (a key of the wrong type, an unparsable score or
+//! configuration) fails that node only, with the reason.
 //!
 //! The queue length counts the waiters queued on that herald, including an entry whose
 //! lease lapsed moments ago and that the next queue operation will purge (a waiter that
@@ -62,6 +81,8 @@
 //! for node in seen.nodes() {
 //!     println!("  {node}");
 //! }
+//! // The read-write lock and the semaphore of the same name:
+//! println!("{:?} {:?}", seen.rw_verdict(), seen.semaphore_verdict());
 //! # Ok(()) }
 //! ```
 
@@ -74,8 +95,11 @@ use crate::client::Redlock;
 use crate::config::DEFAULTS;
 use crate::error::Error;
 use crate::node::NodeAddr;
-use crate::peek::{self, NodeAnswer, PeekError};
-use crate::protocol::inspect::{Reading, Seen, read};
+use crate::peek::{self, Members, NodeAnswer, PeekError, Raw, SemConfig};
+use crate::protocol::inspect::{
+    Entries, Reading, RwReading, Seen, SemReading, read, read_rw, read_semaphore,
+};
+use crate::protocol::tally::quorum as majority;
 use crate::resource::{Resources, check_count};
 use crate::shared::Inner;
 
@@ -155,9 +179,14 @@ impl fmt::Display for TokenPrefix {
     }
 }
 
-/// What the nodes together say about one resource (see the [module docs](self)).
+/// What the nodes together say about one name: its mutex, its read-write lock and its
+/// semaphore (see the [module docs](self)).
 ///
-/// `Display` prints one line: `orders:42: held by 3f2a9c1b… on 5/5 nodes (quorum 3)`.
+/// `Display` prints one line with every kind that is not free, separated by `; `:
+/// `orders:42: held by 3f2a9c1b… on 5/5 nodes (quorum 3), 8.2s left`, `catalog: read-held
+/// by 2 readers on 5/5 nodes (quorum 3), 9.6s left, 1 writer waiting`, `pool: semaphore: 2
+/// of 2 permits held (quorum 4), 29.1s left`; or `free on 5/5 nodes (quorum 3)` when none is
+/// held, and `unknown (2/5 nodes answered, quorum 3)` when too few nodes answered.
 ///
 /// # Example
 ///
@@ -178,6 +207,11 @@ pub struct Inspection {
     quorum: usize,
     nodes: Vec<NodeInspection>,
     verdict: Verdict,
+    rw_verdict: RwVerdict,
+    waiting_writers: usize,
+    semaphore_verdict: SemaphoreVerdict,
+    semaphore_config: Option<SemaphoreConfig>,
+    semaphore_quorum: usize,
 }
 
 /// The verdict of an [`Inspection`].
@@ -305,6 +339,8 @@ pub struct NodeReading {
     ttl: Option<Duration>,
     fence: Option<u64>,
     queued: Option<u64>,
+    rw: RwNodeReading,
+    semaphore: SemaphoreNodeReading,
 }
 
 impl NodeReading {
@@ -370,6 +406,545 @@ impl NodeReading {
     /// ```
     pub fn queued(&self) -> Option<u64> {
         self.queued
+    }
+
+    /// What this node holds for the read-write lock of the same name: its writer, its
+    /// readers and the intents of its waiting writers.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+    /// let seen = locks.inspect("catalog").await?;
+    /// for r in seen.nodes().iter().filter_map(|n| n.reading()) {
+    ///     println!("{} readers, writer {:?}", r.rw().readers().len(), r.rw().writer());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn rw(&self) -> &RwNodeReading {
+        &self.rw
+    }
+
+    /// What this node holds for the semaphore of the same name: its holders and its
+    /// stored configuration.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+    /// let seen = locks.inspect("api-quota").await?;
+    /// for r in seen.nodes().iter().filter_map(|n| n.reading()) {
+    ///     let s = r.semaphore();
+    ///     println!("{} of {:?} entries", s.holders().len(), s.config().map(|c| c.per_node_limit()));
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self) -> &SemaphoreNodeReading {
+        &self.semaphore
+    }
+
+    /// Whether this node holds nothing of any kind for the name: no lock key, no writer,
+    /// no live reader, no waiting writer, no live permit (a fence counter or a wait queue
+    /// does not count).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+    /// let seen = locks.inspect("catalog").await?;
+    /// let empty = seen.nodes().iter().filter(|n| n.reading().is_some_and(|r| r.is_empty())).count();
+    /// # let _ = empty;
+    /// # Ok(()) }
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.holder.is_none() && self.rw.is_free() && self.semaphore.holders.is_empty()
+    }
+}
+
+/// A live entry of a read-write lock or a semaphore on one node: a reader, a waiting
+/// writer's intent, or a permit. Entries whose time ran out (the next request on the node
+/// purges them) are not shown.
+///
+/// `Display` prints `3f2a9c1b… 8.2s`.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+/// # use std::time::Duration;
+/// let reader = locks.try_read_lock("catalog", Duration::from_secs(10)).await?;
+/// let seen = locks.inspect("catalog").await?;
+/// let node = seen.nodes()[0].reading().expect("answered");
+/// let entry = &node.rw().readers()[0];
+/// assert!(entry.id().is_prefix_of(reader.token()));
+/// assert!(entry.ttl() <= Duration::from_secs(10));
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    id: TokenPrefix,
+    ttl: Duration,
+}
+
+impl Entry {
+    /// Whose entry: a reader's or a permit's token prefix, or the start of a waiting
+    /// writer's intent id (never the whole value).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+    /// let seen = locks.inspect("catalog").await?;
+    /// if let Some(r) = seen.nodes()[0].reading() {
+    ///     let ids: Vec<&str> = r.rw().readers().iter().map(|e| e.id().as_str()).collect();
+    ///     # let _ = ids;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn id(&self) -> &TokenPrefix {
+        &self.id
+    }
+
+    /// How long the entry stays on this node if it is neither extended nor released, by
+    /// the node's own clock (whole milliseconds).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+    /// let seen = locks.inspect("api-quota").await?;
+    /// let soonest = seen.nodes().iter().filter_map(|n| n.reading())
+    ///     .flat_map(|r| r.semaphore().holders().iter().map(|e| e.ttl())).min();
+    /// # let _ = soonest;
+    /// # Ok(()) }
+    /// ```
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+}
+
+impl fmt::Display for Entry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.id, Millis(self.ttl))
+    }
+}
+
+/// What one node holds for a read-write lock (see [`NodeReading::rw`]).
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+/// let seen = locks.inspect("catalog").await?;
+/// for r in seen.nodes().iter().filter_map(|n| n.reading()) {
+///     let rw = r.rw();
+///     match rw.writer() {
+///         Some(w) => println!("writer {w}, ttl {:?}", rw.writer_ttl()),
+///         None => println!("{} readers, {} writers waiting", rw.readers().len(), rw.waiting_writers().len()),
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RwNodeReading {
+    writer: Option<TokenPrefix>,
+    writer_ttl: Option<Duration>,
+    readers: Vec<Entry>,
+    waiting: Vec<Entry>,
+}
+
+impl RwNodeReading {
+    /// The writer key's holder on this node; `None` when there is none.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+    /// # use std::time::Duration;
+    /// let writer = locks.try_write_lock("catalog", Duration::from_secs(10)).await?;
+    /// let seen = locks.inspect("catalog").await?;
+    /// let w = seen.nodes()[0].reading().and_then(|r| r.rw().writer().cloned());
+    /// assert!(w.is_some_and(|w| w.is_prefix_of(writer.token())));
+    /// # Ok(()) }
+    /// ```
+    pub fn writer(&self) -> Option<&TokenPrefix> {
+        self.writer.as_ref()
+    }
+
+    /// The writer key's remaining TTL (`PTTL`); `None` when there is no writer, or when
+    /// its key has no expiry (not set by quorumlock).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+    /// let seen = locks.inspect("catalog").await?;
+    /// let ttl = seen.nodes()[0].reading().and_then(|r| r.rw().writer_ttl());
+    /// # let _ = ttl;
+    /// # Ok(()) }
+    /// ```
+    pub fn writer_ttl(&self) -> Option<Duration> {
+        self.writer_ttl
+    }
+
+    /// The live readers on this node, soonest to expire first.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+    /// let seen = locks.inspect("catalog").await?;
+    /// let most = seen.nodes().iter().filter_map(|n| Some(n.reading()?.rw().readers().len())).max();
+    /// # let _ = most;
+    /// # Ok(()) }
+    /// ```
+    pub fn readers(&self) -> &[Entry] {
+        &self.readers
+    }
+
+    /// The live intents of writers waiting for the lock on this node (a waiting writer
+    /// registers one on each node that refused it; new readers are refused there while it
+    /// lives), soonest to lapse first.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+    /// let seen = locks.inspect("catalog").await?;
+    /// let blocked = seen.nodes().iter().filter(|n| n.reading().is_some_and(|r| !r.rw().waiting_writers().is_empty())).count();
+    /// # let _ = blocked;
+    /// # Ok(()) }
+    /// ```
+    pub fn waiting_writers(&self) -> &[Entry] {
+        &self.waiting
+    }
+
+    /// Whether the node holds no writer, no live reader and no waiting writer.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+    /// let seen = locks.inspect("catalog").await?;
+    /// let idle = seen.nodes().iter().all(|n| n.reading().is_some_and(|r| r.rw().is_free()));
+    /// # let _ = idle;
+    /// # Ok(()) }
+    /// ```
+    pub fn is_free(&self) -> bool {
+        self.writer.is_none() && self.readers.is_empty() && self.waiting.is_empty()
+    }
+}
+
+/// What one node holds for a semaphore (see [`NodeReading::semaphore`]).
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+/// let seen = locks.inspect("api-quota").await?;
+/// for node in seen.nodes() {
+///     if let Some(s) = node.reading().map(|r| r.semaphore()) {
+///         match s.config() {
+///             Some(c) => println!("{}: {} of {} entries", node.addr(), s.holders().len(), c.per_node_limit()),
+///             None => println!("{}: no permit held", node.addr()),
+///         }
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SemaphoreNodeReading {
+    holders: Vec<Entry>,
+    config: Option<SemaphoreConfig>,
+}
+
+impl SemaphoreNodeReading {
+    /// The live permits on this node, soonest to expire first. A node admits at most the
+    /// per-node limit of them ([`SemaphoreConfig::per_node_limit`]).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+    /// let seen = locks.inspect("api-quota").await?;
+    /// let loads: Vec<usize> = seen.nodes().iter().filter_map(|n| Some(n.reading()?.semaphore().holders().len())).collect();
+    /// # let _ = loads;
+    /// # Ok(()) }
+    /// ```
+    pub fn holders(&self) -> &[Entry] {
+        &self.holders
+    }
+
+    /// The configuration the node stores for the semaphore (`P:c:Q:N`); `None` when it
+    /// stores none (it expires with the node's last permit).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+    /// let seen = locks.inspect("api-quota").await?;
+    /// let stored = seen.nodes()[0].reading().and_then(|r| r.semaphore().config().map(|c| c.to_string()));
+    /// # let _ = stored;
+    /// # Ok(()) }
+    /// ```
+    pub fn config(&self) -> Option<&SemaphoreConfig> {
+        self.config.as_ref()
+    }
+}
+
+/// A semaphore's configuration, as each node stores it while it holds permits: `P:c:Q:N`,
+/// the permits, the per-node limit, the quorum and the number of nodes the semaphore's
+/// clients use ([`Semaphore`](crate::Semaphore)).
+///
+/// `Display` prints `P:c:Q:N`, as stored.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+/// # use std::time::Duration;
+/// let pool = locks.semaphore("api-quota", 2)?;
+/// let permit = pool.try_acquire(Duration::from_secs(10)).await?;
+/// let seen = locks.inspect("api-quota").await?;
+/// let config = seen.semaphore_config().expect("a permit is held");
+/// assert_eq!(config.permits(), pool.permits());
+/// assert_eq!(config.per_node_limit(), pool.per_node_limit());
+/// assert_eq!(config.quorum(), pool.quorum());
+/// assert_eq!(config.nodes(), locks.nodes().len());
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SemaphoreConfig {
+    permits: u32,
+    limit: u32,
+    quorum: usize,
+    nodes: usize,
+}
+
+impl SemaphoreConfig {
+    /// `P`, the number of permits.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+    /// let permits = locks.inspect("api-quota").await?.semaphore_config().map(|c| c.permits());
+    /// # let _ = permits;
+    /// # Ok(()) }
+    /// ```
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// `c`, the per-node limit: how many live permits one node admits.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+    /// let limit = locks.inspect("api-quota").await?.semaphore_config().map(|c| c.per_node_limit());
+    /// # let _ = limit;
+    /// # Ok(()) }
+    /// ```
+    pub fn per_node_limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// `Q`, the grants a permit needs.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+    /// let q = locks.inspect("api-quota").await?.semaphore_config().map(|c| c.quorum());
+    /// # let _ = q;
+    /// # Ok(()) }
+    /// ```
+    pub fn quorum(&self) -> usize {
+        self.quorum
+    }
+
+    /// `N`, the number of nodes of the semaphore's clients.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+    /// if let Some(c) = locks.inspect("api-quota").await?.semaphore_config() {
+    ///     assert_eq!(c.nodes(), locks.nodes().len(), "used with other nodes");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+}
+
+impl From<SemConfig> for SemaphoreConfig {
+    fn from(c: SemConfig) -> SemaphoreConfig {
+        SemaphoreConfig {
+            permits: c.permits,
+            limit: c.limit,
+            quorum: c.quorum,
+            nodes: c.nodes,
+        }
+    }
+}
+
+impl fmt::Display for SemaphoreConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}:{}",
+            self.permits, self.limit, self.quorum, self.nodes
+        )
+    }
+}
+
+/// The verdict on the read-write lock of an [`Inspection`]'s name
+/// ([`Inspection::rw_verdict`]): a writer or readers on a quorum, as for the mutex.
+///
+/// # Example
+///
+/// ```no_run
+/// use quorumlock::inspect::RwVerdict;
+///
+/// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+/// match locks.inspect("catalog").await?.rw_verdict() {
+///     RwVerdict::WriteHeld { writer, nodes, .. } => println!("written by {writer} on {nodes} nodes"),
+///     RwVerdict::ReadHeld { readers, ttl, .. } => println!("{readers} readers, {ttl:?} more"),
+///     RwVerdict::Free { .. } => println!("free"),
+///     RwVerdict::Unknown | _ => println!("cannot tell"),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RwVerdict {
+    /// One writer's key is on at least a quorum of nodes.
+    WriteHeld {
+        /// The writer.
+        writer: TokenPrefix,
+        /// On how many nodes its key is.
+        nodes: usize,
+        /// How long its key stays on a quorum if nothing changes (`None`: keys that never
+        /// expire, not set by quorumlock).
+        ttl: Option<Duration>,
+    },
+    /// At least one reader's entry is on a quorum of nodes (and no writer's).
+    ReadHeld {
+        /// How many readers are on a quorum.
+        readers: usize,
+        /// On how many nodes at least one of them is.
+        nodes: usize,
+        /// How long the lock stays read-held if no reader extends or releases: the longest
+        /// of the readers' quorum TTLs.
+        ttl: Duration,
+    },
+    /// Neither a writer nor a reader on at least a quorum of nodes: no writer key and no
+    /// live reader on that many nodes. A waiting writer does not hold the lock
+    /// ([`Inspection::waiting_writers`] counts them).
+    Free {
+        /// On how many nodes there is neither.
+        nodes: usize,
+    },
+    /// Neither: fewer than a quorum of nodes answered, or the answers are split.
+    Unknown,
+}
+
+impl fmt::Display for RwVerdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RwVerdict::WriteHeld { writer, nodes, .. } => {
+                write!(f, "write-held by {writer} on {nodes} nodes")
+            }
+            RwVerdict::ReadHeld { readers, nodes, .. } => {
+                write!(
+                    f,
+                    "read-held by {} on {nodes} nodes",
+                    Count(*readers, "reader")
+                )
+            }
+            RwVerdict::Free { nodes } => write!(f, "free on {nodes} nodes"),
+            RwVerdict::Unknown => f.write_str("unknown"),
+        }
+    }
+}
+
+/// The verdict on the semaphore of an [`Inspection`]'s name
+/// ([`Inspection::semaphore_verdict`]). A holder holds a permit once its entries are on
+/// the semaphore's own quorum of nodes ([`Inspection::semaphore_quorum`]: the stored one,
+/// which can be above the majority).
+///
+/// # Example
+///
+/// ```no_run
+/// use quorumlock::inspect::SemaphoreVerdict;
+///
+/// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+/// match locks.inspect("api-quota").await?.semaphore_verdict() {
+///     SemaphoreVerdict::Held { holders, permits: Some(p), .. } => println!("{holders} of {p} permits held"),
+///     SemaphoreVerdict::Held { holders, .. } => println!("{holders} permits held"),
+///     SemaphoreVerdict::Free { .. } => println!("no permit held"),
+///     SemaphoreVerdict::Unknown | _ => println!("cannot tell"),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SemaphoreVerdict {
+    /// At least one holder's entries are on the semaphore's quorum of nodes.
+    Held {
+        /// How many holders are (those whose entries are on nodes that did not answer are
+        /// not counted).
+        holders: usize,
+        /// `P`, from the stored configuration; `None` when no answering node stores one.
+        permits: Option<u32>,
+        /// The semaphore's quorum the holders were counted with.
+        quorum: usize,
+        /// How long the semaphore stays held if no holder extends or releases: the longest
+        /// of the holders' quorum TTLs.
+        ttl: Duration,
+    },
+    /// No holder fits: at least `N − Q + 1` nodes have no live permit (`Q` the
+    /// semaphore's quorum).
+    Free {
+        /// How many nodes have no live permit.
+        nodes: usize,
+    },
+    /// Neither: too few nodes answered, or the answers leave it open.
+    Unknown,
+}
+
+impl fmt::Display for SemaphoreVerdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SemaphoreVerdict::Held {
+                holders,
+                permits: Some(p),
+                quorum,
+                ..
+            } => write!(
+                f,
+                "{holders} of {} held (quorum {quorum})",
+                Count(*p as usize, "permit")
+            ),
+            SemaphoreVerdict::Held {
+                holders, quorum, ..
+            } => write!(f, "{} held (quorum {quorum})", Count(*holders, "permit")),
+            SemaphoreVerdict::Free { nodes } => write!(f, "free on {nodes} nodes"),
+            SemaphoreVerdict::Unknown => f.write_str("unknown"),
+        }
+    }
+}
+
+/// `1 reader`, `2 readers`.
+struct Count(usize, &'static str);
+
+impl fmt::Display for Count {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = if self.0 == 1 { "" } else { "s" };
+        write!(f, "{} {}{s}", self.0, self.1)
     }
 }
 
@@ -458,6 +1033,48 @@ impl fmt::Display for NodeInspection {
         if let Some(q) = r.queued {
             write!(f, ", queued {q}")?;
         }
+        let rw = &r.rw;
+        match (&rw.writer, rw.writer_ttl) {
+            (Some(w), Some(t)) => write!(f, "; writer {w}, ttl {}", Millis(t))?,
+            (Some(w), None) => write!(f, "; writer {w}, no expiry")?,
+            (None, _) => {}
+        }
+        if !rw.readers.is_empty() {
+            write!(
+                f,
+                "; {}: {}",
+                Count(rw.readers.len(), "reader"),
+                List(&rw.readers)
+            )?;
+        }
+        if !rw.waiting.is_empty() {
+            write!(f, "; writers waiting: {}", List(&rw.waiting))?;
+        }
+        let sem = &r.semaphore;
+        if !sem.holders.is_empty() || sem.config.is_some() {
+            write!(f, "; permits {}", sem.holders.len())?;
+            if let Some(c) = &sem.config {
+                write!(f, "/{} (stored {c})", c.limit)?;
+            }
+            if !sem.holders.is_empty() {
+                write!(f, ": {}", List(&sem.holders))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Entries separated by `, `.
+struct List<'a>(&'a [Entry]);
+
+impl fmt::Display for List<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{e}")?;
+        }
         Ok(())
     }
 }
@@ -490,7 +1107,8 @@ impl Inspection {
         &self.resource
     }
 
-    /// The verdict (see [`Verdict`]).
+    /// The mutex's verdict (see [`Verdict`]); the other kinds':
+    /// [`rw_verdict`](Self::rw_verdict), [`semaphore_verdict`](Self::semaphore_verdict).
     ///
     /// # Example
     ///
@@ -630,39 +1248,213 @@ impl Inspection {
         self.readings().filter_map(|r| r.queued).max()
     }
 
+    /// The verdict on the read-write lock of the same name (see [`RwVerdict`]).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use quorumlock::inspect::RwVerdict;
+    /// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+    /// if let RwVerdict::ReadHeld { readers, .. } = locks.inspect("catalog").await?.rw_verdict() {
+    ///     println!("{readers} readers hold the catalog");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn rw_verdict(&self) -> &RwVerdict {
+        &self.rw_verdict
+    }
+
+    /// How many distinct writers wait for the read-write lock: the live intents seen on
+    /// the nodes that answered. While one lives on a node, that node refuses new readers.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+    /// if locks.inspect("catalog").await?.waiting_writers() > 0 {
+    ///     println!("new readers wait: a writer goes first");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn waiting_writers(&self) -> usize {
+        self.waiting_writers
+    }
+
+    /// The verdict on the semaphore of the same name (see [`SemaphoreVerdict`]).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use quorumlock::inspect::SemaphoreVerdict;
+    /// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+    /// let seen = locks.inspect("api-quota").await?;
+    /// if let SemaphoreVerdict::Held { holders, .. } = seen.semaphore_verdict() {
+    ///     println!("{holders} permits held");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore_verdict(&self) -> &SemaphoreVerdict {
+        &self.semaphore_verdict
+    }
+
+    /// The semaphore's configuration as most of the answering nodes that store one store
+    /// it; `None` when none does (no permit is held on them).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+    /// if let Some(c) = locks.inspect("api-quota").await?.semaphore_config() {
+    ///     println!("{} permits, {} per node, quorum {}", c.permits(), c.per_node_limit(), c.quorum());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore_config(&self) -> Option<&SemaphoreConfig> {
+        self.semaphore_config.as_ref()
+    }
+
+    /// The quorum the semaphore's verdict was read with: the stored configuration's
+    /// ([`semaphore_config`](Self::semaphore_config)) when it is between the majority and
+    /// the number of nodes, otherwise the majority ([`quorum`](Self::quorum)).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+    /// let seen = locks.inspect("api-quota").await?;
+    /// assert!(seen.semaphore_quorum() >= seen.quorum());
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore_quorum(&self) -> usize {
+        self.semaphore_quorum
+    }
+
+    /// Whether every kind of lock of the name is free on a quorum: the mutex, the
+    /// read-write lock (with no writer waiting) and the semaphore.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+    /// if locks.inspect("catalog").await?.is_all_free() {
+    ///     println!("nothing holds the name");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn is_all_free(&self) -> bool {
+        self.is_free()
+            && matches!(self.rw_verdict, RwVerdict::Free { .. })
+            && self.waiting_writers == 0
+            && matches!(self.semaphore_verdict, SemaphoreVerdict::Free { .. })
+    }
+
     fn readings(&self) -> impl Iterator<Item = &NodeReading> {
         self.nodes.iter().filter_map(NodeInspection::reading)
     }
 }
 
 impl fmt::Display for Inspection {
+    /// The kinds that are not free, separated by `; `, or `free on k/N nodes` (the fewest
+    /// nodes any kind is free on) when none is held; `unknown (a/N nodes answered)` when
+    /// fewer than a quorum answered.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.nodes.len();
         let q = self.quorum;
         write!(f, "{}: ", self.resource)?;
-        match &self.verdict {
-            Verdict::Held { holder, nodes, ttl } => {
-                write!(f, "held by {holder} on {nodes}/{n} nodes (quorum {q})")?;
-                match ttl {
-                    Some(t) => write!(f, ", {} left", Millis(*t)),
-                    None => f.write_str(", no expiry"),
-                }
-            }
-            Verdict::Free { nodes } => write!(f, "free on {nodes}/{n} nodes (quorum {q})"),
-            Verdict::Unknown => write!(
+        if self.answered() < q {
+            return write!(
                 f,
                 "unknown ({}/{n} nodes answered, quorum {q})",
                 self.answered()
-            ),
+            );
+        }
+        let mut parts: Vec<String> = Vec::new();
+        let left = |ttl: Option<Duration>| match ttl {
+            Some(t) => format!("{} left", Millis(t)),
+            None => "no expiry".to_owned(),
+        };
+        match &self.verdict {
+            Verdict::Held { holder, nodes, ttl } => parts.push(format!(
+                "held by {holder} on {nodes}/{n} nodes (quorum {q}), {}",
+                left(*ttl)
+            )),
+            Verdict::Free { .. } => {}
+            Verdict::Unknown => parts.push(format!(
+                "unknown ({}/{n} nodes answered, quorum {q})",
+                self.answered()
+            )),
+        }
+        let mut rw = match &self.rw_verdict {
+            RwVerdict::WriteHeld { writer, nodes, ttl } => Some(format!(
+                "write-held by {writer} on {nodes}/{n} nodes (quorum {q}), {}",
+                left(*ttl)
+            )),
+            RwVerdict::ReadHeld {
+                readers,
+                nodes,
+                ttl,
+            } => Some(format!(
+                "read-held by {} on {nodes}/{n} nodes (quorum {q}), {}",
+                Count(*readers, "reader"),
+                left(Some(*ttl))
+            )),
+            RwVerdict::Free { .. } => None,
+            RwVerdict::Unknown => Some("read-write lock unknown".to_owned()),
+        };
+        if self.waiting_writers > 0 {
+            let waiting = format!("{} waiting", Count(self.waiting_writers, "writer"));
+            rw = Some(match rw {
+                Some(r) => format!("{r}, {waiting}"),
+                None => format!("read-write lock: {waiting}"),
+            });
+        }
+        parts.extend(rw);
+        match &self.semaphore_verdict {
+            v @ SemaphoreVerdict::Held { ttl, .. } => {
+                parts.push(format!("semaphore: {v}, {}", left(Some(*ttl))));
+            }
+            SemaphoreVerdict::Free { .. } => {}
+            SemaphoreVerdict::Unknown => parts.push("semaphore unknown".to_owned()),
+        }
+        if parts.is_empty() {
+            let free = [self.verdict_free(), self.rw_free(), self.semaphore_free()]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(0);
+            return write!(f, "free on {free}/{n} nodes (quorum {q})");
+        }
+        f.write_str(&parts.join("; "))
+    }
+}
+
+impl Inspection {
+    fn verdict_free(&self) -> Option<usize> {
+        match self.verdict {
+            Verdict::Free { nodes } => Some(nodes),
+            _ => None,
+        }
+    }
+    fn rw_free(&self) -> Option<usize> {
+        match self.rw_verdict {
+            RwVerdict::Free { nodes } => Some(nodes),
+            _ => None,
+        }
+    }
+    fn semaphore_free(&self) -> Option<usize> {
+        match self.semaphore_verdict {
+            SemaphoreVerdict::Free { nodes } => Some(nodes),
+            _ => None,
         }
     }
 }
 
 impl Redlock {
     /// Reads, on every node, who holds `resource`, its remaining TTL, its fence counter and
-    /// its wait queue's length, **without taking or touching the lock**, and says whether
-    /// it is held on a quorum, free on a quorum, or unknown (see the
-    /// [`inspect` module](crate::inspect)).
+    /// its wait queue's length, and the readers, writer, waiting writers and permits of the
+    /// read-write lock and the semaphore of the same name, **without taking or touching
+    /// any of them**, and says for each kind whether it is held on a quorum, free on a
+    /// quorum, or unknown (see the [`inspect` module](crate::inspect)).
     ///
     /// Every node is asked in parallel, each bounded by the per-node timeout
     /// ([`RedlockBuilder::node_timeout`](crate::RedlockBuilder::node_timeout); without one,
@@ -797,62 +1589,195 @@ fn assemble(
 ) -> Vec<Inspection> {
     let mut out = Vec::with_capacity(resources.len());
     for (k, res) in resources.iter().enumerate() {
-        let mut seen: Vec<Seen<&[u8]>> = Vec::with_capacity(n);
-        let mut nodes = Vec::with_capacity(n);
-        for (i, (addr, answer)) in addrs.iter().zip(&per_node).enumerate() {
-            let state = match answer {
-                Ok(raws) => match raws.get(k) {
-                    Some(raw) => {
-                        seen.push(match &raw.value {
-                            Some(v) => Seen::Held {
-                                holder: v.as_slice(),
-                                ttl: raw.ttl,
-                            },
-                            None => Seen::Free,
-                        });
-                        NodeState::Answered(NodeReading {
-                            holder: raw.value.as_deref().map(TokenPrefix::of),
-                            ttl: raw.ttl,
-                            fence: raw.fence,
-                            queued: raw.queued,
-                        })
-                    }
-                    None => {
-                        seen.push(Seen::Unknown);
-                        NodeState::Failed("missing reply".to_owned())
-                    }
-                },
-                Err(e) => {
-                    seen.push(Seen::Unknown);
-                    match e {
-                        PeekError::Failed(text) => NodeState::Failed(text.clone()),
-                        PeekError::TimedOut => NodeState::TimedOut,
-                    }
-                }
-            };
-            nodes.push(NodeInspection {
+        // Each node's raw answer for this resource, or why there is none.
+        let raws: Vec<Result<&Raw, PeekError>> = per_node
+            .iter()
+            .map(|answer| match answer {
+                Ok(raws) => raws
+                    .get(k)
+                    .ok_or_else(|| PeekError::Failed("missing reply".to_owned())),
+                Err(e) => Err(e.clone()),
+            })
+            .collect();
+        let nodes = addrs
+            .iter()
+            .zip(&raws)
+            .enumerate()
+            .map(|(i, (addr, raw))| NodeInspection {
                 addr: addr.clone(),
                 herald: res.is_herald(i, n),
-                state,
-            });
-        }
-        let verdict = match read(&seen, quorum) {
-            Reading::Held { holder, nodes, ttl } => Verdict::Held {
-                holder: TokenPrefix::of(holder),
-                nodes,
-                ttl,
-            },
-            Reading::Free { nodes } => Verdict::Free { nodes },
-            Reading::Unknown => Verdict::Unknown,
-        };
+                state: match raw {
+                    Ok(raw) => NodeState::Answered(reading(raw)),
+                    Err(PeekError::Failed(text)) => NodeState::Failed(text.clone()),
+                    Err(PeekError::TimedOut) => NodeState::TimedOut,
+                },
+            })
+            .collect();
+        let answered: Vec<Option<&Raw>> = raws.iter().map(|r| r.as_ref().ok().copied()).collect();
+        let (rw_verdict, waiting_writers) = rw_verdict(&answered, quorum);
+        let (semaphore_verdict, semaphore_config, semaphore_quorum) =
+            semaphore_verdict(&answered, quorum, n);
         out.push(Inspection {
             resource: res.names().first().cloned().unwrap_or_default(),
             quorum,
             nodes,
-            verdict,
+            verdict: mutex_verdict(&answered, quorum),
+            rw_verdict,
+            waiting_writers,
+            semaphore_verdict,
+            semaphore_config,
+            semaphore_quorum,
         });
     }
     out
+}
+
+/// One node's reading, with prefixes in place of whole values.
+fn reading(raw: &Raw) -> NodeReading {
+    NodeReading {
+        holder: raw.value.as_deref().map(TokenPrefix::of),
+        ttl: raw.ttl,
+        fence: raw.fence,
+        queued: raw.queued,
+        rw: RwNodeReading {
+            writer: raw.rw.writer.as_ref().map(|(w, _)| TokenPrefix::of(w)),
+            writer_ttl: raw.rw.writer.as_ref().and_then(|(_, t)| *t),
+            readers: entries(&raw.rw.readers),
+            waiting: entries(&raw.rw.intents),
+        },
+        semaphore: SemaphoreNodeReading {
+            holders: entries(&raw.sem.holders),
+            config: raw.sem.config.map(SemaphoreConfig::from),
+        },
+    }
+}
+
+fn entries(members: &Members) -> Vec<Entry> {
+    members
+        .iter()
+        .map(|(m, ttl)| Entry {
+            id: TokenPrefix::of(m),
+            ttl: *ttl,
+        })
+        .collect()
+}
+
+/// The mutex's verdict (the lock key).
+fn mutex_verdict(answered: &[Option<&Raw>], quorum: usize) -> Verdict {
+    let seen: Vec<Seen<&[u8]>> = answered
+        .iter()
+        .map(|raw| match raw {
+            Some(Raw {
+                value: Some(v),
+                ttl,
+                ..
+            }) => Seen::Held {
+                holder: v.as_slice(),
+                ttl: *ttl,
+            },
+            Some(_) => Seen::Free,
+            None => Seen::Unknown,
+        })
+        .collect();
+    match read(&seen, quorum) {
+        Reading::Held { holder, nodes, ttl } => Verdict::Held {
+            holder: TokenPrefix::of(holder),
+            nodes,
+            ttl,
+        },
+        Reading::Free { nodes } => Verdict::Free { nodes },
+        Reading::Unknown => Verdict::Unknown,
+    }
+}
+
+/// The read-write lock's verdict, and how many distinct writers wait.
+fn rw_verdict(answered: &[Option<&Raw>], quorum: usize) -> (RwVerdict, usize) {
+    let seen: Vec<Entries<&[u8]>> = answered
+        .iter()
+        .map(|raw| match raw {
+            Some(raw) => Entries::Answered {
+                writer: raw.rw.writer.as_ref().map(|(w, t)| (w.as_slice(), *t)),
+                members: borrowed(&raw.rw.readers),
+            },
+            None => Entries::Unknown,
+        })
+        .collect();
+    let mut intents: Vec<&[u8]> = answered
+        .iter()
+        .flatten()
+        .flat_map(|raw| raw.rw.intents.iter().map(|(id, _)| id.as_slice()))
+        .collect();
+    intents.sort_unstable();
+    intents.dedup();
+    let verdict = match read_rw(&seen, quorum) {
+        RwReading::Write { holder, nodes, ttl } => RwVerdict::WriteHeld {
+            writer: TokenPrefix::of(holder),
+            nodes,
+            ttl,
+        },
+        RwReading::Read {
+            readers,
+            nodes,
+            ttl,
+        } => RwVerdict::ReadHeld {
+            readers,
+            nodes,
+            ttl,
+        },
+        RwReading::Free { nodes } => RwVerdict::Free { nodes },
+        RwReading::Unknown => RwVerdict::Unknown,
+    };
+    (verdict, intents.len())
+}
+
+/// The semaphore's verdict, the configuration most answering nodes store, and the quorum
+/// the holders were counted with: the stored one when it is a valid quorum for `n` nodes,
+/// otherwise the majority.
+fn semaphore_verdict(
+    answered: &[Option<&Raw>],
+    quorum: usize,
+    n: usize,
+) -> (SemaphoreVerdict, Option<SemaphoreConfig>, usize) {
+    let mut configs: Vec<(SemConfig, usize)> = Vec::new();
+    for c in answered.iter().flatten().filter_map(|raw| raw.sem.config) {
+        match configs.iter_mut().find(|(x, _)| *x == c) {
+            Some((_, count)) => *count += 1,
+            None => configs.push((c, 1)),
+        }
+    }
+    let config = configs
+        .iter()
+        .max_by_key(|(_, count)| *count)
+        .map(|(c, _)| SemaphoreConfig::from(*c));
+    let sem_quorum = config
+        .map(|c| c.quorum)
+        .filter(|q| (majority(n).max(quorum)..=n).contains(q))
+        .unwrap_or(quorum);
+    let seen: Vec<Entries<&[u8]>> = answered
+        .iter()
+        .map(|raw| match raw {
+            Some(raw) => Entries::Answered {
+                writer: None,
+                members: borrowed(&raw.sem.holders),
+            },
+            None => Entries::Unknown,
+        })
+        .collect();
+    let verdict = match read_semaphore(&seen, sem_quorum) {
+        SemReading::Held { holders, ttl } => SemaphoreVerdict::Held {
+            holders,
+            permits: config.map(|c| c.permits),
+            quorum: sem_quorum,
+            ttl,
+        },
+        SemReading::Free { nodes } => SemaphoreVerdict::Free { nodes },
+        SemReading::Unknown => SemaphoreVerdict::Unknown,
+    };
+    (verdict, config, sem_quorum)
+}
+
+fn borrowed(members: &Members) -> Vec<(&[u8], Duration)> {
+    members.iter().map(|(m, t)| (m.as_slice(), *t)).collect()
 }
 
 #[cfg(test)]

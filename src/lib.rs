@@ -79,7 +79,7 @@
 //!     .keep_alive(Watchdog::new().max_hold(Duration::from_secs(3600)));
 //! tokio::select! {
 //!     () = tokio::time::sleep(Duration::from_secs(30)) => kept.release().await?, // the work
-//!     e = kept.lost() => return Err(e), // stop: the lock may be gone
+//!     lost = kept.lost() => return Err(lost.into()), // stop: the lock may be gone
 //! }
 //!
 //! // Scoped: the closure's future is dropped if the lock is lost.

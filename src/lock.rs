@@ -464,6 +464,12 @@ impl Lock {
     /// # Ok(()) }
     /// ```
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
+        let names = self.resources().to_vec();
+        self.extend_whole(ttl).await.map_err(|e| e.about(&names))
+    }
+
+    /// [`extend`](Lock::extend), every part of the lock.
+    async fn extend_whole(&mut self, ttl: Duration) -> Result<(), Error> {
         Error::ensure_runtime()?;
         self.inner.config.check_ttl(ttl)?;
         if !self.is_valid() {
@@ -611,7 +617,13 @@ impl Lock {
     /// lock.release().await?;
     /// # Ok(()) }
     /// ```
-    pub async fn release(mut self) -> Result<(), Error> {
+    pub async fn release(self) -> Result<(), Error> {
+        let names = self.resources().to_vec();
+        self.release_whole().await.map_err(|e| e.about(&names))
+    }
+
+    /// [`release`](Lock::release), every part of the lock.
+    async fn release_whole(mut self) -> Result<(), Error> {
         Error::ensure_runtime()?;
         if self.is_spanning() {
             // Every group's part at once. A part whose release is cancelled with this

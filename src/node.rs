@@ -89,14 +89,14 @@ macro_rules! lua {
     ($file:literal, idempotent: $idem:literal) => {
         $crate::node::Lua::new(include_str!(concat!("scripts/", $file)), &[$file], $idem)
     };
-    // With `scripts/sets.lua` (the functions that read multi-resource entries) in front.
-    ($file:literal, sets, idempotent: $idem:literal) => {
+    // With `scripts/queue.lua` (the wait-queue helpers: clock, purge, tidy) in front.
+    ($file:literal, queue, idempotent: $idem:literal) => {
         $crate::node::Lua::new(
             concat!(
-                include_str!("scripts/sets.lua"),
+                include_str!("scripts/queue.lua"),
                 include_str!(concat!("scripts/", $file))
             ),
-            &["sets.lua", $file],
+            &["queue.lua", $file],
             $idem,
         )
     };
@@ -106,20 +106,26 @@ macro_rules! lua {
 pub(crate) static ACQUIRE_MANY: Lua = lua!("acquire.lua", idempotent: false);
 /// Compare-and-delete (and announce the release).
 pub(crate) static RELEASE: Lua = lua!("release.lua", idempotent: true);
-/// Compare-and-delete of one key, handing over to the wait queue's head.
-pub(crate) static RELEASE_ONE: Lua = lua!("release_one.lua", sets, idempotent: true);
+/// Compare-and-delete of a mutex's keys: a plain compare-and-delete where no one waits
+/// (`release_one.lua`, which returns there), else the hand-off to the wait queue's head
+/// (`queue.lua`, then `handoff.lua`, run only for the resources someone waits for).
+pub(crate) static RELEASE_ONE: Lua = Lua::new(
+    concat!(
+        include_str!("scripts/release_one.lua"),
+        include_str!("scripts/queue.lua"),
+        include_str!("scripts/handoff.lua")
+    ),
+    &["release_one.lua", "queue.lua", "handoff.lua"],
+    true,
+);
 /// Join a wait queue. Never finished late nor retried (as an acquire): a first join landing
 /// after the waiter's leave release would queue a token no one waits with, and the next
 /// release would transfer the lock to it (found by `faults::row06b_…`).
-pub(crate) static ENQUEUE: Lua = lua!("enqueue.lua", sets, idempotent: false);
+pub(crate) static ENQUEUE: Lua = lua!("enqueue.lua", queue, idempotent: false);
 /// A queued waiter's acquire of one key: its own token there counts as granted.
 pub(crate) static CLAIM: Lua = lua!("claim.lua", idempotent: false);
-/// A multi-resource waiter's join of all its queues at once (never finished late nor
-/// retried, as [`ENQUEUE`]).
-pub(crate) static ENQUEUE_MANY: Lua = lua!("enqueue_many.lua", sets, idempotent: false);
-/// A queued multi-resource waiter's acquire: every key or none, its own token counting as
-/// free.
-pub(crate) static CLAIM_MANY: Lua = lua!("claim_many.lua", idempotent: false);
+/// A multi-resource waiter's mark on its resources' leases: releases there announce.
+pub(crate) static LISTEN: Lua = lua!("listen.lua", queue, idempotent: true);
 /// Compare-and-extend.
 pub(crate) static EXTEND: Lua = lua!("extend.lua", idempotent: true);
 /// The fenced acquire (round 1): every lock key or none, and the fence counters raised.
@@ -145,7 +151,7 @@ pub(crate) static GROUP_MAP: Lua = lua!("groupmap.lua", idempotent: true);
 /// Every script the crate sends, by name (its file under `src/scripts/` without `.lua`):
 /// the one table of them, which the simulator (feature `sim`) loads too.
 #[cfg_attr(not(feature = "sim"), allow(dead_code))]
-pub(crate) static SCRIPTS: [(&str, &Lua); 16] = [
+pub(crate) static SCRIPTS: [(&str, &Lua); 15] = [
     ("acquire", &ACQUIRE_MANY),
     ("acquire_fenced", &ACQUIRE_FENCED),
     ("commit_fence", &COMMIT_FENCE),
@@ -154,8 +160,7 @@ pub(crate) static SCRIPTS: [(&str, &Lua); 16] = [
     ("release_one", &RELEASE_ONE),
     ("enqueue", &ENQUEUE),
     ("claim", &CLAIM),
-    ("enqueue_many", &ENQUEUE_MANY),
-    ("claim_many", &CLAIM_MANY),
+    ("listen", &LISTEN),
     ("read_acquire", &READ_ACQUIRE),
     ("write_acquire", &WRITE_ACQUIRE),
     ("sem_acquire", &SEM_ACQUIRE),
@@ -1106,15 +1111,15 @@ impl Request {
         }
     }
 
-    /// A queued waiter's acquire with its own queued token: one key (`claim.lua`) as
+    /// A queued waiter's acquire with its own queued token (`claim.lua`): as
     /// `SET … NX PX GET`, and a key that already holds `token` (transferred to it) counts
-    /// as granted, its expiry set to `ttl`; several (`claim_many.lua`) every key or none,
-    /// a key holding `token` counting as free.
+    /// as granted, its expiry set to `ttl`. Only single-resource waiters queue; for several
+    /// keys this is the plain all-or-nothing acquire.
     pub(crate) fn claim(keys: &[Vec<u8>], token: &Token, ttl: Duration) -> Request {
         let args = vec![token.as_bytes().to_vec(), millis_arg(ttl)];
         match keys {
             [key] => Request::script(&CLAIM, vec![key.clone()], args, Answer::Acquire),
-            _ => Request::script(&CLAIM_MANY, keys.to_vec(), args, Answer::Acquire),
+            _ => Request::acquire(keys, token, ttl),
         }
     }
 
@@ -1146,29 +1151,24 @@ impl Request {
         Request::script(&EXTEND, keys, args, Answer::Compare)
     }
 
-    /// Compare-and-delete of a mutex's keys, with hand-off: `release_one.lua` removes this
-    /// holder's own queue entries (`token` and `waiter`) from each resource's queue and
-    /// hands each key it deletes to that resource's queue head when that is a transfer
-    /// entry, announcing the transfer. `loud` says whether this node announces the plain
-    /// releases of the resources and names their name-only entries
-    /// ([`Resources::announces_on`]). Several resources: the token's set key (a
-    /// multi-resource waiter's, `enqueue_many.lua`) is deleted too.
+    /// Compare-and-delete of a mutex's keys, with hand-off (`release_one.lua`): where a
+    /// resource's leases key is absent (no one waits or listens) a plain compare-and-delete;
+    /// else this holder's own queue entries (`token` and `waiter`) leave the queue and the
+    /// key, if it holds `token`, goes to the queue's head, announced. `loud` says whether
+    /// this node announces the plain releases of the resources
+    /// ([`Resources::announces_on`]). The key and argument layout is built here only.
     pub(crate) fn release(res: &Resources, token: &Token, waiter: &[u8], loud: bool) -> Request {
-        let mut keys = Vec::with_capacity(res.len() * 5 + 1);
+        let mut keys = Vec::with_capacity(res.len() * 5);
         let mut args = Vec::with_capacity(2 + res.len() * 2);
         args.push(token.as_bytes().to_vec());
         args.push(waiter.to_vec());
         let space = res.keyspace();
         for name in res.names() {
             let [queue, leases, attrs] = space.queue_keys(name);
-            keys.push(space.lock_key(name));
-            keys.extend([queue, leases, attrs, space.fence_key(name)]);
+            keys.extend([space.lock_key(name), queue, leases, attrs]);
+            keys.push(space.fence_key(name));
             args.push(space.channel(name));
             args.push(if loud { b"1".to_vec() } else { b"0".to_vec() });
-        }
-        if res.len() > 1 {
-            // A multi-resource waiter's set key, gone with its entries.
-            keys.push(res.set_key(token.as_bytes()));
         }
         Request::script(&RELEASE_ONE, keys, args, Answer::Release)
     }
@@ -1365,12 +1365,18 @@ pub(crate) struct JoinArgs<'a> {
     pub(crate) inbox: &'a [u8],
 }
 
+/// The keys of one resource's waiting state as the queue scripts take them
+/// (`enqueue.lua`, `listen.lua`): its queue, leases and attributes, then its lock key.
+fn queue_group(res: &Resources, name: &str) -> [Vec<u8>; 4] {
+    let space = res.keyspace();
+    let [queue, leases, attrs] = space.queue_keys(name);
+    [queue, leases, attrs, space.lock_key(name)]
+}
+
 impl QueueJoin {
-    /// Joins or renews on the queue `keys` (the queue, its leases, its attributes) of the
-    /// lock key `lock`.
-    pub(crate) fn new(keys: &[Vec<u8>; 3], lock: &[u8], a: &JoinArgs<'_>) -> QueueJoin {
-        let mut ks = keys.to_vec();
-        ks.push(lock.to_vec());
+    /// Joins or renews on the wait queue of `res`'s (first) resource.
+    pub(crate) fn new(res: &Resources, a: &JoinArgs<'_>) -> QueueJoin {
+        let ks = queue_group(res, res.names().first().map_or("", String::as_str)).to_vec();
         let first = if a.first { b"1" } else { b"0" };
         let args = vec![
             a.token.to_vec(),
@@ -1386,28 +1392,20 @@ impl QueueJoin {
         }
     }
 
-    /// A multi-resource waiter's join or renewal of every queue of `res` at once
-    /// (`enqueue_many.lua`, entries of kind `m`); `set` is its set key. `a.kind` is not
-    /// used.
-    pub(crate) fn many(res: &Resources, set: &[u8], a: &JoinArgs<'_>) -> QueueJoin {
-        let mut ks = Vec::with_capacity(res.len() * 4 + 1);
-        let space = res.keyspace();
-        for name in res.names() {
-            let [queue, leases, attrs] = space.queue_keys(name);
-            ks.extend([queue, leases, attrs, space.lock_key(name)]);
-        }
-        ks.push(set.to_vec());
-        let first = if a.first { b"1" } else { b"0" };
-        let args = vec![
-            a.token.to_vec(),
-            a.ticket.to_vec(),
-            millis_arg(a.lease),
-            millis_arg(a.ttl),
-            first.to_vec(),
-            a.inbox.to_vec(),
-        ];
+    /// A multi-resource waiter's mark (`listen.lua`): its `id` in every resource's leases
+    /// for `lease`, so the releases of those resources announce themselves.
+    pub(crate) fn listen(res: &Resources, id: &[u8], lease: Duration) -> QueueJoin {
+        let ks = res
+            .names()
+            .iter()
+            .flat_map(|n| queue_group(res, n))
+            .collect();
         QueueJoin {
-            call: Arc::new(ScriptCall::new(&ENQUEUE_MANY, ks, args)),
+            call: Arc::new(ScriptCall::new(
+                &LISTEN,
+                ks,
+                vec![id.to_vec(), millis_arg(lease)],
+            )),
         }
     }
 }
@@ -1546,13 +1544,16 @@ impl QueueJoin {
     }
 }
 
-#[cfg(feature = "sim")]
+#[cfg(any(feature = "sim", feature = "testkit"))]
 impl Lua {
     /// The script's source.
     pub(crate) fn code(&self) -> &'static str {
         self.code
     }
+}
 
+#[cfg(feature = "sim")]
+impl Lua {
     /// The files of `src/scripts/` its source is made of.
     pub(crate) fn files(&self) -> &'static [&'static str] {
         self.files
@@ -1583,6 +1584,16 @@ impl Node {
         // A queue join counts as a vote: it reports a key transferred to the waiter.
         let timeout = self.admitted_within(timeout).await.ok()?;
         decode_join(self.eval(&join.call, timeout).await)
+    }
+
+    /// Marks a multi-resource waiter as listening ([`QueueJoin::listen`]), bounded by
+    /// `timeout`: whether no lock key of its set is held there (`None`: no answer).
+    pub(crate) async fn listen(&self, join: &QueueJoin, timeout: Duration) -> Option<bool> {
+        let timeout = self.admitted_within(timeout).await.ok()?;
+        match self.eval(&join.call, timeout).await {
+            Reply::Value(Value::Int(free)) => Some(free == 1),
+            _ => None,
+        }
     }
 
     /// Sends a prepared request, bounded by `timeout`, and decodes the answer.
@@ -2356,8 +2367,7 @@ mod tests {
             &RELEASE_ONE,
             &ENQUEUE,
             &CLAIM,
-            &ENQUEUE_MANY,
-            &CLAIM_MANY,
+            &LISTEN,
             &EXTEND,
             &ACQUIRE_FENCED,
             &COMMIT_FENCE,
@@ -2377,7 +2387,7 @@ mod tests {
     /// kind and the first-join flag.
     #[test]
     fn join_lease_in_millis() {
-        let keys = [b"q".to_vec(), b"l".to_vec(), b"a".to_vec()];
+        let res = Resources::new(&["r"]).unwrap();
         let args = JoinArgs {
             token: b"id",
             ticket: b"",
@@ -2387,7 +2397,7 @@ mod tests {
             first: true,
             inbox: b"quorumlock:inbox:c",
         };
-        let j = QueueJoin::new(&keys, b"k", &args);
+        let j = QueueJoin::new(&res, &args);
         assert_eq!(
             j.call.args,
             vec![

@@ -12,7 +12,7 @@
 //! | --- | --- |
 //! | `quorumlock:lock:{name}` | the lock token, with the TTL |
 //! | `quorumlock:fence:{name}` | the fence counter (fencing only; never expires; the largest fencing token issued or committed on this node, in microseconds since the Unix epoch or above) |
-//! | `quorumlock:queue:{name}`, `quorumlock:qlease:{name}`, `quorumlock:qattrs:{name}` | waiters by ticket, when each one's lease lapses, and what a release does with each entry (`<ttl ms>:<kind>[:<channel>]`: transfer, fenced transfer, name-only; the channel a transfer is announced on, the waiter's client's inbox) (notify waiting, on every node; vanish with the last lease) |
+//! | `quorumlock:queue:{name}`, `quorumlock:qlease:{name}`, `quorumlock:qattrs:{name}` | waiters by ticket, when each one's lease lapses (and multi-resource waiters' listening marks: the leases key exists exactly while someone waits, and only then does a release run its hand-off), and what a release does with each entry (`<ttl ms>:<kind>[:<channel>]`: transfer, fenced transfer; the channel a transfer is announced on, the waiter's client's inbox) (notify waiting, on every node; vanish with the last lease) |
 //! | `quorumlock:qset:<token>` | a multi-resource waiter's set: the channel a transfer to it is announced on, then each of its resources' lock key, queue, leases and attributes (`<length>:<bytes>` each); its entries' attributes are `<ttl ms>:m:quorumlock:qset:<token>`; lapses with the entries' lease |
 //! | `quorumlock:released:{name}` | the pub/sub channel announcing releases that hand the lock to no one |
 //! | `quorumlock:released:\xFFinbox:<16 hex>` | one client's inbox: the pub/sub channel announcing transfers to its waiters (byte `0xFF` never occurs in a name, so no resource's channel is an inbox) |
@@ -58,6 +58,7 @@ const RELEASED: &str = "released";
 const QUEUE: &str = "queue";
 const QUEUE_LEASE: &str = "qlease";
 const QUEUE_ATTRS: &str = "qattrs";
+/// Reserved: the set keys of an earlier multi-resource wait queue.
 const QUEUE_SET: &str = "qset";
 const RW: &str = "rw";
 const READERS: &str = "readers";
@@ -318,24 +319,12 @@ impl Resources {
     pub(crate) fn keyspace(&self) -> &Keyspace {
         &self.space
     }
-    /// A multi-resource waiter's set key (`enqueue_many.lua`), for its token: in the
-    /// resources' slot with [`Layout::Slotted`].
-    pub(crate) fn set_key(&self, token: &[u8]) -> Vec<u8> {
-        let tag = match (self.space.layout, self.names.first()) {
-            (Layout::Slotted, Some(n)) => crate::slot::name_tag(n),
-            _ => String::new(),
-        };
-        let mut k = self.space.prefix(QUEUE_SET);
-        k.extend_from_slice(tag.as_bytes());
-        k.extend_from_slice(token);
-        k
-    }
     /// Whether node `i` of `n` is one of the two *heralds* of the first resource ([`is_herald`]).
     pub(crate) fn is_herald(&self, i: usize, n: usize) -> bool {
         is_herald(self.names.first().map_or("", String::as_str), i, n)
     }
 
-    /// Whether node `i` of `n` announces this lock's plain releases (and names name-only
+    /// Whether node `i` of `n` announces this lock's plain releases (and names unservable
     /// heads), with notify waiting: a lock on one resource on the resource's two heralds; a
     /// lock on several on every node (a waiter for several resources listens to each of
     /// them, and with the two heralds of each unavailable, 5 nodes and more, no one would
@@ -565,7 +554,7 @@ mod tests {
         for name in ["a", "{order:7}:stock", "}x{", "{}"] {
             let res = Resources::in_space(&[name], &slotted()).unwrap();
             let slot = key_slot(name.as_bytes());
-            let mut keys = vec![res.lock_keys()[0].clone(), res.set_key(b"tok")];
+            let mut keys = vec![res.lock_keys()[0].clone()];
             keys.extend(res.fence_keys());
             keys.extend(res.queue_keys());
             let rw = RwKeys::new(name, &slotted());
@@ -644,7 +633,6 @@ mod tests {
         all.push(space.inbox_channel(7));
         all.push(space.record_key());
         if let Ok(res) = Resources::in_space(&[name], space) {
-            all.push(res.set_key(b"tok"));
             all.push(res.inbox(&space.inbox_channel(7)));
         }
         all
@@ -664,7 +652,6 @@ mod tests {
                 b"quorumlock:qattrs:x".to_vec()
             ]
         );
-        assert_eq!(res.set_key(b"tok"), b"quorumlock:qset:tok");
         assert_eq!(res.channels()[0], b"quorumlock:released:x");
         assert_eq!(
             p.inbox_channel(0xab),
@@ -707,7 +694,7 @@ mod tests {
             if layout == Layout::Slotted {
                 // The hash tag is the name's own: the namespace cannot hold braces.
                 let slot = crate::slot::key_slot(b"orders:42");
-                for k in [&res.lock_keys()[0], &res.channels()[0], &res.set_key(b"t")] {
+                for k in [&res.lock_keys()[0], &res.channels()[0]] {
                     assert_eq!(crate::slot::key_slot(k), slot);
                 }
             }

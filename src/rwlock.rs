@@ -126,7 +126,9 @@ impl Redlock {
     pub async fn try_read_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
         let (res, keys, inner) = self.rw(resource, ttl)?;
         let ask = Ask::new(Kind::Read(keys), inner.quorum);
-        acquire_as(inner, &res, &ask, ttl, 1).await
+        acquire_as(inner, &res, &ask, ttl, 1)
+            .await
+            .map_err(|e| e.about(&[resource]))
     }
 
     /// Takes a read lock on `resource`, waiting per the client's retry policy (polling
@@ -155,7 +157,9 @@ impl Redlock {
     pub async fn read_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
         let (res, keys, inner) = self.rw(resource, ttl)?;
         let ask = Ask::new(Kind::Read(keys), inner.quorum);
-        acquire_polling(inner, &res, &ask, ttl, &inner.config.retry).await
+        acquire_polling(inner, &res, &ask, ttl, &inner.config.retry)
+            .await
+            .map_err(|e| e.about(&[resource]))
     }
 
     /// Tries once to take the write lock on `resource` for `ttl`: excludes readers and
@@ -189,7 +193,9 @@ impl Redlock {
     pub async fn try_write_lock(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
         let (res, keys, inner) = self.rw(resource, ttl)?;
         let ask = Ask::new(Kind::Write(keys), inner.quorum);
-        acquire_as(inner, &res, &ask, ttl, 1).await
+        acquire_as(inner, &res, &ask, ttl, 1)
+            .await
+            .map_err(|e| e.about(&[resource]))
     }
 
     /// Takes the write lock on `resource`, waiting per the client's retry policy.
@@ -228,6 +234,6 @@ impl Redlock {
         ask.intent = intent.id.clone();
         let got = acquire_polling(inner, &res, &ask, ttl, &inner.config.retry).await;
         drop(intent);
-        got
+        got.map_err(|e| e.about(&[resource]))
     }
 }

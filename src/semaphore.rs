@@ -105,9 +105,15 @@ impl fmt::Debug for Semaphore {
 }
 
 impl Redlock {
-    /// A semaphore of `permits` permits named `name`, on this client's nodes, with the
-    /// majority quorum ([`Semaphore::with_quorum`] to change it). No I/O: nodes are only
-    /// asked when a permit is acquired.
+    /// A semaphore of `permits` permits named `name`, on this client's nodes. No I/O:
+    /// nodes are only asked when a permit is acquired.
+    ///
+    /// Its quorum is the smallest at or above the majority that lets exactly `permits`
+    /// holders in with every node up ([`Semaphore::capacity`] is `permits`). Where the
+    /// majority cannot give `permits` (5 nodes and 2 permits, say), that quorum is larger,
+    /// and fewer nodes may be down ([`Semaphore::capacity_with_down`]); choose another
+    /// with [`Semaphore::with_quorum`], or trade permits for availability with
+    /// [`Semaphore::with_quorum_allowing_fewer`].
     ///
     /// # Errors
     ///
@@ -141,7 +147,11 @@ impl Semaphore {
         }
         let inner = locks.groups.route(&res)?.clone();
         let res = inner.resources(&res)?;
-        let quorum = inner.quorum;
+        let quorum = if naive {
+            inner.quorum
+        } else {
+            semaphore::default_quorum(permits, inner.nodes.len())
+        };
         let mut s = Semaphore {
             keys: Arc::new(SemKeys::new(name, &inner.keys)),
             inner,
@@ -187,16 +197,18 @@ impl Semaphore {
         }
     }
 
-    /// The same semaphore with quorum `q`: a permit needs `q` grants. A larger quorum
-    /// raises the per-node limit and usually the capacity (`q = N` fits exactly `P`), and
-    /// lowers the number of nodes that may be down (`N − q`); compare
-    /// [`capacity`](Semaphore::capacity) and [`capacity_with_down`](Semaphore::capacity_with_down). Every client of the semaphore must use
-    /// the same quorum (the nodes refuse a different one, see
+    /// The same semaphore with quorum `q`: a permit needs `q` grants. The quorum must still
+    /// let [`permits`](Semaphore::permits) holders in with every node up; a larger quorum
+    /// lowers the number of nodes that may be down (`N − q`): compare
+    /// [`capacity_with_down`](Semaphore::capacity_with_down). Every client of the semaphore
+    /// must use the same quorum (the nodes refuse a different one, see
     /// [`Error::PermitsMismatch`]).
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidInput`] unless `q` is between the majority (`N / 2 + 1`) and `N`.
+    /// [`Error::InvalidInput`] unless `q` is between the majority (`N / 2 + 1`) and `N`, or
+    /// when `q` lets fewer than `P` holders in (the message says how many, and
+    /// [`with_quorum_allowing_fewer`](Semaphore::with_quorum_allowing_fewer) accepts it).
     ///
     /// # Example
     ///
@@ -212,13 +224,52 @@ impl Semaphore {
     /// .build()
     /// .await?;
     /// let pool = locks.semaphore("pool", 2)?;
-    /// assert_eq!(pool.capacity(), 1); // majority: c = 1, ⌊5/3⌋
-    /// let pool = pool.with_quorum(5)?;
-    /// assert_eq!(pool.capacity(), 2); // every node: c = 2, no node may be down
+    /// assert_eq!((pool.quorum(), pool.capacity()), (4, 2)); // the default: P holders
+    /// assert_eq!(pool.capacity_with_down(1), 2);
+    /// let pool = pool.with_quorum(5)?; // also P holders, but no node may be down
     /// assert_eq!(pool.capacity_with_down(1), 0);
+    /// assert!(pool.with_quorum(3).is_err()); // the majority fits only 1 of 2
     /// # Ok(()) }
     /// ```
-    pub fn with_quorum(mut self, q: usize) -> Result<Semaphore, Error> {
+    pub fn with_quorum(self, q: usize) -> Result<Semaphore, Error> {
+        let s = self.with_quorum_allowing_fewer(q)?;
+        let capacity = s.capacity();
+        if capacity < s.permits {
+            let n = s.inner.nodes.len();
+            return Err(Error::invalid(
+                "quorum",
+                format!(
+                    "{q} of {n} nodes lets only {capacity} of {} permit(s) be held at once; \
+                     the default quorum ({}) gives all of them, or accept fewer with \
+                     with_quorum_allowing_fewer",
+                    s.permits,
+                    semaphore::default_quorum(s.permits, n)
+                ),
+            ));
+        }
+        Ok(s)
+    }
+
+    /// As [`with_quorum`](Semaphore::with_quorum), accepting a quorum that lets fewer than
+    /// `P` holders in: an explicit trade of permits for availability. With the majority
+    /// quorum, [`capacity`](Semaphore::capacity) is `P` or `P − 1`, and a minority of the
+    /// nodes may be down. The bound on holders (never more than `P`) holds either way.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] unless `q` is between the majority (`N / 2 + 1`) and `N`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// # let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003", "redis://127.0.0.1:7004", "redis://127.0.0.1:7005"]).build().await?;
+    /// let pool = locks.semaphore("pool", 2)?.with_quorum_allowing_fewer(3)?;
+    /// assert_eq!(pool.capacity(), 1); // majority: c = 1, ⌊5/3⌋
+    /// assert_eq!(pool.capacity_with_down(2), 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn with_quorum_allowing_fewer(mut self, q: usize) -> Result<Semaphore, Error> {
         let n = self.inner.nodes.len();
         if !semaphore::valid_quorum(n, q) {
             return Err(Error::invalid(
@@ -355,7 +406,9 @@ impl Semaphore {
     pub async fn try_acquire(&self, ttl: Duration) -> Result<Lock, Error> {
         Error::ensure_runtime()?;
         self.inner.config.check_ttl(ttl)?;
-        acquire_as(&self.inner, &self.res, &self.ask(), ttl, 1).await
+        acquire_as(&self.inner, &self.res, &self.ask(), ttl, 1)
+            .await
+            .map_err(|e| e.about(self.res.names()))
     }
 
     /// Takes a permit for `ttl`, waiting per the client's retry policy (polling with the
@@ -385,6 +438,8 @@ impl Semaphore {
         Error::ensure_runtime()?;
         self.inner.config.check_ttl(ttl)?;
         let retry = &self.inner.config.retry;
-        acquire_polling(&self.inner, &self.res, &self.ask(), ttl, retry).await
+        acquire_polling(&self.inner, &self.res, &self.ask(), ttl, retry)
+            .await
+            .map_err(|e| e.about(self.res.names()))
     }
 }

@@ -1,20 +1,10 @@
-//! The transfer waiter: a mutex waiter with notify waiting (one resource, fenced or not;
-//! several, unfenced) that holds the lock when a quorum of nodes *transferred* it to its
-//! token inside the releaser's release, with no acquire round of its own (docs/safety.md,
-//! "Direct hand-off"). The decisions are pure
-//! ([`protocol::handoff`](crate::protocol::handoff)); this module runs them with the
-//! clock, the nodes and the notifier.
-//!
-//! A waiter for several resources queues one entry in each of its resources' queues, all
-//! joined (and renewed) at once on a node by one script with one ticket
-//! (`enqueue_many.lua`); a release hands it every key of its set on that node at once, or
-//! none (`release_one.lua`), so it never holds part of its set while it waits for the
-//! rest: no hold-and-wait, so no deadlock. On a node, one ticket per waiter orders any two
-//! waiters the same way in every queue they share, so the earliest one heads all of its
-//! queues and is handed its set when its keys are free. It claims (every key or none,
-//! `claim_many.lua`) on the fallback timer when it heads the queues, or when the hand-off
-//! window passes with some nodes counted; a plain release of one of its resources does
-//! not make it claim (another of its keys was held where that release ran).
+//! The transfer waiter: a single-resource mutex waiter with notify waiting (fenced or
+//! not) that holds the lock when a quorum of nodes *transferred* it to its token inside
+//! the releaser's release, with no acquire round of its own (docs/safety.md, "Direct
+//! hand-off"). The decisions are pure ([`protocol::handoff`](crate::protocol::handoff));
+//! this module runs them with the clock, the nodes and the notifier. (Waiters for several
+//! resources do not queue: they are woken by release announcements and claim, see
+//! [`wait`](crate::wait).)
 //!
 //! ```text
 //!   claim(T) ──refused──▶ join: heralds first (ticket) ──▶ every other node (same ticket)
@@ -79,10 +69,7 @@ struct Epoch {
     head: bool,
     /// A reply said the token is gone (and not held) on a node not counted.
     gone: bool,
-    /// Some node's reply said the token is queued there (or its keys hold it).
-    acknowledged: bool,
-    /// The latest confirmations said the key was free (several resources: no key of the
-    /// set held) on enough nodes to make a quorum with the nodes counted. A stale "free"
+    /// The latest confirmations said the key was free on enough nodes to make a quorum with the nodes counted. A stale "free"
     /// from a minority must not make the head claim into a held lock.
     free: bool,
 }
@@ -96,7 +83,6 @@ impl Epoch {
             first_count: None,
             head: true,
             gone: false,
-            acknowledged: false,
             free: false,
         }
     }
@@ -126,7 +112,6 @@ struct Waiter {
     res: Resources,
     ttl: Duration,
     timeout: Duration,
-    keys: [Vec<u8>; 3],
     kind: EntryKind,
     ticket: Option<Vec<u8>>,
     epoch: Epoch,
@@ -158,16 +143,9 @@ impl Waiter {
         });
     }
 
-    /// The join (or renewal) request of `args.token`: one resource's queue
-    /// (`enqueue.lua`), or every queue of a multi-resource waiter's set at once
-    /// (`enqueue_many.lua`, whose entries get every key or none).
+    /// The join (or renewal) request of `args.token` (`enqueue.lua`).
     fn queue_join(&self, args: &JoinArgs<'_>) -> QueueJoin {
-        if self.res.len() == 1 {
-            let lock = self.res.lock_keys().first().cloned().unwrap_or_default();
-            QueueJoin::new(&self.keys, &lock, args)
-        } else {
-            QueueJoin::many(&self.res, &self.res.set_key(args.token), args)
-        }
+        QueueJoin::new(&self.res, args)
     }
 
     fn all_nodes(&self) -> Vec<usize> {
@@ -299,7 +277,6 @@ impl Waiter {
             let counted = self.epoch.counted.get(i).is_some_and(Option::is_some);
             match handoff::on_reply(Some((state, place.holds)), counted) {
                 handoff::Reply::Confirm => {
-                    self.epoch.acknowledged = true;
                     if let Some(c) = self.epoch.confirmed.get_mut(i) {
                         *c = Some(sent_at);
                     }
@@ -511,7 +488,6 @@ pub(crate) async fn acquire(
         res: res.clone(),
         ttl,
         timeout,
-        keys: res.queue_keys(),
         kind: if inner.config.fencing {
             EntryKind::FencedTransfer
         } else {
@@ -631,7 +607,6 @@ pub(crate) async fn acquire(
         if tokio::time::Instant::now() >= w.renew_at {
             w.join().await;
             let rechecked = std::mem::take(&mut recheck);
-            let usable = res.len() == 1 || w.epoch.free;
             // The head of one resource's queue claims when its key is free (or transferred
             // to it) on a quorum: no announcement may come. A release is announced by its
             // first herald as soon as that key is free, and wakes a client's waiters
@@ -643,12 +618,10 @@ pub(crate) async fn acquire(
             // that each take themselves for the head, from different nodes' replies,
             // must not claim in lock-step again and again. Not again before the retry
             // delay after a claim no node refused (`free_after`).
-            let free_now =
-                res.len() == 1 && w.epoch.free && tokio::time::Instant::now() >= free_after;
-            if w.epoch.head && rechecked && usable {
-                // A plain release was heard while a waiter ahead was still on record (or,
-                // several resources, while queued): the renewal says this one is the head
-                // now (and no key of its set is held).
+            let free_now = w.epoch.free && tokio::time::Instant::now() >= free_after;
+            if w.epoch.head && rechecked {
+                // A plain release was heard while a waiter ahead was still on record: the
+                // renewal says this one is the head now.
                 claim_now = true;
             } else if w.epoch.head && free_now {
                 let stagger = jitter(Duration::ZERO, interest.window());
@@ -677,24 +650,12 @@ pub(crate) async fn acquire(
             wake = interest.released() => {
                 // A release that handed the lock to no one: transfers are announced in
                 // the waiter's inbox, so this is a plain release on the resource's channel
-                // (a node whose queue had no live transfer entry, a release of several
-                // resources). The key is free there; the queue's head, or a waiter queued
+                // (a node whose queue had no live transfer entry). The key is free there; the queue's head, or a waiter queued
                 // nowhere, claims now rather than at its fallback timer. A subscription
                 // that only became active is no release: claiming on it would spend an
                 // attempt on a lock still held (a release missed before it was active is
                 // found by the fallback timer and the renewals).
-                if wake == Wake::Released && res.len() > 1 && w.epoch.acknowledged {
-                    // A queued multi-resource waiter: a plain release of one of its keys
-                    // mostly means that, where it was queued, another key of its set was
-                    // still held (or it was not at the head); the release that frees the
-                    // last one hands it the whole set, and a claim now would be refused
-                    // and spend an attempt. But the release may also have run before its
-                    // join landed (nothing was handed to it): renew soon, and claim if
-                    // it heads its queues and no key of its set is held.
-                    let now = tokio::time::Instant::now();
-                    w.renew_at = contention::recheck_at(w.renew_at, now);
-                    recheck = true;
-                } else if wake == Wake::Released {
+                if wake == Wake::Released {
                     if w.epoch.head || !w.epoch.sent_anywhere() {
                         claim_now = true;
                     } else {

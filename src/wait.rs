@@ -13,8 +13,11 @@
 //!   in arrival order. That waiter lives in [`transfer`](crate::transfer); the rules are in
 //!   [`protocol::handoff`](crate::protocol::handoff) and the argument in docs/safety.md
 //!   ("Direct hand-off").
-//! * **Notify** (several resources, notify waiting): every release publishes on the
-//!   resource's channel (`<namespace>:released:{name}`). Waiters of a
+//! * **Notify** (several resources, notify waiting): after a refused attempt the waiter
+//!   marks each of its resources on every node (`listen.lua`, renewed every third of
+//!   [`QUEUE_LEASE`] while it waits, dropped by the release of the lock it takes), and a
+//!   release of a marked resource publishes on the resource's channel
+//!   (`<namespace>:released:{name}`); a release with no mark announces nothing. Waiters of a
 //!   [`Redlock`](crate::Redlock) share one subscription connection per node
 //!   ([`Notifier`]) and, woken by a release, try again after a random stagger within the
 //!   resource's contention window (initially [`NOTIFY_STAGGER`]; it doubles on every split
@@ -46,6 +49,7 @@ use crate::acquire::{Ask, acquire_as, acquire_once};
 use crate::config::Retry;
 use crate::error::{Error, Timeout, Votes};
 use crate::lock::Lock;
+use crate::node::QueueJoin;
 use crate::notifier::Interest;
 pub(crate) use crate::protocol::contention::POLITE_DELAY;
 pub use crate::protocol::contention::QUEUE_LEASE;
@@ -54,6 +58,8 @@ use crate::resource::Resources;
 use crate::shared::Inner;
 pub(crate) use crate::time::jitter;
 use crate::time::later;
+use crate::token::Token;
+use futures::future::join_all;
 
 /// Acquires a lock of any kind by polling, per `retry`: an attempt, then a random delay
 /// from the policy's range, until granted, a failure that is not retryable, or the
@@ -175,6 +181,108 @@ impl Waiter<'_> {
     }
 }
 
+/// How many renewals a refused wake brings forward ([`Listener::recheck`]): with
+/// [`contention::RECHECK_GAP`] between them, half a second for the release to land.
+const RECHECKS: u8 = 5;
+
+/// A multi-resource waiter's mark on its resources' waiting state (`listen.lua`): its id,
+/// renewed every third of [`QUEUE_LEASE`] while it waits, and left in the lock it takes
+/// (whose release drops it).
+struct Listener<'a> {
+    inner: &'a Arc<Inner>,
+    res: &'a Resources,
+    id: Option<Token>,
+    renew_at: Option<tokio::time::Instant>,
+    timeout: Duration,
+    /// Renewals left to bring forward while the keys are not yet free ([`Listener::recheck`]).
+    rechecks: u8,
+}
+
+impl<'a> Listener<'a> {
+    /// A listener for notify waiting on several resources; with nothing to do otherwise.
+    fn new(
+        inner: &'a Arc<Inner>,
+        res: &'a Resources,
+        ttl: Duration,
+    ) -> Result<Listener<'a>, Error> {
+        let id = if inner.notifier.is_some() && res.len() > 1 {
+            Some(Token::generate()?)
+        } else {
+            None
+        };
+        Ok(Listener {
+            inner,
+            res,
+            id,
+            renew_at: None,
+            timeout: inner.config.node_timeout_for(ttl),
+            rechecks: 0,
+        })
+    }
+
+    fn due(&self) -> bool {
+        self.id.is_some()
+            && self
+                .renew_at
+                .is_none_or(|at| tokio::time::Instant::now() >= at)
+    }
+
+    /// When the mark is due for renewal, if before `fallback` (else `fallback`, which
+    /// makes an attempt instead).
+    fn renew_by(&self, fallback: tokio::time::Instant) -> tokio::time::Instant {
+        match self.renew_at {
+            Some(at) if at < fallback => at,
+            _ => later(fallback, Duration::from_secs(3600)),
+        }
+    }
+
+    /// Brings the next renewal forward to [`contention::RECHECK_GAP`] from now (time for a
+    /// release still on its way to land), if marked and not due sooner; and so the next
+    /// few while their replies do not find the keys free (the release may be slow).
+    fn recheck(&mut self) {
+        self.rechecks = RECHECKS;
+        self.soon();
+    }
+
+    fn soon(&mut self) {
+        if let Some(at) = self.renew_at {
+            let soon = later(tokio::time::Instant::now(), contention::RECHECK_GAP);
+            self.renew_at = Some(at.min(soon));
+        }
+    }
+
+    /// Marks (or renews) on every node at once, awaiting the replies (bounded by the node
+    /// timeout). Whether a quorum of nodes answered that no key of the set is held.
+    async fn listen(&mut self) -> bool {
+        let Some(id) = &self.id else {
+            return false;
+        };
+        self.renew_at = Some(contention::renew_at(tokio::time::Instant::now()));
+        let join = QueueJoin::listen(self.res, id.as_bytes(), QUEUE_LEASE);
+        let timeout = self.timeout;
+        let replies = join_all(self.inner.nodes.iter().map(|n| n.listen(&join, timeout))).await;
+        let free = replies.iter().filter(|r| **r == Some(true)).count() >= self.inner.quorum;
+        if free {
+            self.rechecks = 0;
+        } else if self.rechecks > 0 {
+            self.rechecks -= 1;
+            self.soon();
+        }
+        free
+    }
+
+    /// The lock taken carries the mark's id: its release drops it.
+    fn mark(&self, got: Result<Lock, Error>) -> Result<Lock, Error> {
+        match (got, &self.id) {
+            (Ok(mut lock), Some(id)) if self.renew_at.is_some() => {
+                lock.set_waiter(id.as_bytes().to_vec());
+                Ok(lock)
+            }
+            (got, _) => got,
+        }
+    }
+}
+
 /// Acquires with retries, per `retry`.
 ///
 /// Notify waiting waits by transfer ([`transfer`](crate::transfer)): one resource, or
@@ -198,9 +306,9 @@ pub(crate) async fn acquire_waiting(
     retry: &Retry,
 ) -> Result<Lock, Error> {
     if let Some(n) = &inner.notifier
-        && (res.len() == 1 || !inner.config.fencing)
+        && res.len() == 1
     {
-        // Notify waiting: hand-off by transfer (several resources: unfenced only).
+        // Notify waiting for one resource: hand-off by transfer.
         let yield_first = n.should_yield(res);
         let interest = n.interest(res);
         return crate::transfer::acquire(inner, res, ttl, retry, interest, yield_first).await;
@@ -217,6 +325,12 @@ pub(crate) async fn acquire_waiting(
         last: None,
     };
     let mut interest: Option<Interest> = None;
+    // Notify waiting marks the resources' waiting state on every node (`listen.lua`), so
+    // their releases announce; renewed every third of the lease while it waits, dropped by
+    // the release of the lock it takes, else lapsing with the lease.
+    let mut listener = Listener::new(inner, res, ttl)?;
+    // The last pause ended with a release announcement.
+    let mut woken = false;
     let mut try_now = true;
     let mut fallback_at: Option<tokio::time::Instant> = None;
     if let Some(n) = &inner.notifier
@@ -230,8 +344,16 @@ pub(crate) async fn acquire_waiting(
         let mut split = false;
         if try_now {
             match w.try_once(interest.as_ref()).await {
-                Tried::Done(r) => return crate::metrics::waited(start, *r),
-                Tried::Refused { split: s } => split = s,
+                Tried::Done(r) => return crate::metrics::waited(start, listener.mark(*r)),
+                Tried::Refused { split: s } => {
+                    split = s;
+                    if std::mem::take(&mut woken) {
+                        // Woken by a release, refused: the attempt may have reached a node
+                        // before that release did, and the release is announced once.
+                        // Renew the mark soon: its reply says whether the keys are free.
+                        listener.recheck();
+                    }
+                }
                 Tried::Skipped => {}
             }
         }
@@ -240,6 +362,13 @@ pub(crate) async fn acquire_waiting(
         }
         if split && let Some(i) = &interest {
             i.adapt(true);
+        }
+        if listener.due() && listener.listen().await && !split {
+            // The mark found every key free on a quorum: a release ran before the first
+            // mark landed (not announced), or after an attempt it woke had been refused
+            // (announced once). Try now; the next renewal is a third of the lease away.
+            try_now = true;
+            continue;
         }
         // The fallback timer runs from the last attempt.
         if try_now || fallback_at.is_none() {
@@ -269,9 +398,14 @@ pub(crate) async fn acquire_waiting(
                 // against the herd) or the fallback timer, whichever comes first.
                 tokio::select! {
                     _ = i.released() => {
+                        woken = true;
                         tokio::time::sleep(jitter(Duration::ZERO, i.window())).await;
                     }
                     () = tokio::time::sleep_until(wake_at) => {}
+                    () = tokio::time::sleep_until(listener.renew_by(wake_at)) => {
+                        // Only the mark is due: renew it, no attempt.
+                        try_now = false;
+                    }
                 }
             }
             _ => tokio::time::sleep(delay).await,
@@ -302,6 +436,7 @@ mod tests {
             elapsed: Duration::ZERO,
             largest_holder: largest,
             holder_ids: Vec::new(),
+            resources: Vec::new(),
         }
     }
 

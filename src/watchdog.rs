@@ -36,7 +36,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 
 use crate::client::Redlock;
-use crate::error::Error;
+use crate::error::{Error, Lost, LostReason};
 use crate::extender::{Changed, Entry, Registry};
 use crate::lock::Lock;
 use crate::protocol::keep;
@@ -203,15 +203,23 @@ impl Watchdog {
 #[must_use = "futures do nothing unless polled"]
 pub struct LostSignal {
     entry: Arc<Entry>,
-    fut: Option<BoxFuture<'static, Error>>,
+    resources: Arc<[String]>,
+    fut: Option<BoxFuture<'static, Lost>>,
+}
+
+impl LostSignal {
+    fn new(entry: &Arc<Entry>, resources: &Arc<[String]>) -> LostSignal {
+        LostSignal {
+            entry: entry.clone(),
+            resources: resources.clone(),
+            fut: None,
+        }
+    }
 }
 
 impl Clone for LostSignal {
     fn clone(&self) -> LostSignal {
-        LostSignal {
-            entry: self.entry.clone(),
-            fut: None,
-        }
+        LostSignal::new(&self.entry, &self.resources)
     }
 }
 
@@ -222,13 +230,30 @@ impl fmt::Debug for LostSignal {
 }
 
 impl Future for LostSignal {
-    type Output = Error;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Error> {
+    type Output = Lost;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Lost> {
         let this = &mut *self;
-        let fut = this
-            .fut
-            .get_or_insert_with(|| this.entry.clone().wait_lost().boxed());
+        let fut = this.fut.get_or_insert_with(|| {
+            let (entry, names) = (this.entry.clone(), this.resources.clone());
+            async move { as_lost(entry.wait_lost().await.about(&names)) }.boxed()
+        });
         fut.as_mut().poll(cx)
+    }
+}
+
+/// The watchdog's verdict as the [`Lost`] it always is (a state it cannot read is a
+/// failed watchdog: it fails closed).
+fn as_lost(e: Error) -> Lost {
+    match e {
+        Error::Lost(l) => l,
+        other => {
+            tracing::warn!(error = %other, "quorumlock: the lost signal carried another error");
+            Lost {
+                reason: LostReason::WatchdogFailed,
+                votes: None,
+                resources: Vec::new(),
+            }
+        }
     }
 }
 
@@ -251,6 +276,7 @@ impl Future for LostSignal {
 pub struct LockContext {
     entry: Arc<Entry>,
     fencing: Option<u64>,
+    resources: Arc<[String]>,
 }
 
 impl fmt::Debug for LockContext {
@@ -313,10 +339,7 @@ impl LockContext {
     /// # async fn f(ctx: quorumlock::LockContext) { let e = ctx.lost().await; }
     /// ```
     pub fn lost(&self) -> LostSignal {
-        LostSignal {
-            entry: self.entry.clone(),
-            fut: None,
-        }
+        LostSignal::new(&self.entry, &self.resources)
     }
 }
 
@@ -337,7 +360,7 @@ impl LockContext {
 /// let lost = kept.lost();
 /// tokio::select! {
 ///     () = tokio::time::sleep(Duration::from_secs(30)) => {}
-///     e = lost => return Err(e),
+///     lost = lost => return Err(lost.into()),
 /// }
 /// kept.release().await?;
 /// # Ok(()) }
@@ -460,15 +483,12 @@ impl KeptLock {
     ///
     /// ```no_run
     /// # async fn demo(kept: quorumlock::KeptLock) {
-    /// let e = kept.lost().await;
-    /// assert!(e.is_lost());
+    /// let lost = kept.lost().await;
+    /// println!("stop: {:?} lost because {}", lost.resources(), lost.reason());
     /// # }
     /// ```
     pub fn lost(&self) -> LostSignal {
-        LostSignal {
-            entry: self.entry.clone(),
-            fut: None,
-        }
+        LostSignal::new(&self.entry, &self.resources().into())
     }
 
     /// Whether the lost signal has fired (or its time has come). Once `true`, stays
@@ -531,6 +551,7 @@ impl KeptLock {
         LockContext {
             entry: self.entry.clone(),
             fencing: self.fencing_token(),
+            resources: self.resources().into(),
         }
     }
 
@@ -563,7 +584,8 @@ impl KeptLock {
     /// # Ok(()) }
     /// ```
     pub async fn release(mut self) -> Result<(), Error> {
-        let lost = self.entry.check(Instant::now());
+        let names = self.resources().to_vec();
+        let lost = self.entry.check(Instant::now()).map(|e| e.about(&names));
         let deadline = self.stop();
         let released = match self.lock.take() {
             Some(mut lock) => {
@@ -636,8 +658,7 @@ impl Redlock {
         F: FnOnce(LockContext) -> Fut,
         Fut: Future<Output = T>,
     {
-        let lock = self.lock(resource, ttl).await?;
-        scoped(lock.keep_alive(watchdog), f).await
+        scoped(self.lock(resource, ttl), watchdog, f).await
     }
 
     /// As [`with_lock`](Redlock::with_lock), with one attempt ([`try_lock`](Redlock::try_lock)).
@@ -671,8 +692,7 @@ impl Redlock {
         F: FnOnce(LockContext) -> Fut,
         Fut: Future<Output = T>,
     {
-        let lock = self.try_lock(resource, ttl).await?;
-        scoped(lock.keep_alive(watchdog), f).await
+        scoped(self.try_lock(resource, ttl), watchdog, f).await
     }
 }
 
@@ -715,8 +735,7 @@ impl Redlock {
         F: FnOnce(LockContext) -> Fut,
         Fut: Future<Output = T>,
     {
-        let lock = self.read_lock(resource, ttl).await?;
-        scoped(lock.keep_alive(watchdog), f).await
+        scoped(self.read_lock(resource, ttl), watchdog, f).await
     }
 
     /// Scoped use of the write lock: as [`with_lock`](Redlock::with_lock), with
@@ -757,8 +776,7 @@ impl Redlock {
         F: FnOnce(LockContext) -> Fut,
         Fut: Future<Output = T>,
     {
-        let lock = self.write_lock(resource, ttl).await?;
-        scoped(lock.keep_alive(watchdog), f).await
+        scoped(self.write_lock(resource, ttl), watchdog, f).await
     }
 }
 
@@ -800,17 +818,20 @@ impl Semaphore {
         F: FnOnce(LockContext) -> Fut,
         Fut: Future<Output = T>,
     {
-        let permit = self.acquire(ttl).await?;
-        scoped(permit.keep_alive(watchdog), f).await
+        scoped(self.acquire(ttl), watchdog, f).await
     }
 }
 
-async fn scoped<F, Fut, T>(kept: KeptLock, f: F) -> Result<T, Error>
+/// The one implementation of every scoped wrapper: takes the lock `acquire` gives, keeps it
+/// alive with `watchdog` while `f` runs, cancels `f` if the lock is lost, and releases it.
+async fn scoped<A, F, Fut, T>(acquire: A, watchdog: Watchdog, f: F) -> Result<T, Error>
 where
+    A: Future<Output = Result<Lock, Error>>,
     F: FnOnce(LockContext) -> Fut,
     Fut: Future<Output = T>,
 {
     use std::panic::AssertUnwindSafe;
+    let kept = acquire.await?.keep_alive(watchdog);
     let ctx = kept.context();
     let lost = kept.lost();
     let outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| f(ctx))) {
@@ -825,7 +846,7 @@ where
                     if let Err(re) = kept.release().await {
                         tracing::debug!(error = %re, "quorumlock: release of a lost lock failed");
                     }
-                    return Err(e);
+                    return Err(Error::Lost(e));
                 }
             }
         }
@@ -869,10 +890,7 @@ mod tests {
             e.deadline() <= Instant::now(),
             "no validity on a poisoned state"
         );
-        let signal = LostSignal {
-            entry: e.clone(),
-            fut: None,
-        };
+        let signal = LostSignal::new(&e, &Arc::from(Vec::new()));
         let fired = tokio::time::timeout(Duration::from_secs(1), signal).await;
         assert!(
             fired.is_ok(),

@@ -50,7 +50,8 @@ async fn t10_acquire_refuse_release_reacquire() {
             assert!(votes.held() >= 3, "decided at quorum: {votes:#}");
             assert_eq!(votes.granted(), 0);
             assert_eq!(votes.quorum(), 3);
-            assert!(votes.to_string().contains("quorum 3"), "{votes}");
+            assert!(votes.to_string().contains("(3 needed)"), "{votes}");
+            assert_eq!(votes.resources(), ["orders:42"]);
         }
         other => panic!("expected Held, got {other:?}"),
     }

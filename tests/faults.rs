@@ -177,22 +177,6 @@ fn launched(r: std::io::Result<LocalCluster>) -> LocalCluster {
     r.expect("start redis-server nodes (is redis-server installed? run scripts/install-deps.sh)")
 }
 
-/// Makes `nodes` hold another owner's key for `resource` (so A's key lands elsewhere).
-async fn occupy(c: &LocalCluster, nodes: impl IntoIterator<Item = usize>, resource: &str) {
-    for i in nodes {
-        let mut r = raw(c, i).await;
-        let _: () = r.set(lock_key(resource), "another-owner").await.unwrap();
-    }
-}
-
-/// The other owner lets go of `nodes`.
-async fn vacate(c: &LocalCluster, nodes: impl IntoIterator<Item = usize>, resource: &str) {
-    for i in nodes {
-        let mut r = raw(c, i).await;
-        let _: () = r.del(lock_key(resource)).await.unwrap();
-    }
-}
-
 /// The nodes (by index) whose key for `resource` holds `token`, read directly.
 async fn holders(c: &LocalCluster, resource: &str, token: &str) -> Vec<usize> {
     let key = lock_key(resource);
@@ -1275,7 +1259,7 @@ async fn judge_extension(
     );
 }
 
-/// The example of an outside review: A holds (10 s), three of five nodes pause, A's
+/// A holds (10 s), three of five nodes pause, A's
 /// `extend` with a *shorter* TTL (1 s) reaches only two and fails; the paused nodes resume
 /// and run the extension late. A still reports ~10 s; every key must still outlive that,
 /// and B must not get the lock.

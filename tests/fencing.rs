@@ -13,6 +13,7 @@ use quorumlock::Redlock;
 use quorumlock::testkit::nemesis::FaultKind;
 use quorumlock::testkit::{History, LocalCluster, Persistence, RandomNemesis, ViolationKind};
 use redis::AsyncCommands;
+use support::{lock_key, occupy, raw, vacate};
 
 const NODES: usize = 5;
 
@@ -26,18 +27,6 @@ async fn cluster() -> LocalCluster {
 /// derived default (2 % of a 500 ms TTL) is tight on a loaded 2-core CI machine.
 async fn client(cluster: &LocalCluster, fencing: bool) -> Redlock {
     support::client(cluster.urls(), Duration::from_millis(150), fencing).await
-}
-
-async fn raw(cluster: &LocalCluster, i: usize) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(cluster.direct_url(i).unwrap())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
-}
-
-fn lock_key(name: &str) -> String {
-    format!("quorumlock:lock:{name}")
 }
 
 /// A fenced store: accepts a write only with a token ≥ the largest it has seen, checked and
@@ -317,26 +306,11 @@ async fn paused_holder_without_fencing_is_flagged() {
     assert_eq!(report.count(ViolationKind::WorkOutsideHold), 1, "{report}");
 }
 
-/// Makes `nodes` refuse any acquisition of `name` (a foreign lock key without TTL).
-async fn occupy(cluster: &LocalCluster, nodes: &[usize], name: &str) {
-    for &i in nodes {
-        let mut c = raw(cluster, i).await;
-        let _: () = c.set(lock_key(name), "someone-else").await.unwrap();
-    }
-}
-
-async fn vacate(cluster: &LocalCluster, nodes: &[usize], name: &str) {
-    for &i in nodes {
-        let mut c = raw(cluster, i).await;
-        let _: () = c.del(lock_key(name)).await.unwrap();
-    }
-}
-
 /// Holders of `name` granted by `nodes` only: every other node holds a foreign key for it.
 /// Returns the last token.
 async fn hold_on(cluster: &LocalCluster, locks: &Redlock, nodes: &[usize], name: &str) -> u64 {
     let others: Vec<usize> = (0..NODES).filter(|i| !nodes.contains(i)).collect();
-    occupy(cluster, &others, name).await;
+    occupy(cluster, others.iter().copied(), name).await;
     let mut t = 0;
     for _ in 0..5 {
         let l = locks.lock(name, Duration::from_millis(500)).await.unwrap();
@@ -345,7 +319,7 @@ async fn hold_on(cluster: &LocalCluster, locks: &Redlock, nodes: &[usize], name:
         t = next;
         l.release().await.unwrap();
     }
-    vacate(cluster, &others, name).await;
+    vacate(cluster, others.iter().copied(), name).await;
     t
 }
 
@@ -547,11 +521,11 @@ async fn restarted_node_in_the_only_reachable_quorum_still_gets_a_larger_token()
     let ttl = Duration::from_millis(500);
 
     let mut naive_a = 0;
-    occupy(&cluster, &[3, 4], "ledger").await;
+    occupy(&cluster, [3, 4], "ledger").await;
     for _ in 0..5 {
         naive_a = naive_acquire(&cluster, &[0, 1, 2], "ledger").await;
     }
-    vacate(&cluster, &[3, 4], "ledger").await;
+    vacate(&cluster, [3, 4], "ledger").await;
     let ta = hold_on(&cluster, &locks, &[0, 1, 2], "ledger").await;
     assert_eq!(naive_a, 5);
 
@@ -625,7 +599,7 @@ async fn a_node_stalling_between_the_rounds_does_not_fail_the_attempt() {
         "warm-up release never finished"
     );
 
-    occupy(&cluster, &[4], "stall").await;
+    occupy(&cluster, [4], "stall").await;
     cluster.delay(0, Duration::from_millis(150)).unwrap();
     cluster.delay(1, Duration::from_millis(150)).unwrap();
     cluster.delay(3, Duration::from_millis(400)).unwrap();
@@ -668,7 +642,7 @@ async fn a_node_stalling_between_the_rounds_does_not_fail_the_attempt() {
         assert!(v.is_some_and(|v| v >= t), "node {i}: counter {v:?} < {t}");
     }
     eprintln!("node 2 stalled between the rounds: token {t} committed on nodes 0, 1, 3");
-    vacate(&cluster, &[4], "stall").await;
+    vacate(&cluster, [4], "stall").await;
     let l = locks.lock("stall", ttl).await.unwrap();
     assert!(l.fencing_token().unwrap() > t);
     l.release().await.unwrap();

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use quorumlock::Redlock;
 use quorumlock::testkit::LocalCluster;
 use redis::AsyncCommands;
-use support::{del_on, lock_key, raw};
+use support::{del_on, fence_key, lock_key, raw};
 
 const NODES: usize = 5;
 
@@ -22,10 +22,6 @@ async fn cluster() -> LocalCluster {
 
 async fn fenced(cluster: &LocalCluster) -> Redlock {
     support::client(cluster.urls(), Duration::from_millis(150), true).await
-}
-
-fn fence_key(name: &str) -> String {
-    format!("quorumlock:fence:{name}")
 }
 
 /// Microseconds since the Unix epoch by this machine's clock (the nodes' clock too: they

@@ -41,22 +41,19 @@ async fn queued_everywhere(cluster: &LocalCluster, res: &str, n: u64) -> TestRes
 /// Runs `release_one.lua` raw on node `i` for `token` (a release of an earlier holder that
 /// reaches this node late): `{kind, waiters[, fence]}`.
 async fn release_one(cluster: &LocalCluster, i: usize, res: &str, token: &str) -> Vec<i64> {
-    redis::Script::new(concat!(
-        include_str!("../src/scripts/sets.lua"),
-        include_str!("../src/scripts/release_one.lua")
-    ))
-    .key(lock_key(res))
-    .key(queue(res))
-    .key(qlease(res))
-    .key(format!("quorumlock:qattrs:{res}"))
-    .key(format!("quorumlock:fence:{res}"))
-    .arg(token)
-    .arg("")
-    .arg(format!("quorumlock:released:{res}"))
-    .arg("0")
-    .invoke_async(&mut raw(cluster, i).await)
-    .await
-    .expect("release_one")
+    redis::Script::new(quorumlock::testkit::scripts::release_one())
+        .key(lock_key(res))
+        .key(queue(res))
+        .key(qlease(res))
+        .key(format!("quorumlock:qattrs:{res}"))
+        .key(format!("quorumlock:fence:{res}"))
+        .arg(token)
+        .arg("")
+        .arg(format!("quorumlock:released:{res}"))
+        .arg("0")
+        .invoke_async(&mut raw(cluster, i).await)
+        .await
+        .expect("release_one")
 }
 
 /// Suppose a waiter that won by a claim let its entries lapse on every node. On a node where

@@ -23,7 +23,7 @@ type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_claim_on_a_free_key_keeps_the_retry_delay() -> TestResult {
     let cluster = LocalCluster::builder(3).proxies(true).launch().await?;
-    let res = "review-free-loop";
+    let res = "head-claims-free-loop";
     let direct: Vec<String> = (0..3)
         .map(|i| cluster.direct_url(i))
         .collect::<Result<_, _>>()?;
@@ -74,7 +74,7 @@ async fn a_failing_claim_on_a_free_key_keeps_the_retry_delay() -> TestResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_fenced_claim_on_a_free_key_keeps_the_retry_delay() -> TestResult {
     let cluster = LocalCluster::builder(3).launch().await?;
-    let res = "review-free-loop-fenced";
+    let res = "head-claims-free-loop-fenced";
     let holder = Redlock::builder(cluster.urls())
         .fencing(true)
         .build()
@@ -118,7 +118,7 @@ async fn a_failing_fenced_claim_on_a_free_key_keeps_the_retry_delay() -> TestRes
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_head_does_not_claim_on_a_minority_of_free_keys() -> TestResult {
     let cluster = LocalCluster::builder(3).launch().await?;
-    let res = "review-minority-free";
+    let res = "head-claims-minority-free";
     let holder = Redlock::builder(cluster.urls()).build().await?;
     let waiter = Redlock::builder(cluster.urls())
         .retry(
@@ -165,7 +165,7 @@ async fn an_overtaken_release_with_every_node_up_is_handed_over() -> TestResult 
 
 async fn overtaken_release_on_five(kill: bool) -> TestResult {
     let n = 5;
-    let res = "review-overtaken-5";
+    let res = "head-claims-overtaken-5";
     let [h1, h2] = heralds(res, n);
     let others: Vec<usize> = (0..n).filter(|i| *i != h1 && *i != h2).collect();
     let dead = others.first().copied().ok_or("no other node")?;
@@ -201,6 +201,15 @@ async fn overtaken_release_on_five(kill: bool) -> TestResult {
         cluster
             .proxy(i)?
             .set_mode(ProxyMode::Delay(Duration::from_millis(80)));
+    }
+    // The release script is cached on every node: through the 80 ms delays a `NOSCRIPT`
+    // exchange would take two round trips (320 ms), past the node timeout (200 ms).
+    for &i in &live {
+        let _: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(quorumlock::testkit::scripts::release_one())
+            .query_async(&mut raw(&cluster, i).await)
+            .await?;
     }
     let releasing = Instant::now();
     lock.release().await?;

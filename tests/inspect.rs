@@ -1,6 +1,7 @@
 //! Inspection against real redis-server processes: the verdict (held on a quorum, free on
 //! a quorum, unknown), the per-node detail (holder prefix, TTL, fence counter, queue
-//! length, failures), and that inspecting writes nothing.
+//! length, failures), the read-write lock and the semaphore of the same name (readers,
+//! writer, waiting writers, permits), and that inspecting writes nothing.
 #![cfg(feature = "testkit")]
 
 mod support;
@@ -8,7 +9,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use quorumlock::inspect::{NodeState, Verdict};
+use quorumlock::inspect::{NodeState, RwVerdict, SemaphoreVerdict, Verdict};
 use quorumlock::testkit::LocalCluster;
 use quorumlock::{Error, Redlock, Retry};
 use redis::AsyncCommands;
@@ -318,11 +319,17 @@ async fn t60_queue_length_counts_the_waiters() {
             lock.release().await
         }));
     }
-    // Each waiter joins the queue after its first refused attempt.
+    // Each waiter joins the queue after its first refused attempt, on each herald in turn:
+    // wait until both heralds count every waiter.
     let deadline = Instant::now() + Duration::from_secs(15);
     let seen = loop {
         let seen = locks.inspect("queued").await.expect("inspect");
-        if seen.queued() == Some(WAITERS) || Instant::now() >= deadline {
+        let both = seen
+            .nodes()
+            .iter()
+            .filter(|n| n.is_herald())
+            .all(|n| n.reading().and_then(|r| r.queued()) == Some(WAITERS));
+        if both || Instant::now() >= deadline {
             break seen;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -454,4 +461,278 @@ async fn t70_inspecting_changes_no_key() {
         }
     }
     lock.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_make_the_name_read_held() {
+    let c = cluster(5).await;
+    let locks = client(&c).await;
+    let a = locks.try_read_lock("catalog", TTL).await.expect("reader a");
+    let b = locks.try_read_lock("catalog", TTL).await.expect("reader b");
+    assert!(locks.flush(Duration::from_secs(10)).await);
+    let seen = locks.inspect("catalog").await.expect("inspect");
+    let RwVerdict::ReadHeld {
+        readers,
+        nodes,
+        ttl,
+    } = seen.rw_verdict()
+    else {
+        panic!("not read-held: {seen}");
+    };
+    assert_eq!((*readers, *nodes), (2, 5), "{seen}");
+    assert!(
+        *ttl <= TTL && *ttl >= TTL - Duration::from_secs(5),
+        "{ttl:?}"
+    );
+    // The mutex and the semaphore of the name are separate locks: free.
+    assert_eq!(seen.verdict(), &Verdict::Free { nodes: 5 });
+    assert_eq!(
+        seen.semaphore_verdict(),
+        &SemaphoreVerdict::Free { nodes: 5 }
+    );
+    assert_eq!(seen.waiting_writers(), 0);
+    assert!(!seen.is_all_free());
+    assert!(
+        seen.to_string()
+            .contains("catalog: read-held by 2 readers on 5/5 nodes (quorum 3)"),
+        "{seen}"
+    );
+    for node in seen.nodes() {
+        let rw = node.reading().expect("answered").rw();
+        assert_eq!(rw.writer(), None);
+        assert_eq!(rw.readers().len(), 2, "{node}");
+        for token in [a.token(), b.token()] {
+            assert!(
+                rw.readers().iter().any(|e| e.id().is_prefix_of(token)),
+                "{node}"
+            );
+        }
+        assert!(rw.readers().iter().all(|e| e.ttl() <= TTL));
+        assert!(!node.to_string().contains(a.token()), "{node}");
+    }
+    a.release().await.expect("release");
+    b.release().await.expect("release");
+    assert!(locks.flush(Duration::from_secs(10)).await);
+    let seen = locks.inspect("catalog").await.expect("inspect");
+    assert!(seen.is_all_free(), "{seen}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_makes_the_name_write_held() {
+    let c = cluster(5).await;
+    let locks = client(&c).await;
+    let writer = locks.try_write_lock("catalog", TTL).await.expect("writer");
+    assert!(locks.flush(Duration::from_secs(10)).await);
+    let seen = locks.inspect("catalog").await.expect("inspect");
+    let RwVerdict::WriteHeld {
+        writer: w,
+        nodes,
+        ttl,
+    } = seen.rw_verdict()
+    else {
+        panic!("not write-held: {seen}");
+    };
+    assert!(w.is_prefix_of(writer.token()), "{seen}");
+    assert_eq!(*nodes, 5);
+    assert!(ttl.is_some_and(|t| t <= TTL), "{ttl:?}");
+    assert!(seen.is_free(), "the mutex is a separate lock: {seen}");
+    assert!(
+        seen.to_string()
+            .contains(&format!("write-held by {w} on 5/5 nodes (quorum 3)")),
+        "{seen}"
+    );
+    for node in seen.nodes() {
+        let rw = node.reading().expect("answered").rw();
+        assert_eq!(rw.writer(), Some(w));
+        assert!(rw.writer_ttl().is_some_and(|t| t <= TTL));
+        assert!(rw.readers().is_empty());
+    }
+    writer.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writer_is_shown_while_readers_hold() {
+    let c = cluster(5).await;
+    let locks = client(&c).await;
+    let reader = locks.try_read_lock("catalog", TTL).await.expect("reader");
+    let w = Redlock::builder(c.urls())
+        .node_timeout(Duration::from_millis(250))
+        .retry(Retry::new().max_wait(Duration::from_secs(30)))
+        .build()
+        .await
+        .expect("build");
+    let waiting = tokio::spawn(async move {
+        let lock = w.write_lock("catalog", Duration::from_secs(5)).await?;
+        lock.release().await
+    });
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let seen = loop {
+        let seen = locks.inspect("catalog").await.expect("inspect");
+        if seen.waiting_writers() == 1 || Instant::now() >= deadline {
+            break seen;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(seen.waiting_writers(), 1, "{seen}");
+    assert!(
+        matches!(seen.rw_verdict(), RwVerdict::ReadHeld { readers: 1, .. }),
+        "{seen}"
+    );
+    assert!(seen.to_string().contains("1 writer waiting"), "{seen}");
+    let with_intent = seen
+        .nodes()
+        .iter()
+        .filter_map(|n| n.reading())
+        .filter(|r| !r.rw().waiting_writers().is_empty())
+        .count();
+    assert!(with_intent >= 3, "{seen}");
+    for r in seen.nodes().iter().filter_map(|n| n.reading()) {
+        for e in r.rw().waiting_writers() {
+            assert!(e.ttl() <= quorumlock::QUEUE_LEASE, "{e}");
+            assert_eq!(e.id().as_str().len(), 8);
+        }
+    }
+    // The reader leaves; the writer gets in, runs and leaves, and its intent with it.
+    reader.release().await.expect("release");
+    tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the writer finished")
+        .expect("task")
+        .expect("the writer took and released the lock");
+    let mut seen = locks.inspect("catalog").await.expect("inspect");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !seen.is_all_free() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        seen = locks.inspect("catalog").await.expect("inspect");
+    }
+    assert!(seen.is_all_free(), "{seen}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_permits_show_their_holders_and_the_count() {
+    let c = cluster(5).await;
+    let locks = client(&c).await;
+    let pool = locks.semaphore("pool", 2).expect("semaphore");
+    let (q, limit) = (pool.quorum(), pool.per_node_limit());
+    let first = pool.try_acquire(TTL).await.expect("permit 1");
+    let second = pool.try_acquire(TTL).await.expect("permit 2");
+    // The surplus grants are given back in the background.
+    assert!(locks.flush(Duration::from_secs(10)).await);
+    let seen = locks.inspect("pool").await.expect("inspect");
+    let SemaphoreVerdict::Held {
+        holders,
+        permits,
+        quorum,
+        ttl,
+    } = seen.semaphore_verdict()
+    else {
+        panic!("not held: {seen}");
+    };
+    assert_eq!((*holders, *permits, *quorum), (2, Some(2), q), "{seen}");
+    assert!(*ttl <= TTL, "{ttl:?}");
+    assert_eq!(seen.semaphore_quorum(), q);
+    let config = seen.semaphore_config().expect("stored configuration");
+    assert_eq!(
+        config.to_string(),
+        format!("2:{limit}:{q}:5"),
+        "the stored P:c:Q:N"
+    );
+    assert!(
+        seen.to_string()
+            .contains(&format!("semaphore: 2 of 2 permits held (quorum {q})")),
+        "{seen}"
+    );
+    assert!(seen.is_free() && matches!(seen.rw_verdict(), RwVerdict::Free { .. }));
+    // Each permit keeps its entries on exactly Q nodes; no node holds more than c.
+    let mut total = 0;
+    for node in seen.nodes() {
+        let sem = node.reading().expect("answered").semaphore();
+        assert!(sem.holders().len() <= limit as usize, "{node}");
+        for e in sem.holders() {
+            assert!(
+                e.id().is_prefix_of(first.token()) || e.id().is_prefix_of(second.token()),
+                "{node}"
+            );
+        }
+        total += sem.holders().len();
+    }
+    assert_eq!(total, 2 * q, "{seen:?}");
+    first.release().await.expect("release");
+    second.release().await.expect("release");
+    assert!(locks.flush(Duration::from_secs(10)).await);
+    let seen = locks.inspect("pool").await.expect("inspect");
+    assert_eq!(
+        seen.semaphore_verdict(),
+        &SemaphoreVerdict::Free { nodes: 5 }
+    );
+    assert_eq!(seen.semaphore_config(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_free_is_free_once() {
+    let c = cluster(3).await;
+    let locks = client(&c).await;
+    let seen = locks.inspect("nothing").await.expect("inspect");
+    assert!(seen.is_all_free(), "{seen}");
+    assert_eq!(seen.rw_verdict(), &RwVerdict::Free { nodes: 3 });
+    assert_eq!(
+        seen.semaphore_verdict(),
+        &SemaphoreVerdict::Free { nodes: 3 }
+    );
+    assert_eq!(seen.waiting_writers(), 0);
+    assert_eq!(seen.semaphore_config(), None);
+    assert_eq!(seen.to_string(), "nothing: free on 3/3 nodes (quorum 2)");
+    for node in seen.nodes() {
+        let r = node.reading().expect("answered");
+        assert!(r.is_empty() && r.rw().is_free() && r.semaphore().holders().is_empty());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_down_leave_the_other_kinds_partial_then_unknown() {
+    let c = cluster(5).await;
+    let locks = client(&c).await;
+    let reader = locks.try_read_lock("shared", TTL).await.expect("reader");
+    let pool = locks.semaphore("shared", 3).expect("semaphore");
+    let permit = pool.try_acquire(TTL).await.expect("permit");
+    assert!(locks.flush(Duration::from_secs(10)).await);
+    c.kill(0).await.expect("kill");
+    c.kill(1).await.expect("kill");
+    let seen = locks.inspect("shared").await.expect("inspect");
+    assert_eq!(seen.answered(), 3);
+    assert!(
+        matches!(
+            seen.rw_verdict(),
+            RwVerdict::ReadHeld {
+                readers: 1,
+                nodes: 3,
+                ..
+            }
+        ),
+        "{seen}"
+    );
+    // The permit kept its entries on Q nodes, some of them down: held when all of its
+    // answering nodes make the quorum, otherwise unknown, never free.
+    assert!(
+        !matches!(seen.semaphore_verdict(), SemaphoreVerdict::Free { .. }),
+        "{seen}"
+    );
+    // A third node down: only two answer, no verdict on any kind.
+    c.kill(2).await.expect("kill");
+    let seen = locks.inspect("shared").await.expect("inspect");
+    assert_eq!(seen.answered(), 2);
+    assert_eq!(seen.verdict(), &Verdict::Unknown);
+    assert_eq!(seen.rw_verdict(), &RwVerdict::Unknown, "{seen}");
+    assert_eq!(
+        seen.semaphore_verdict(),
+        &SemaphoreVerdict::Unknown,
+        "{seen}"
+    );
+    assert!(!seen.is_all_free());
+    assert!(
+        seen.to_string()
+            .contains("shared: unknown (2/5 nodes answered, quorum 3)"),
+        "{seen}"
+    );
+    drop((reader, permit));
 }

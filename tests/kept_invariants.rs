@@ -14,14 +14,6 @@ use redis::AsyncCommands;
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
-/// Why a lock was lost, if `e` is a lost-lock error.
-fn reason(e: &Error) -> Option<LostReason> {
-    match e {
-        Error::Lost(l) => Some(l.reason()),
-        _ => None,
-    }
-}
-
 /// A context cloned out of a scoped use (or kept by a task the closure spawned) must not
 /// report validity once the scope released the lock: another client may hold it by then.
 /// Before, it kept reporting the old deadline (and `is_lost() == false`) after the release.
@@ -53,7 +45,7 @@ async fn a_context_that_outlives_its_scope_reports_the_lock_gone() -> TestResult
     assert!(ctx.is_lost(), "a released lock's context reads as held");
     // A task waiting only on the signal is told too (it never completed before).
     let e = tokio::time::timeout(Duration::from_secs(1), ctx.lost()).await?;
-    assert_eq!(reason(&e), Some(quorumlock::LostReason::Released), "{e}");
+    assert_eq!(e.reason(), quorumlock::LostReason::Released, "{e}");
     other.release().await?;
 
     // The same through a kept lock that is dropped.
@@ -67,7 +59,7 @@ async fn a_context_that_outlives_its_scope_reports_the_lock_gone() -> TestResult
     assert_eq!(ctx.remaining(), Duration::ZERO);
     assert!(ctx.is_lost());
     let e = tokio::time::timeout(Duration::from_secs(1), ctx.lost()).await?;
-    assert_eq!(reason(&e), Some(quorumlock::LostReason::Released), "{e}");
+    assert_eq!(e.reason(), quorumlock::LostReason::Released, "{e}");
     Ok(())
 }
 
@@ -99,7 +91,7 @@ async fn keys_found_gone_after_the_lost_signal_still_leave_no_validity() -> Test
         cluster.pause(i).await?;
     }
     let e = tokio::time::timeout(Duration::from_secs(5), kept.lost()).await?;
-    assert_eq!(reason(&e), Some(LostReason::MaxHold), "{e}");
+    assert_eq!(e.reason(), LostReason::MaxHold, "{e}");
     for i in 0..3 {
         cluster.resume(i).await?;
     }
@@ -253,7 +245,7 @@ async fn missed_rounds_are_retried_at_a_bounded_pace_not_back_to_back() -> TestR
     let accepted = cluster.proxy(1)?.accepted_connections();
     eprintln!("missed rounds: {rounds} extension rounds on node 0, {accepted} connects to node 1");
     let e = lost.map_err(|_| "the lost signal never fired")?;
-    assert_eq!(reason(&e), Some(LostReason::ExtendFailed), "{e}");
+    assert_eq!(e.reason(), LostReason::ExtendFailed, "{e}");
     // Due at half-life, lost at `deadline − ttl / 10`: about 0.9 s of retries at one per
     // `ttl / 16` (125 ms) is ~8 rounds; allow a wide slack.
     assert!(

@@ -98,7 +98,7 @@ async fn blackholed_majority_fires_lost_before_the_deadline() -> TestResult {
     let deadline = before.max(Instant::now() + kept.remaining());
     let e = tokio::time::timeout(ttl * 3, lost).await?;
     let fired = Instant::now();
-    assert!(e.is_lost(), "{e}");
+    assert_eq!(e.reason(), LostReason::ExtendFailed, "{e}");
     assert!(
         fired < deadline,
         "lost fired {:?} after the deadline",
@@ -164,8 +164,7 @@ async fn max_extensions_stops_extension_and_fires_lost() -> TestResult {
         .await?
         .keep_alive(Watchdog::new().max_extensions(2));
     let e = tokio::time::timeout(Duration::from_secs(3), kept.lost()).await?;
-    assert!(e.is_lost(), "{e}");
-    assert_eq!(reason(&e), Some(LostReason::MaxExtensions), "{e}");
+    assert_eq!(e.reason(), LostReason::MaxExtensions, "{e}");
     assert!(e.to_string().contains("number of extensions"), "{e}");
     // Two extensions happened: the hold outlived the first TTL.
     assert!(start.elapsed() > ttl, "fired after {:?}", start.elapsed());
@@ -197,7 +196,7 @@ async fn max_hold_stops_extension_and_fires_lost() -> TestResult {
         .keep_alive(Watchdog::new().max_hold(Duration::from_millis(700)));
     let e = tokio::time::timeout(Duration::from_secs(3), kept.lost()).await?;
     let held = start.elapsed();
-    assert_eq!(reason(&e), Some(LostReason::MaxHold), "{e}");
+    assert_eq!(e.reason(), LostReason::MaxHold, "{e}");
     assert!(e.to_string().contains("maximum hold time"), "{e}");
     assert!(held > ttl, "fired after {held:?}, before any extension");
     assert!(kept.is_lost());
@@ -358,7 +357,7 @@ async fn keep_alive_of_an_expired_lock_is_lost_at_once_and_refreshes_nothing() -
     }
     assert!(kept.is_lost(), "an expired lock must be reported lost");
     let e = tokio::time::timeout(Duration::from_secs(1), kept.lost()).await?;
-    assert_eq!(reason(&e), Some(LostReason::Expired), "{e}");
+    assert_eq!(e.reason(), LostReason::Expired, "{e}");
     assert_eq!(kept.remaining(), Duration::ZERO);
     // Release still deletes the leftover keys (they hold our token), and reports the loss.
     let r = kept.release().await;
@@ -387,7 +386,7 @@ async fn a_kept_lock_whose_keys_vanished_reports_no_validity_and_release_reports
     }
     // The next extension (at half-life) finds no key anywhere.
     let e = tokio::time::timeout(Duration::from_secs(3), kept.lost()).await?;
-    assert_eq!(reason(&e), Some(LostReason::NotHeld), "{e}");
+    assert_eq!(e.reason(), LostReason::NotHeld, "{e}");
     assert!(kept.is_lost() && ctx.is_lost());
     assert_eq!(
         kept.remaining(),

@@ -255,10 +255,7 @@ async fn scripted_run(cluster: &LocalCluster) -> Result<Ran, Box<dyn std::error:
     ran.tokens.push(c.token().to_owned());
     let kept = c.keep_alive(Watchdog::new().refresh_at(0.95).max_extensions(1));
     let lost = tokio::time::timeout(Duration::from_secs(5), kept.lost()).await?;
-    match &lost {
-        Error::Lost(l) => assert_eq!(l.reason(), LostReason::MaxExtensions),
-        other => panic!("kept lock: {other:?}"),
-    }
+    assert_eq!(lost.reason(), LostReason::MaxExtensions, "{lost}");
     assert!(
         kept.release().await.is_err(),
         "a capped lock reports its loss"
@@ -655,10 +652,7 @@ async fn prometheus_scrape_moves_between_scrapes() -> TestResult {
     cluster.kill(1).await?;
     cluster.kill(2).await?;
     let lost = tokio::time::timeout(Duration::from_secs(5), kept.lost()).await?;
-    match &lost {
-        Error::Lost(l) => assert_eq!(l.reason(), LostReason::ExtendFailed, "{lost}"),
-        other => panic!("kept lock: {other:?}"),
-    }
+    assert_eq!(lost.reason(), LostReason::ExtendFailed, "{lost}");
     let _ = kept.release().await;
     let _ = locks.flush(Duration::from_secs(2)).await;
     let text = scrape(addr).await?;

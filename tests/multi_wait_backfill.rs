@@ -1,9 +1,8 @@
-//! A nested holder Y (it holds `b`, then waits for a free key) behind multi-resource
-//! waiters that cannot be served (a key of their set is held): the release's backfill only
-//! runs inside a release, only looks at 8 entries, and relaxes the head rule in the
-//! released queue only. So a waiter does not count such blocked entries as ahead of it (the
-//! joins report it): Y takes itself for the head and claims the free key on its fallback
-//! timer or a plain release.
+//! A nested holder Y (it holds `b`, then waits for a free key) beside multi-resource waiters
+//! that cannot be served (a key of their set is held): they do not queue, so Y heads the
+//! queue of the key it waits for and is handed it, or claims it, whatever their number or
+//! the holder's fate. (The set hand-off served around a blocked head among the next 8
+//! entries at a release only, and these cases timed out there.)
 #![cfg(feature = "testkit")]
 
 mod support;

@@ -138,7 +138,11 @@ async fn holders_fill_the_capacity_then_are_refused() {
 async fn the_surplus_is_given_back() {
     let c = cluster(5).await;
     let a = client(&c.urls()).await;
-    let s = a.semaphore("sem:surplus", 4).expect("semaphore");
+    // The majority quorum (3 of 5), so that two nodes' grants are surplus.
+    let s = a
+        .semaphore("sem:surplus", 4)
+        .and_then(|s| s.with_quorum_allowing_fewer(3))
+        .expect("semaphore");
     let all: Vec<usize> = (0..5).collect();
     let mut permits = Vec::new();
     for _ in 0..3 {
@@ -302,28 +306,54 @@ async fn one_node_down_still_works_three_down_refuse() {
     );
 }
 
-/// A larger quorum trades fault tolerance for capacity.
+/// A semaphore of P gives P: two permits on five nodes take the quorum 4 (the majority
+/// would fit one), both are held at once, with every node up and with one down; a quorum
+/// that fits fewer is refused unless asked for explicitly; all five fit P and no node down.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_larger_quorum_fits_every_permit() {
+async fn the_default_quorum_fits_every_permit() {
     let c = cluster(5).await;
     let a = client(&c.urls()).await;
     let s = a.semaphore("sem:q", 2).expect("semaphore");
-    assert_eq!(s.capacity(), 1);
-    assert!(s.clone().with_quorum(2).is_err() && s.clone().with_quorum(6).is_err());
-    let s = s.with_quorum(5).expect("quorum 5");
     assert_eq!(
-        (s.per_node_limit(), s.capacity(), s.capacity_with_down(1)),
-        (2, 2, 0)
+        (
+            s.quorum(),
+            s.per_node_limit(),
+            s.capacity(),
+            s.capacity_with_down(1)
+        ),
+        (4, 2, 2, 2)
     );
+    assert!(s.clone().with_quorum(2).is_err() && s.clone().with_quorum(6).is_err());
+    match s.clone().with_quorum(3) {
+        Err(Error::InvalidInput(e)) => {
+            assert!(e.to_string().contains("lets only 1 of 2 permit(s)"), "{e}")
+        }
+        other => panic!("quorum 3 fits one of two: {other:?}"),
+    }
+    let majority = s.clone().with_quorum_allowing_fewer(3).expect("asked for");
+    assert_eq!(
+        (majority.capacity(), majority.capacity_with_down(2)),
+        (1, 1)
+    );
+    let all = s.clone().with_quorum(5).expect("quorum 5");
+    assert_eq!((all.capacity(), all.capacity_with_down(1)), (2, 0));
+
     let (held, next) = fill(&a, &s, 10).await;
-    assert_eq!(held.len(), 2);
+    assert_eq!(held.len(), 2, "P holders at once");
     assert!(next.is_err_and(|e| e.is_held()));
     for p in held {
         p.release().await.expect("release");
     }
+    assert!(a.flush(FLUSH).await);
     c.kill(4).await.expect("kill");
+    let (held, next) = fill(&a, &s, 10).await;
+    assert_eq!(held.len(), 2, "P holders with one node down");
+    assert!(next.is_err_and(|e| e.is_held()));
+    for p in held {
+        p.release().await.expect("release");
+    }
     assert!(
-        s.try_acquire(TTL).await.is_err(),
+        all.try_acquire(TTL).await.is_err(),
         "quorum 5 with a node down"
     );
 }

@@ -111,14 +111,8 @@ async fn skewed_peer(
     holds: Arc<AtomicU64>,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     use futures::StreamExt;
-    let enqueue = redis::Script::new(concat!(
-        include_str!("../src/scripts/sets.lua"),
-        include_str!("../src/scripts/enqueue.lua")
-    ));
-    let release = redis::Script::new(concat!(
-        include_str!("../src/scripts/sets.lua"),
-        include_str!("../src/scripts/release_one.lua")
-    ));
+    let enqueue = redis::Script::new(quorumlock::testkit::scripts::enqueue());
+    let release = redis::Script::new(quorumlock::testkit::scripts::release_one());
     let n = urls.len();
     let hs = heralds(resource, n);
     let mut conns = Vec::new();

@@ -19,6 +19,26 @@
 //! The `ttl` of a held resource is how long the holder stays on a quorum if nothing
 //! changes: the `Q`-th largest of its nodes' remaining TTLs (`None`: at least `Q` of its
 //! keys never expire).
+//!
+//! The read-write lock and the semaphore of the same name are read by rules of the same
+//! shape ([`read_rw`], [`read_semaphore`]): a node that answered lists its live entries
+//! (the writer key; each reader, each permit with its remaining TTL), and an entry holds
+//! the lock once it is on a quorum of nodes:
+//!
+//! ```text
+//!   read-write:  the writer on ≥ Q nodes         ──▶ Write { holder, nodes, ttl }
+//!                otherwise, a reader on ≥ Q      ──▶ Read { readers, nodes, ttl }
+//!                otherwise, neither on ≥ Q       ──▶ Free { nodes }
+//!                otherwise                       ──▶ Unknown
+//!   semaphore:   a holder on ≥ Qs nodes          ──▶ Held { holders, ttl }
+//!                otherwise, empty on ≥ N − Qs + 1 ──▶ Free { nodes }
+//!                otherwise                       ──▶ Unknown
+//! ```
+//!
+//! `Qs` is the semaphore's own quorum (at least the majority): a holder keeps its entries
+//! on exactly `Qs` nodes, so `N − Qs + 1` empty nodes leave no room for one. A reader's or
+//! a holder's `ttl` is its own quorum TTL, as for the mutex; the verdict's is the longest
+//! of them (how long the lock stays held if nothing changes).
 
 use std::time::Duration;
 
@@ -88,6 +108,170 @@ pub(crate) fn read<H: Eq + Clone>(seen: &[Seen<H>], quorum: usize) -> Reading<H>
         return Reading::Free { nodes: free };
     }
     Reading::Unknown
+}
+
+/// What one node said about a read-write lock or a semaphore: its live entries, or
+/// nothing (failed or timed out).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Entries<H> {
+    /// The node answered. `writer`: the writer key, if any, with its TTL (`None`: no
+    /// expiry; always `None` for a semaphore). `members`: the live readers or permits, each
+    /// with its remaining TTL.
+    Answered {
+        /// The writer key's value and TTL (read-write locks only).
+        writer: Option<(H, Option<Duration>)>,
+        /// The live sorted-set members and their remaining TTLs.
+        members: Vec<(H, Duration)>,
+    },
+    /// The node failed or timed out.
+    Unknown,
+}
+
+/// What the nodes together say about a read-write lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RwReading<H> {
+    /// The writer's key is on at least a quorum of nodes.
+    Write {
+        /// The writer.
+        holder: H,
+        /// On how many nodes its key is.
+        nodes: usize,
+        /// How long it stays on a quorum if nothing changes (`None`: forever).
+        ttl: Option<Duration>,
+    },
+    /// At least one reader is on a quorum of nodes.
+    Read {
+        /// How many readers are on a quorum.
+        readers: usize,
+        /// On how many nodes at least one of them is.
+        nodes: usize,
+        /// The longest of their quorum TTLs.
+        ttl: Duration,
+    },
+    /// Neither a writer nor a reader on at least a quorum of nodes.
+    Free {
+        /// On how many nodes there is neither.
+        nodes: usize,
+    },
+    /// Neither: too few answers, or a split.
+    Unknown,
+}
+
+/// What the nodes together say about a semaphore.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SemReading {
+    /// At least one holder is on the semaphore's quorum of nodes.
+    Held {
+        /// How many holders are.
+        holders: usize,
+        /// The longest of their quorum TTLs.
+        ttl: Duration,
+    },
+    /// At least `N − Qs + 1` nodes have no live entry: no holder fits.
+    Free {
+        /// How many nodes have no live entry.
+        nodes: usize,
+    },
+    /// Neither.
+    Unknown,
+}
+
+/// The members on at least `quorum` nodes, each with its node count and quorum TTL, in
+/// order of first appearance.
+fn quorum_members<H: Eq>(seen: &[Entries<H>], quorum: usize) -> Vec<(&H, usize, Duration)> {
+    let mut all: Vec<(&H, Vec<Option<Duration>>)> = Vec::new();
+    for s in seen {
+        let Entries::Answered { members, .. } = s else {
+            continue;
+        };
+        for (m, ttl) in members {
+            match all.iter_mut().find(|(h, _)| *h == m) {
+                Some((_, ttls)) => ttls.push(Some(*ttl)),
+                None => all.push((m, vec![Some(*ttl)])),
+            }
+        }
+    }
+    all.into_iter()
+        .filter(|(_, ttls)| ttls.len() >= quorum)
+        .map(|(h, ttls)| {
+            let nodes = ttls.len();
+            (h, nodes, quorum_ttl(ttls, quorum).unwrap_or_default())
+        })
+        .collect()
+}
+
+/// Reads a read-write lock, as the module docs say. `quorum` is `N / 2 + 1`.
+pub(crate) fn read_rw<H: Eq + Clone>(seen: &[Entries<H>], quorum: usize) -> RwReading<H> {
+    let quorum = quorum.max(1);
+    let writers: Vec<Seen<&H>> = seen
+        .iter()
+        .map(|s| match s {
+            Entries::Answered {
+                writer: Some((h, ttl)),
+                ..
+            } => Seen::Held {
+                holder: h,
+                ttl: *ttl,
+            },
+            Entries::Answered { writer: None, .. } => Seen::Free,
+            Entries::Unknown => Seen::Unknown,
+        })
+        .collect();
+    if let Reading::Held { holder, nodes, ttl } = read(&writers, quorum) {
+        return RwReading::Write {
+            holder: holder.clone(),
+            nodes,
+            ttl,
+        };
+    }
+    let readers = quorum_members(seen, quorum);
+    if !readers.is_empty() {
+        let nodes = seen
+            .iter()
+            .filter(|s| match s {
+                Entries::Answered { members, .. } => members
+                    .iter()
+                    .any(|(m, _)| readers.iter().any(|(r, _, _)| *r == m)),
+                Entries::Unknown => false,
+            })
+            .count();
+        let ttl = readers.iter().map(|(_, _, t)| *t).max().unwrap_or_default();
+        return RwReading::Read {
+            readers: readers.len(),
+            nodes,
+            ttl,
+        };
+    }
+    let free = seen
+        .iter()
+        .filter(|s| matches!(s, Entries::Answered { writer: None, members } if members.is_empty()))
+        .count();
+    if free >= quorum {
+        return RwReading::Free { nodes: free };
+    }
+    RwReading::Unknown
+}
+
+/// Reads a semaphore whose holders need `quorum` grants (its own quorum, at least the
+/// majority of the `seen.len()` nodes), as the module docs say.
+pub(crate) fn read_semaphore<H: Eq>(seen: &[Entries<H>], quorum: usize) -> SemReading {
+    let quorum = quorum.max(1);
+    let holders = quorum_members(seen, quorum);
+    if !holders.is_empty() {
+        let ttl = holders.iter().map(|(_, _, t)| *t).max().unwrap_or_default();
+        return SemReading::Held {
+            holders: holders.len(),
+            ttl,
+        };
+    }
+    let free = seen
+        .iter()
+        .filter(|s| matches!(s, Entries::Answered { members, .. } if members.is_empty()))
+        .count();
+    if free > seen.len().saturating_sub(quorum) {
+        return SemReading::Free { nodes: free };
+    }
+    SemReading::Unknown
 }
 
 /// The `quorum`-th longest of `ttls` (`None`, no expiry, is the longest). `None` too when
@@ -184,6 +368,89 @@ mod tests {
             }
         );
         assert_eq!(read::<u8>(&[], 1), Reading::Unknown);
+    }
+
+    fn entries(writer: Option<u8>, members: &[(u8, u64)]) -> Entries<u8> {
+        Entries::Answered {
+            writer: writer.map(|w| (w, Some(Duration::from_millis(50)))),
+            members: members
+                .iter()
+                .map(|(m, ms)| (*m, Duration::from_millis(*ms)))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn read_write_examples() {
+        let ms = Duration::from_millis;
+        let free = entries(None, &[]);
+        let u = Entries::Unknown;
+        // Two readers on every node; the lock stays read-held until the longer one goes.
+        let two = entries(None, &[(1, 100), (2, 300)]);
+        assert_eq!(
+            read_rw(&vec![two.clone(); 5], 3),
+            RwReading::Read {
+                readers: 2,
+                nodes: 5,
+                ttl: ms(300)
+            }
+        );
+        // A reader on a minority only: free.
+        let v = [
+            entries(None, &[(1, 9)]),
+            free.clone(),
+            free.clone(),
+            free.clone(),
+            free.clone(),
+        ];
+        assert_eq!(read_rw(&v, 3), RwReading::Free { nodes: 4 });
+        // A writer on four of five.
+        let w = entries(Some(7), &[]);
+        let v = [w.clone(), w.clone(), w.clone(), w.clone(), u.clone()];
+        assert!(matches!(
+            read_rw(&v, 3),
+            RwReading::Write {
+                holder: 7,
+                nodes: 4,
+                ..
+            }
+        ));
+        // Two nodes answered: unknown, whatever they say.
+        let v = [two.clone(), two, u.clone(), u.clone(), u.clone()];
+        assert_eq!(read_rw(&v, 3), RwReading::Unknown);
+        let v = [free.clone(), free, u.clone(), u.clone(), u];
+        assert_eq!(read_rw(&v, 3), RwReading::Unknown);
+    }
+
+    #[test]
+    fn semaphore_examples() {
+        let ms = Duration::from_millis;
+        let free = entries(None, &[]);
+        let u = Entries::Unknown;
+        // P = 2 on 5 nodes, quorum 4: two holders, each on four nodes.
+        let v = [
+            entries(None, &[(1, 100), (2, 200)]),
+            entries(None, &[(1, 100), (2, 200)]),
+            entries(None, &[(1, 100), (2, 200)]),
+            entries(None, &[(1, 100)]),
+            entries(None, &[(2, 200)]),
+        ];
+        assert_eq!(
+            read_semaphore(&v, 4),
+            SemReading::Held {
+                holders: 2,
+                ttl: ms(200)
+            }
+        );
+        // With quorum 4, two empty nodes leave no room for a holder: free.
+        let v = [free.clone(), free.clone(), u.clone(), u.clone(), u.clone()];
+        assert_eq!(read_semaphore(&v, 4), SemReading::Free { nodes: 2 });
+        // With the majority, two empty nodes are not enough.
+        assert_eq!(read_semaphore(&v, 3), SemReading::Unknown);
+        // A holder on three of five answering nodes, quorum 4: unknown.
+        let one = entries(None, &[(1, 100)]);
+        let v = [one.clone(), one.clone(), one, free, u];
+        assert_eq!(read_semaphore(&v, 4), SemReading::Unknown);
     }
 
     fn seen() -> impl Strategy<Value = Seen<u8>> {

@@ -69,6 +69,15 @@ pub(crate) fn per_node_limit(p: u32, n: usize, q: usize) -> u32 {
     u32::try_from(a.saturating_sub(1) / n).unwrap_or(u32::MAX)
 }
 
+/// The default quorum of a semaphore of `p` permits on `n` nodes: the smallest quorum at or
+/// above the majority whose capacity with every node up is exactly `p`. One always exists:
+/// with `q = n`, `c = p` and the capacity is `⌊p·n / n⌋ = p`.
+pub(crate) fn default_quorum(p: u32, n: usize) -> usize {
+    (quorum(n)..=n)
+        .find(|&q| capacity(per_node_limit(p, n, q), n, q) == p)
+        .unwrap_or(n)
+}
+
 /// The most holders that can coexist with `alive` nodes up: `⌊c·alive / q⌋`, zero when
 /// fewer than `q` nodes are up (or `q` is zero).
 pub(crate) fn capacity(c: u32, alive: usize, q: usize) -> u32 {
@@ -315,7 +324,7 @@ mod tests {
                 break;
             };
             let p = p as u32;
-            assert_eq!(q, quorum(n), "row {line}");
+            assert_eq!(q, default_quorum(p, n), "row {line}");
             let limit = per_node_limit(p, n, q);
             assert_eq!(limit as usize, c, "row {line}");
             let caps = [0, 1, 2].map(|f| capacity_with_down(limit, n, q, f) as usize);
@@ -335,6 +344,18 @@ mod tests {
     }
 
     proptest! {
+        /// The default quorum gives exactly P with every node up, and no smaller quorum
+        /// at or above the majority does.
+        #[test]
+        fn the_default_quorum_is_the_smallest_that_gives_p((n, _q, p) in sizes()) {
+            let q = default_quorum(p, n);
+            prop_assert!(valid_quorum(n, q));
+            prop_assert_eq!(capacity(per_node_limit(p, n, q), n, q), p);
+            for smaller in quorum(n)..q {
+                prop_assert!(capacity(per_node_limit(p, n, smaller), n, smaller) != p);
+            }
+        }
+
         /// The bound the semaphore's safety rests on: at most P holders fit, whatever
         /// the quorum; c is at least 1; with a majority the capacity is P − 1 or P.
         #[test]

@@ -528,10 +528,12 @@ impl World {
 
     // ---- waiting (wait queues, hand-off, claim) ----
 
-    /// A refused client queues a fresh token on every node (`enqueue.lua`, or
-    /// `enqueue_many.lua` for several resources, built by `node::QueueJoin`), then claims
-    /// after a while: a release that found it at the head of a queue handed the key to its
-    /// token, and the claim counts a key holding its own token as granted.
+    /// A refused client waits with a fresh token on every node, built by `node::QueueJoin`,
+    /// then claims after a while. For one resource it queues (`enqueue.lua`): a release
+    /// that found it at the head of the queue handed the key to its token, and the claim
+    /// (`claim.lua`) counts a key holding its own token as granted. For several it listens
+    /// (`listen.lua`: its token marks every resource, so their releases announce) and its
+    /// claim is the plain all-or-nothing acquire (`acquire.lua`) of every key.
     fn start_wait(&mut self, c: usize) {
         let ttl = self.draw_ttl(c, self.p.min_ttl_ms);
         let mut raw = [0u8; 16];
@@ -550,11 +552,10 @@ impl World {
         };
         let res = &self.p.res;
         let join = if res.len() == 1 {
-            let name = res.names().first().map_or("", String::as_str);
-            let space = res.keyspace();
-            QueueJoin::new(&space.queue_keys(name), &space.lock_key(name), &args)
+            QueueJoin::new(res, &args)
         } else {
-            QueueJoin::many(res, &res.set_key(token.as_bytes()), &args)
+            // Notify-and-claim: the token is the listener's id, dropped by its release.
+            QueueJoin::listen(res, token.as_bytes(), lease)
         };
         let req = match translate_join(&join) {
             Ok(r) => r,
@@ -602,7 +603,8 @@ impl World {
         self.set_timer(c, after, Timer::Claim(a));
     }
 
-    /// The waiter's claim (`claim.lua`/`claim_many.lua`): round 1 of its attempt.
+    /// The waiter's claim (`claim.lua`, or `acquire.lua` for several resources): round 1
+    /// of its attempt.
     fn start_claim(&mut self, c: usize, a: usize) {
         if self.clients[c].phase != Phase::Waiting(a) {
             return;

@@ -84,14 +84,14 @@ impl Script {
         self.name
     }
 
-    /// The files of `src/scripts/` the source is made of, in order (a script that reads
-    /// multi-resource entries has `sets.lua` in front).
+    /// The files of `src/scripts/` the source is made of, in order (the wait-queue scripts
+    /// have `queue.lua`'s helpers in front; the release's hand-off follows its fast path).
     ///
     /// # Example
     ///
     /// ```
     /// let all = quorumlock::sim::scripts();
-    /// assert!(all.iter().any(|s| s.files() == ["sets.lua", "release_one.lua"]));
+    /// assert!(all.iter().any(|s| s.files() == ["release_one.lua", "queue.lua", "handoff.lua"]));
     /// ```
     pub fn files(&self) -> &'static [&'static str] {
         self.files
@@ -149,7 +149,7 @@ impl Script {
 ///
 /// ```
 /// let names: Vec<&str> = quorumlock::sim::scripts().iter().map(|s| s.name()).collect();
-/// assert!(names.contains(&"acquire_fenced") && names.contains(&"enqueue_many"));
+/// assert!(names.contains(&"acquire_fenced") && names.contains(&"listen"));
 /// ```
 pub fn scripts() -> Vec<Script> {
     CRATE_SCRIPTS.with(|all| all.to_vec())
@@ -485,7 +485,7 @@ impl SimNode {
     ///
     /// ```
     /// let node = quorumlock::sim::SimNode::default();
-    /// assert!(node.scripts().iter().any(|s| s.name() == "claim_many"));
+    /// assert!(node.scripts().iter().any(|s| s.name() == "listen"));
     /// ```
     pub fn scripts(&self) -> &[Script] {
         &self.scripts

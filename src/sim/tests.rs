@@ -413,8 +413,6 @@ fn lock_scripts_run_with_the_clients_own_requests() {
 fn a_release_hands_the_lock_to_a_queued_waiter() {
     let res = Resources::new(&["r"]).unwrap();
     let key = res.lock_keys()[0].clone();
-    let space = res.keyspace();
-    let queue = space.queue_keys(&res.names()[0]);
     let holder = Token::from_bytes([1; 16]);
     let waiter = Token::from_bytes([2; 16]);
     let ttl = Duration::from_millis(1_000);
@@ -425,8 +423,7 @@ fn a_release_hands_the_lock_to_a_queued_waiter() {
         &node::Request::acquire(res.lock_keys(), &holder, ttl),
     );
     let join = QueueJoin::new(
-        &queue,
-        &key,
+        &res,
         &JoinArgs {
             token: waiter.as_bytes(),
             ticket: b"",
@@ -454,6 +451,50 @@ fn a_release_hands_the_lock_to_a_queued_waiter() {
         "the waiter holds the lock after the release"
     );
     assert!(!n.drain_published().is_empty(), "the transfer is announced");
+}
+
+#[test]
+fn a_release_of_a_listened_resource_announces_and_drops_the_mark() {
+    let res = Resources::new(&["r", "s"]).unwrap();
+    let holder = Token::from_bytes([1; 16]);
+    let waiter = Token::from_bytes([2; 16]);
+    let ttl = Duration::from_millis(1_000);
+    let mut n = SimNode::default();
+    send(
+        &mut n,
+        T0,
+        &node::Request::acquire(res.lock_keys(), &holder, ttl),
+    );
+    let listen = QueueJoin::listen(&res, waiter.as_bytes(), Duration::from_millis(500));
+    let marked = n.execute(T0, &translate_join(&listen).unwrap()).unwrap();
+    assert_eq!(marked, Reply::Int(0), "the set is held");
+    // Every node announces a multi-resource lock's releases, where someone listens.
+    send(
+        &mut n,
+        T0 + 1_000,
+        &node::Request::release(&res, &holder, b"", true),
+    );
+    assert!(!n.drain_published().is_empty(), "the release is announced");
+    let again = n.execute(T0 + 1_000, &translate_join(&listen).unwrap());
+    assert_eq!(again.unwrap(), Reply::Int(1), "the set is free");
+    // The waiter's acquire of every key, then its release drops its mark.
+    let claim = node::Request::claim(res.lock_keys(), &waiter, ttl);
+    send(&mut n, T0 + 1_000, &claim);
+    send(
+        &mut n,
+        T0 + 1_000,
+        &node::Request::release(&res, &waiter, b"", true),
+    );
+    assert!(n.is_empty(), "no lock key nor mark is left");
+    // With no mark left, the next release is a plain compare-and-delete: no announcement.
+    n.drain_published();
+    send(&mut n, T0 + 1_000, &claim);
+    send(
+        &mut n,
+        T0 + 1_000,
+        &node::Request::release(&res, &waiter, b"", true),
+    );
+    assert!(n.drain_published().is_empty(), "nothing announced without a listener");
 }
 
 // ---- properties over random sequences ----

@@ -53,8 +53,8 @@ pub enum Mutation {
     /// A failed attempt releases only the nodes that granted, not those that failed, timed
     /// out or had not answered (whose `SET` may still land).
     CleanupGrantedOnly,
-    /// A waiter's claim (`claim.lua`, `claim_many.lua`) takes the lock keys whatever token
-    /// they hold, as if the lock had been handed to it (their text replaced, see
+    /// A queued waiter's claim (`claim.lua`) takes the lock key whatever token it holds,
+    /// as if the lock had been handed to it (its text replaced, see
     /// [`Mutation::patches`]).
     ClaimTakesHeldKeys,
 }
@@ -120,6 +120,12 @@ impl Mutation {
                     "redis.call('GET', KEYS[i]) == ARGV[1]",
                     "redis.call('GET', KEYS[i])",
                 ),
+                // The fast path (no one waits) and the hand-off.
+                (
+                    "release_one",
+                    "elseif redis.call('GET', key) == token then",
+                    "elseif redis.call('GET', key) then",
+                ),
                 (
                     "release_one",
                     "if redis.call('GET', key) ~= token then",
@@ -129,7 +135,6 @@ impl Mutation {
             Mutation::ClaimTakesHeldKeys => &[
                 ("claim", "'NX', ", ""),
                 ("claim", "return old", "return false"),
-                ("claim_many", "return 0", "held = nil"),
             ],
             _ => &[],
         }

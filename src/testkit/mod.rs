@@ -75,6 +75,24 @@ pub mod history;
 pub mod nemesis;
 pub mod proxy;
 pub mod redis_cluster;
+
+/// The wait-queue scripts' sources as the client sends them (preludes included), for
+/// tests that run them raw on a node.
+pub mod scripts {
+    /// The mutex release: compare-and-delete, and the hand-off where someone waits
+    /// (`release_one.lua`, then `queue.lua` and `handoff.lua`).
+    pub fn release_one() -> &'static str {
+        crate::node::RELEASE_ONE.code()
+    }
+    /// A single-resource waiter's join or renewal (`queue.lua`, then `enqueue.lua`).
+    pub fn enqueue() -> &'static str {
+        crate::node::ENQUEUE.code()
+    }
+    /// A multi-resource waiter's listening mark (`queue.lua`, then `listen.lua`).
+    pub fn listen() -> &'static str {
+        crate::node::LISTEN.code()
+    }
+}
 mod resp;
 
 use std::future::Future;

@@ -243,14 +243,12 @@ pub async fn commands_run(cluster: &LocalCluster) -> Vec<Vec<Vec<String>>> {
 }
 
 /// The acquisitions each node ran since [`log_every_command`], as (node, arguments): a
-/// `SET … NX`, or a script that acquires (`acquire.lua`, `acquire_fenced.lua`, `claim.lua`,
-/// `claim_many.lua`).
+/// `SET … NX`, or a script that acquires (`acquire.lua`, `acquire_fenced.lua`, `claim.lua`).
 pub async fn acquires_run(cluster: &LocalCluster) -> Vec<(usize, Vec<String>)> {
     let shas: Vec<String> = [
         include_str!("../../src/scripts/acquire.lua"),
         include_str!("../../src/scripts/acquire_fenced.lua"),
         include_str!("../../src/scripts/claim.lua"),
-        include_str!("../../src/scripts/claim_many.lua"),
     ]
     .into_iter()
     .map(|src| redis::Script::new(src).get_hash().to_owned())
@@ -334,15 +332,23 @@ pub async fn del_on(cluster: &LocalCluster, nodes: &[usize], keys: &[String]) {
     }
 }
 
-/// [`queued_on_every_node`], then 150 ms more (a join's renewals and subscriptions settle),
-/// printing each node's queue size.
+/// Waits (at most 5 s) until `n` waiters wait for the resource `res` on every node (its
+/// leases key: queued single-resource waiters and multi-resource waiters' marks), then
+/// 150 ms more (a join's renewals and subscriptions settle), printing each node's count.
 pub async fn settle(cluster: &LocalCluster, res: &str, n: u64) -> Result<(), String> {
-    queued_on_every_node(cluster, res, n).await?;
+    let key = format!("quorumlock:qlease:{res}");
+    let enough = eventually(Duration::from_secs(5), || async {
+        zcards(cluster, &key).await.iter().all(|c| *c >= n)
+    })
+    .await;
+    if !enough {
+        return Err(format!(
+            "{n} waiters for {res}: {:?}",
+            zcards(cluster, &key).await
+        ));
+    }
     tokio::time::sleep(Duration::from_millis(150)).await;
-    println!(
-        "{res}: {:?}",
-        zcards(cluster, &format!("quorumlock:queue:{res}")).await
-    );
+    println!("{res}: {:?}", zcards(cluster, &key).await);
     Ok(())
 }
 
@@ -394,4 +400,37 @@ pub fn calls(commandstats: &str, cmd: &str) -> u64 {
         .and_then(|rest| rest.split(',').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
+}
+
+/// The fence counter key of a resource (the fencing token's counter on each node).
+pub fn fence_key(resource: &str) -> String {
+    format!("quorumlock:fence:{resource}")
+}
+
+/// Makes `nodes` refuse any acquisition of `resource`: another owner's lock key, with no
+/// TTL, until [`vacate`].
+pub async fn occupy(
+    cluster: &LocalCluster,
+    nodes: impl IntoIterator<Item = usize>,
+    resource: &str,
+) {
+    for i in nodes {
+        let mut c = raw(cluster, i).await;
+        let _: () = c
+            .set(lock_key(resource), "another-owner")
+            .await
+            .expect("SET");
+    }
+}
+
+/// The other owner of [`occupy`] lets go of `nodes`.
+pub async fn vacate(
+    cluster: &LocalCluster,
+    nodes: impl IntoIterator<Item = usize>,
+    resource: &str,
+) {
+    for i in nodes {
+        let mut c = raw(cluster, i).await;
+        let _: () = c.del(lock_key(resource)).await.expect("DEL");
+    }
 }

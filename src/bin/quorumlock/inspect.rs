@@ -1,7 +1,9 @@
-//! `quorumlock inspect RESOURCE...`: shows, node by node, who holds each resource (a
-//! token prefix), the remaining TTL, the fence counter and, on the resource's two herald
-//! nodes, the wait queue's length, then a verdict. It reads with
-//! [`Redlock::inspect_many`](quorumlock::Redlock::inspect_many): read-only commands,
+//! `quorumlock inspect RESOURCE...`: shows, node by node, who holds each name's mutex (a
+//! token prefix), the remaining TTL, the fence counter and, on the name's two herald
+//! nodes, the wait queue's length; below a node, the readers, writer and waiting writers
+//! of the read-write lock and the permits of the semaphore of the same name, when it has
+//! any; then one verdict line per kind that is not free (or one `free` line). It reads
+//! with [`Redlock::inspect_many`](quorumlock::Redlock::inspect_many): read-only commands,
 //! nothing is taken or changed.
 //!
 //! ```text
@@ -10,6 +12,12 @@
 //!   redis://127.0.0.1:7002  held by 3f2a9c1b…  ttl 8.2s    fence 1796077923605324
 //!   redis://127.0.0.1:7003  failed: connection refused
 //! verdict: held by 3f2a9c1b… on 4/5 nodes (quorum 3): HELD, 8.2s left
+//!
+//! catalog on 3 nodes (quorum 2)
+//!   redis://127.0.0.1:7001  free                            queued 0
+//!       read-write: readers 2 (5d41c2e0… 8.2s, 9b07aa31… 9.6s); writers waiting 1 (77f1e2d3… 2.9s)
+//!   ...
+//! verdict: read-held by 2 readers on 3/3 nodes (quorum 2), 9.6s left; 1 writer waiting
 //! ```
 //!
 //! With `--json`, one JSON object on one line instead (hand-written, no JSON library; the
@@ -22,7 +30,9 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use quorumlock::Redlock;
-use quorumlock::inspect::{Inspection, NodeInspection, NodeState, Verdict};
+use quorumlock::inspect::{
+    Entry, Inspection, NodeInspection, NodeReading, NodeState, RwVerdict, SemaphoreVerdict, Verdict,
+};
 
 use crate::exit;
 
@@ -39,10 +49,26 @@ it does not apply), and fields are only ever added:
      \"ttl_ms\": 8200 | null,          how long the holder stays on a quorum (null: free,
                                      unknown, or keys without expiry)
      \"answered\": 5, \"fence\": 17 | null, \"queued\": 2 | null,
+     (the fields above are the mutex's; the read-write lock and the semaphore of the
+     same name follow)
+     \"all_free\": true,                 every kind free on a quorum, no writer waiting
+     \"rw\": {\"verdict\": \"write_held\" | \"read_held\" | \"free\" | \"unknown\",
+            \"writer\": \"3f2a9c1b\" | null, \"readers\": 2 | null, \"held_nodes\": 5 | null,
+            \"free_nodes\": 5 | null, \"ttl_ms\": 8200 | null, \"waiting_writers\": 1},
+     \"semaphore\": {\"verdict\": \"held\" | \"free\" | \"unknown\", \"holders\": 2 | null,
+            \"permits\": 2 | null, \"quorum\": 4, \"free_nodes\": 5 | null,
+            \"ttl_ms\": 29000 | null, \"config\": \"2:2:4:5\" | null},
      \"nodes\": [{\"node\": \"redis://host:port\", \"herald\": true,
                 \"state\": \"answered\" | \"failed\" | \"timed_out\", \"error\": \"…\" | null,
                 \"holder\": \"3f2a9c1b\" | null, \"ttl_ms\": 8200 | null,
-                \"fence\": 17 | null, \"queued\": 2 | null}, …]}, …]}";
+                \"fence\": 17 | null, \"queued\": 2 | null,
+                \"rw\": {\"writer\": \"3f2a9c1b\" | null, \"writer_ttl_ms\": 8200 | null,
+                        \"readers\": [{\"id\": \"5d41c2e0\", \"ttl_ms\": 8200}, …],
+                        \"waiting_writers\": [{\"id\": …, \"ttl_ms\": …}, …]} | null,
+                \"semaphore\": {\"holders\": [{\"id\": …, \"ttl_ms\": …}, …], \"count\": 2,
+                        \"limit\": 2 | null, \"config\": \"2:2:4:5\" | null} | null
+               }, …]}, …]}
+  (rw and semaphore of a node are null when it did not answer)";
 
 /// Arguments of `quorumlock inspect`.
 #[derive(Debug, clap::Args)]
@@ -119,27 +145,157 @@ fn text(seen: &Inspection, timeout: Duration) -> String {
     let width = shown.iter().map(|s| s.chars().count()).max().unwrap_or(0);
     for (addr, node) in shown.iter().zip(seen.nodes()) {
         let _ = writeln!(out, "  {addr:<width$}  {}", node_line(node, timeout));
-    }
-    let verdict = match seen.verdict() {
-        Verdict::Held { holder, nodes, ttl } => {
-            let left = match ttl {
-                Some(t) => format!("{} left", ms(*t)),
-                None => "no expiry".to_owned(),
-            };
-            format!("held by {holder} on {nodes}/{n} nodes (quorum {q}): HELD, {left}")
+        if let Some(r) = node.reading() {
+            for line in kind_lines(r) {
+                let _ = writeln!(out, "      {line}");
+            }
         }
-        Verdict::Free { nodes } => format!("free on {nodes}/{n} nodes (quorum {q})"),
-        _ if seen.answered() < q => format!(
-            "unknown: only {}/{n} nodes answered (quorum {q})",
-            seen.answered()
-        ),
-        _ => format!(
-            "unknown: neither one holder nor \"free\" on a quorum of the {}/{n} nodes that answered (quorum {q})",
-            seen.answered()
-        ),
-    };
-    let _ = writeln!(out, "verdict: {verdict}");
+    }
+    for verdict in verdicts(seen) {
+        let _ = writeln!(out, "verdict: {verdict}");
+    }
     out
+}
+
+/// The verdict lines: one per kind that is not free, or one line when every kind is free
+/// or too few nodes answered.
+fn verdicts(seen: &Inspection) -> Vec<String> {
+    let n = seen.nodes().len();
+    let q = seen.quorum();
+    let answered = seen.answered();
+    if answered < q {
+        return vec![format!(
+            "unknown: only {answered}/{n} nodes answered (quorum {q})"
+        )];
+    }
+    let split = |what: &str| {
+        format!(
+            "{what}unknown: neither one holder nor \"free\" on a quorum of the {answered}/{n} nodes that answered (quorum {q})"
+        )
+    };
+    let left = |ttl: Option<Duration>| match ttl {
+        Some(t) => format!("{} left", ms(t)),
+        None => "no expiry".to_owned(),
+    };
+    let mut lines = Vec::new();
+    let mut free = Vec::new();
+    match seen.verdict() {
+        Verdict::Held { holder, nodes, ttl } => lines.push(format!(
+            "held by {holder} on {nodes}/{n} nodes (quorum {q}): HELD, {}",
+            left(*ttl)
+        )),
+        Verdict::Free { nodes } => free.push(*nodes),
+        _ => lines.push(split("")),
+    }
+    let mut rw = match seen.rw_verdict() {
+        RwVerdict::WriteHeld { writer, nodes, ttl } => Some(format!(
+            "write-held by {writer} on {nodes}/{n} nodes (quorum {q}), {}",
+            left(*ttl)
+        )),
+        RwVerdict::ReadHeld {
+            readers,
+            nodes,
+            ttl,
+        } => Some(format!(
+            "read-held by {} on {nodes}/{n} nodes (quorum {q}), {}",
+            plural(*readers, "reader"),
+            left(Some(*ttl))
+        )),
+        RwVerdict::Free { nodes } => {
+            free.push(*nodes);
+            None
+        }
+        _ => Some(split("read-write lock ")),
+    };
+    if seen.waiting_writers() > 0 {
+        let waiting = format!("{} waiting", plural(seen.waiting_writers(), "writer"));
+        rw = Some(match rw {
+            Some(r) => format!("{r}; {waiting}"),
+            None => format!("read-write lock: {waiting}"),
+        });
+    }
+    lines.extend(rw);
+    match seen.semaphore_verdict() {
+        SemaphoreVerdict::Held {
+            holders,
+            permits,
+            quorum,
+            ttl,
+        } => {
+            let of = permits.map_or_else(String::new, |p| format!(" of {p}"));
+            lines.push(format!(
+                "semaphore: {holders}{of} permits held (quorum {quorum}), {}",
+                left(Some(*ttl))
+            ));
+        }
+        SemaphoreVerdict::Free { nodes } => free.push(*nodes),
+        _ => lines.push(format!(
+            "semaphore unknown: neither a holder on its quorum ({}) nor room for none (quorum {q})",
+            seen.semaphore_quorum()
+        )),
+    }
+    if lines.is_empty() {
+        let nodes = free.into_iter().min().unwrap_or(0);
+        lines.push(format!("free on {nodes}/{n} nodes (quorum {q})"));
+    }
+    lines
+}
+
+/// `1 reader`, `2 readers`.
+fn plural(count: usize, what: &str) -> String {
+    let s = if count == 1 { "" } else { "s" };
+    format!("{count} {what}{s}")
+}
+
+/// The read-write lock's and the semaphore's part of one node, when it holds any.
+fn kind_lines(r: &NodeReading) -> Vec<String> {
+    let list = |entries: &[Entry]| {
+        entries
+            .iter()
+            .map(|e| format!("{} {}", e.id(), ms(e.ttl())))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut lines = Vec::new();
+    let rw = r.rw();
+    let mut parts = Vec::new();
+    match (rw.writer(), rw.writer_ttl()) {
+        (Some(w), Some(t)) => parts.push(format!("writer {w} ttl {}", ms(t))),
+        (Some(w), None) => parts.push(format!("writer {w} no expiry")),
+        (None, _) => {}
+    }
+    if !rw.readers().is_empty() {
+        parts.push(format!(
+            "readers {} ({})",
+            rw.readers().len(),
+            list(rw.readers())
+        ));
+    }
+    if !rw.waiting_writers().is_empty() {
+        parts.push(format!(
+            "writers waiting {} ({})",
+            rw.waiting_writers().len(),
+            list(rw.waiting_writers())
+        ));
+    }
+    if !parts.is_empty() {
+        lines.push(format!("read-write: {}", parts.join("; ")));
+    }
+    let sem = r.semaphore();
+    if !sem.holders().is_empty() || sem.config().is_some() {
+        let mut line = format!("semaphore: permits {}", sem.holders().len());
+        if let Some(c) = sem.config() {
+            let _ = write!(line, "/{} per node", c.per_node_limit());
+        }
+        if !sem.holders().is_empty() {
+            let _ = write!(line, " ({})", list(sem.holders()));
+        }
+        if let Some(c) = sem.config() {
+            let _ = write!(line, ", stored {c}");
+        }
+        lines.push(line);
+    }
+    lines
 }
 
 /// One node's part of the text form.
@@ -210,7 +366,7 @@ fn resource_json(out: &mut String, s: &Inspection) {
     opt_string(out, holder);
     let _ = write!(
         out,
-        ",\"holder_nodes\":{},\"free_nodes\":{},\"ttl_ms\":{},\"answered\":{},\"quorum\":{},\"fence\":{},\"queued\":{},\"nodes\":[",
+        ",\"holder_nodes\":{},\"free_nodes\":{},\"ttl_ms\":{},\"answered\":{},\"quorum\":{},\"fence\":{},\"queued\":{}",
         num(holder_nodes),
         num(free_nodes),
         num(ttl.map(|t| t.as_millis())),
@@ -219,6 +375,11 @@ fn resource_json(out: &mut String, s: &Inspection) {
         num(s.fence()),
         num(s.queued()),
     );
+    let _ = write!(out, ",\"all_free\":{},\"rw\":", s.is_all_free());
+    rw_json(out, s);
+    out.push_str(",\"semaphore\":");
+    semaphore_json(out, s);
+    out.push_str(",\"nodes\":[");
     for (i, node) in s.nodes().iter().enumerate() {
         if i > 0 {
             out.push(',');
@@ -226,6 +387,113 @@ fn resource_json(out: &mut String, s: &Inspection) {
         node_json(out, node);
     }
     out.push_str("]}");
+}
+
+fn rw_json(out: &mut String, s: &Inspection) {
+    let (verdict, writer, readers, held, free, ttl) = match s.rw_verdict() {
+        RwVerdict::WriteHeld { writer, nodes, ttl } => (
+            "write_held",
+            Some(writer.as_str()),
+            None,
+            Some(*nodes),
+            None,
+            *ttl,
+        ),
+        RwVerdict::ReadHeld {
+            readers,
+            nodes,
+            ttl,
+        } => (
+            "read_held",
+            None,
+            Some(*readers),
+            Some(*nodes),
+            None,
+            Some(*ttl),
+        ),
+        RwVerdict::Free { nodes } => ("free", None, None, None, Some(*nodes), None),
+        _ => ("unknown", None, None, None, None, None),
+    };
+    let _ = write!(out, "{{\"verdict\":\"{verdict}\",\"writer\":");
+    opt_string(out, writer);
+    let _ = write!(
+        out,
+        ",\"readers\":{},\"held_nodes\":{},\"free_nodes\":{},\"ttl_ms\":{},\"waiting_writers\":{}}}",
+        num(readers),
+        num(held),
+        num(free),
+        num(ttl.map(|t| t.as_millis())),
+        s.waiting_writers(),
+    );
+}
+
+fn semaphore_json(out: &mut String, s: &Inspection) {
+    let (verdict, holders, permits, free, ttl) = match s.semaphore_verdict() {
+        SemaphoreVerdict::Held {
+            holders,
+            permits,
+            ttl,
+            ..
+        } => ("held", Some(*holders), *permits, None, Some(*ttl)),
+        SemaphoreVerdict::Free { nodes } => ("free", None, None, Some(*nodes), None),
+        _ => ("unknown", None, None, None, None),
+    };
+    let permits = permits.or(s.semaphore_config().map(|c| c.permits()));
+    let _ = write!(
+        out,
+        "{{\"verdict\":\"{verdict}\",\"holders\":{},\"permits\":{},\"quorum\":{},\"free_nodes\":{},\"ttl_ms\":{},\"config\":",
+        num(holders),
+        num(permits),
+        s.semaphore_quorum(),
+        num(free),
+        num(ttl.map(|t| t.as_millis())),
+    );
+    opt_string(out, s.semaphore_config().map(|c| c.to_string()).as_deref());
+    out.push('}');
+}
+
+/// `[{"id":"5d41c2e0","ttl_ms":8200},…]`.
+fn entries_json(out: &mut String, entries: &[Entry]) {
+    out.push('[');
+    for (i, e) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str("{\"id\":");
+        string(out, e.id().as_str());
+        let _ = write!(out, ",\"ttl_ms\":{}}}", e.ttl().as_millis());
+    }
+    out.push(']');
+}
+
+/// A node's read-write lock and semaphore, or nulls when it did not answer.
+fn node_kinds_json(out: &mut String, r: Option<&NodeReading>) {
+    let Some(r) = r else {
+        out.push_str(",\"rw\":null,\"semaphore\":null");
+        return;
+    };
+    let rw = r.rw();
+    out.push_str(",\"rw\":{\"writer\":");
+    opt_string(out, rw.writer().map(|w| w.as_str()));
+    let _ = write!(
+        out,
+        ",\"writer_ttl_ms\":{},\"readers\":",
+        num(rw.writer_ttl().map(|t| t.as_millis()))
+    );
+    entries_json(out, rw.readers());
+    out.push_str(",\"waiting_writers\":");
+    entries_json(out, rw.waiting_writers());
+    let sem = r.semaphore();
+    out.push_str("},\"semaphore\":{\"holders\":");
+    entries_json(out, sem.holders());
+    let _ = write!(
+        out,
+        ",\"count\":{},\"limit\":{},\"config\":",
+        sem.holders().len(),
+        num(sem.config().map(|c| c.per_node_limit()))
+    );
+    opt_string(out, sem.config().map(|c| c.to_string()).as_deref());
+    out.push('}');
 }
 
 fn node_json(out: &mut String, node: &NodeInspection) {
@@ -244,11 +512,13 @@ fn node_json(out: &mut String, node: &NodeInspection) {
     opt_string(out, r.and_then(|r| r.holder()).map(|h| h.as_str()));
     let _ = write!(
         out,
-        ",\"ttl_ms\":{},\"fence\":{},\"queued\":{}}}",
+        ",\"ttl_ms\":{},\"fence\":{},\"queued\":{}",
         num(r.and_then(|r| r.ttl()).map(|t| t.as_millis())),
         num(r.and_then(|r| r.fence())),
         num(r.and_then(|r| r.queued())),
     );
+    node_kinds_json(out, r);
+    out.push('}');
 }
 
 /// A number, or `null`.

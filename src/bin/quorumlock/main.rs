@@ -90,7 +90,6 @@ pub struct Nodes {
         hide_env_values = true,
         value_delimiter = ',',
         required = true,
-        num_args = 1..,
         value_name = "URL,..."
     )]
     pub nodes: Vec<String>,

@@ -68,10 +68,11 @@ pub struct RunArgs {
     #[arg(long, conflicts_with = "permits")]
     write: bool,
     /// Take one of P permits of the semaphore named by --resource: at most P runs hold
-    /// one at a time. Each node admits c = ceil((P+1)*Q/N)-1 permits, so with N nodes and
-    /// a majority quorum Q, at most floor(c*N/Q) runs (P or P-1; 1 for P=2) run at once,
-    /// fewer with nodes down. Every run of a name must give the same P (and the same
-    /// nodes): a mismatch is refused with exit code 78.
+    /// one at a time. The quorum Q is the smallest at or above the majority that lets
+    /// exactly P runs in with every node up (each node admits c = ceil((P+1)*Q/N)-1
+    /// permits, and floor(c*N/Q) = P runs fit); where the majority cannot, Q is larger
+    /// and fewer nodes may be down. Every run of a name must give the same P (and the
+    /// same nodes): a mismatch is refused with exit code 78.
     #[arg(
         long,
         value_name = "P",
@@ -247,7 +248,10 @@ impl Mode {
         })
     }
 
-    /// Takes the lock: one attempt when `wait` is zero, else waits up to `wait`.
+    /// Takes the lock: one attempt when `wait` is zero, else waits up to `wait`. A first
+    /// attempt that finds a majority of the nodes unreachable (failed or silent past the
+    /// node timeout) is reported at once instead of being waited out: a dead majority is
+    /// an outage to report, not contention to wait for.
     async fn acquire(
         &self,
         locks: &Redlock,
@@ -255,16 +259,32 @@ impl Mode {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Lock, Error> {
-        let once = wait.is_zero();
+        let first = self.attempt(locks, res, ttl).await;
+        if wait.is_zero() {
+            return first;
+        }
+        match first {
+            Ok(lock) => return Ok(lock),
+            Err(Error::NoQuorum(votes)) if unreachable_majority(&votes) => {
+                return Err(Error::NoQuorum(votes));
+            }
+            Err(_) => {}
+        }
         match self {
-            Mode::Exclusive if once => locks.try_lock(res, ttl).await,
             Mode::Exclusive => locks.lock_with(res, ttl, Retry::new().max_wait(wait)).await,
-            Mode::Shared if once => locks.try_read_lock(res, ttl).await,
             Mode::Shared => locks.read_lock(res, ttl).await,
-            Mode::Write if once => locks.try_write_lock(res, ttl).await,
             Mode::Write => locks.write_lock(res, ttl).await,
-            Mode::Permit(sem, _) if once => sem.try_acquire(ttl).await,
             Mode::Permit(sem, _) => sem.acquire(ttl).await,
+        }
+    }
+
+    /// One attempt, without waiting.
+    async fn attempt(&self, locks: &Redlock, res: &str, ttl: Duration) -> Result<Lock, Error> {
+        match self {
+            Mode::Exclusive => locks.try_lock(res, ttl).await,
+            Mode::Shared => locks.try_read_lock(res, ttl).await,
+            Mode::Write => locks.try_write_lock(res, ttl).await,
+            Mode::Permit(sem, _) => sem.try_acquire(ttl).await,
         }
     }
 
@@ -440,4 +460,10 @@ impl Signals {
             s = self.hup.recv() => s.map(|()| libc::SIGHUP),
         }
     }
+}
+
+/// Whether so many nodes failed or stayed silent that no quorum could have answered: more
+/// than `nodes − quorum` of them.
+fn unreachable_majority(votes: &quorumlock::Votes) -> bool {
+    votes.failed() + votes.timed_out() > votes.len().saturating_sub(votes.quorum())
 }
