@@ -494,7 +494,10 @@ fn a_release_of_a_listened_resource_announces_and_drops_the_mark() {
         T0 + 1_000,
         &node::Request::release(&res, &waiter, b"", true),
     );
-    assert!(n.drain_published().is_empty(), "nothing announced without a listener");
+    assert!(
+        n.drain_published().is_empty(),
+        "nothing announced without a listener"
+    );
 }
 
 // ---- properties over random sequences ----
