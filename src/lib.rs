@@ -155,8 +155,9 @@
 //!
 //! # Crate features
 //!
-//! * `sim`: [`sim`], a deterministic in-memory model of a Redis node (every script of
-//!   this crate implemented natively, time an input), and a simulator that runs this
+//! * `sim`: [`sim`], a deterministic in-memory model of a Redis node (the Redis commands
+//!   this crate's scripts call, and the scripts themselves run by an embedded Lua 5.1 as
+//!   Redis runs them; time an input), and a simulator that runs this
 //!   crate's protocol layer against N of them under seeded random faults, checking the
 //!   safety invariants.
 //! * `metrics`: metrics through the [`metrics`](https://docs.rs/metrics) facade, for any

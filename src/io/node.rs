@@ -755,7 +755,7 @@ impl Request {
     }
 
     /// What this request does, for the metrics' `op` label (from its script: no field).
-    fn op(&self) -> Op {
+    pub(crate) fn op(&self) -> Op {
         let Wire::Script(s) = &self.wire else {
             return Op::Acquire;
         };
@@ -982,10 +982,31 @@ impl Request {
 }
 
 #[cfg(feature = "sim")]
+impl QueueJoin {
+    /// What is sent.
+    pub(crate) fn sent(&self) -> Sent<'_> {
+        Sent::Script(
+            self.call.code,
+            self.call.idempotent,
+            &self.call.keys,
+            &self.call.args,
+        )
+    }
+}
+
+#[cfg(feature = "sim")]
 impl Lua {
     /// The script's source.
     pub(crate) fn code(&self) -> &'static str {
         self.code
+    }
+}
+
+#[cfg(feature = "sim")]
+impl Lua {
+    /// The files of `src/scripts/` its source is made of.
+    pub(crate) fn files(&self) -> &'static [&'static str] {
+        self.files
     }
 }
 

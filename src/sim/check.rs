@@ -44,8 +44,14 @@ impl World {
                 };
                 let (wc, wd) = (who(c), who(d));
                 let until = self.client_deadline_true(d).unwrap_or(0);
+                let waited = |x: usize| self.clients[x].lock.as_ref().is_some_and(|h| h.via_wait);
+                let invariant = if waited(c) && waited(d) {
+                    Invariant::HandOffToTwo
+                } else {
+                    Invariant::TwoHolders
+                };
                 self.violate(
-                    Invariant::TwoHolders,
+                    invariant,
                     format!(
                         "c{c} ({wc}) holds while c{d} ({wd}) still believes it holds until {}",
                         time(until)
@@ -81,14 +87,36 @@ impl World {
                 .map_or(0, |(_, until)| (*until).min(restart));
         }
         let now_n = node.clock.at(self.now);
-        node.sim
-            .entries(now_n)
-            .find(|(k, _, _)| *k == self.p.lock_key.as_slice())
-            .and_then(|(_, v, at)| match v {
-                Value::String(s) if s.as_slice() == token => Some(expiry_true(node.clock, at)),
-                _ => None,
-            })
-            .unwrap_or(0)
+        match self.node_holder(i, now_n) {
+            Some((t, at)) if t.as_slice() == token => expiry_true(node.clock, at),
+            _ => 0,
+        }
+    }
+
+    /// The token that holds every lock key on node `i` at its clock `now_n`, and the
+    /// earliest of their expiries (node ms; `None` without expiry): the lock is held there
+    /// while every key is.
+    pub(super) fn node_holder(&self, i: usize, now_n: u64) -> Option<(Vec<u8>, Option<u64>)> {
+        let mut holder: Option<(&[u8], Option<u64>)> = None;
+        let mut found = 0;
+        for (k, v, at) in self.nodes[i].sim.entries(now_n) {
+            if !self.p.lock_keys.iter().any(|l| l.as_slice() == k) {
+                continue;
+            }
+            let Value::String(t) = v else {
+                return None;
+            };
+            found += 1;
+            holder = match holder {
+                None => Some((t.as_slice(), at)),
+                Some((h, _)) if h != t.as_slice() => return None,
+                Some((h, e)) => Some((h, min_expiry(e, at))),
+            };
+        }
+        if found != self.p.lock_keys.len() {
+            return None;
+        }
+        holder.map(|(t, at)| (t.to_vec(), at))
     }
 
     /// Every believing client's deadline is within the time a majority holds its token.
@@ -139,7 +167,7 @@ impl World {
             let left: Vec<Vec<u8>> = self.nodes[i]
                 .sim
                 .entries(now_n)
-                .filter(|(k, _, _)| *k == self.p.lock_key.as_slice())
+                .filter(|(k, _, _)| self.p.lock_keys.iter().any(|l| l.as_slice() == *k))
                 .filter_map(|(_, v, _)| match v {
                     Value::String(s) => Some(s.clone()),
                     _ => None,
@@ -189,11 +217,11 @@ impl World {
         self.log(|| "the longest TTL passed".into());
         for i in 0..self.p.nodes {
             let now_n = self.nodes[i].clock.at(self.now);
-            let fence = self.p.fence_key.as_slice();
+            let fences = &self.p.fence_keys;
             let left: Vec<String> = self.nodes[i]
                 .sim
                 .entries(now_n)
-                .filter(|(k, _, _)| *k != fence)
+                .filter(|(k, _, _)| !fences.iter().any(|f| f.as_slice() == *k))
                 .map(|(k, _, _)| String::from_utf8_lossy(k).into_owned())
                 .collect();
             if !left.is_empty() {
@@ -204,5 +232,14 @@ impl World {
                 return;
             }
         }
+    }
+}
+
+/// The earlier of two expiries (`None`: never).
+fn min_expiry(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
     }
 }

@@ -38,11 +38,11 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use super::net::{Translated, translate};
+use super::net::{Translated, translate, translate_join};
 use super::state::{Attempt, Held, Kind, Owner, Phase, Round, RoundKind, Timer, between, short};
 use super::world::{EXTEND_MIN_TTL_MS, World};
 use crate::base::token::Token;
-use crate::io::node::Request;
+use crate::io::node::{Answer, EntryKind, JoinArgs, QueueJoin, Request};
 use crate::protocol::{Ballot, Decision, Loss, Reply, Tally, Verdict, tally, verdict};
 
 fn micros(d: Duration) -> u64 {
@@ -101,6 +101,7 @@ impl World {
             Timer::HoldAction => self.hold_action(c),
             Timer::CancelAcquire(a) => self.cancel_attempt(c, a),
             Timer::CancelExtend(r) => self.cancel_extend(c, r),
+            Timer::Claim(a) => self.start_claim(c, a),
         }
     }
 
@@ -208,6 +209,7 @@ impl World {
             issued: 0,
             ran: 0,
             abandoned: false,
+            waited: false,
         });
         self.stats.attempts += 1;
         let r = self.new_round(c, a, RoundKind::Acquire, ttl);
@@ -279,7 +281,7 @@ impl World {
         let (ready, waiting): (Vec<usize>, Vec<usize>) =
             att.gated.iter().partition(|&&g| calls[g].node == i);
         att.gated = waiting;
-        let later = att.cleanup_later && reply.ballot() != Ballot::Refused;
+        let later = att.cleanup_later && (reply.ballot() != Ballot::Refused || att.waited);
         for g in ready {
             self.send_ready(g);
         }
@@ -385,13 +387,18 @@ impl World {
         });
         if let Verdict::Held { validity } = v {
             let deadline_c = start.saturating_add(micros(validity));
+            let via_wait = self.attempts[a].waited;
             self.clients[c].lock = Some(Held {
                 attempt: a,
                 ttl,
                 deadline_c,
                 fencing,
+                via_wait,
             });
             self.stats.acquired += 1;
+            if via_wait {
+                self.stats.claimed += 1;
+            }
             self.check_gain(c);
             if let Some(t) = fencing {
                 self.check_fencing(c, t);
@@ -403,6 +410,13 @@ impl World {
             return;
         }
         self.stats.failed += 1;
+        if v == Verdict::HeldByOther
+            && self.p.waiting
+            && !self.attempts[a].waited
+            && !self.attempts[a].fenced
+        {
+            self.clients[c].wait_next = self.clients[c].rng.random_bool(0.6);
+        }
         match v {
             Verdict::HeldByOther => self.stats.failed_held += 1,
             Verdict::Timeout => self.stats.failed_no_validity += 1,
@@ -421,18 +435,22 @@ impl World {
         let mut now = Vec::new();
         let mut pending = false;
         let all = self.p.cleanup_all;
+        // A waiter's token may still be queued on a node that refused it: its release
+        // there leaves the queues, so no later hand-off gives it a key it never releases.
+        let leave = all && att.waited;
         for i in 0..self.p.nodes {
             match &self.rounds[r1].replies[i] {
                 Some(r) => match r.ballot() {
                     Ballot::Granted if wait => first.push(i),
                     Ballot::Granted => now.push(i),
                     Ballot::Failed if all => now.push(i),
+                    Ballot::Refused if leave => now.push(i),
                     Ballot::Failed | Ballot::Refused => {}
                 },
                 None if !all => {}
                 // A straggler: released once it completes, unless it refused.
                 None => match &att.acq_done[i] {
-                    Some(r) if r.ballot() != Ballot::Refused => now.push(i),
+                    Some(r) if r.ballot() != Ballot::Refused || leave => now.push(i),
                     Some(_) => {}
                     None => pending = true,
                 },
@@ -464,8 +482,13 @@ impl World {
         self.new_call(c, i, a, &tr, Owner::Cleanup { first }, false);
     }
 
-    /// A failed attempt returned: retry after a random delay, or give the operation up.
+    /// A failed attempt returned: wait in the queues (after a refusal, sometimes), retry
+    /// after a random delay, or give the operation up.
     fn attempt_failed(&mut self, c: usize) {
+        if std::mem::take(&mut self.clients[c].wait_next) {
+            self.start_wait(c);
+            return;
+        }
         let cl = &mut self.clients[c];
         cl.tries_left = cl.tries_left.saturating_sub(1);
         if cl.tries_left == 0 {
@@ -501,6 +524,106 @@ impl World {
         }
         self.clean_up(a, false);
         self.attempt_failed(c);
+    }
+
+    // ---- waiting (wait queues, hand-off, claim) ----
+
+    /// A refused client waits with a fresh token on every node, built by `node::QueueJoin`,
+    /// then claims after a while. For one resource it queues (`enqueue.lua`): a release
+    /// that found it at the head of the queue handed the key to its token, and the claim
+    /// (`claim.lua`) counts a key holding its own token as granted. For several it listens
+    /// (`listen.lua`: its token marks every resource, so their releases announce) and its
+    /// claim is the plain all-or-nothing acquire (`acquire.lua`) of every key.
+    fn start_wait(&mut self, c: usize) {
+        let ttl = self.draw_ttl(c, self.p.min_ttl_ms);
+        let mut raw = [0u8; 16];
+        self.clients[c].rng.fill(&mut raw);
+        let token = Token::from_bytes(raw);
+        // The entry lapses well within the longest TTL (the end-of-run check waits that).
+        let lease = Duration::from_millis((self.p.max_ttl_ms / 2).max(1));
+        let args = JoinArgs {
+            token: token.as_bytes(),
+            ticket: b"",
+            lease,
+            ttl,
+            kind: EntryKind::Transfer,
+            first: true,
+            inbox: b"",
+        };
+        let res = &self.p.res;
+        let join = if res.len() == 1 {
+            QueueJoin::new(res, &args)
+        } else {
+            // Notify-and-claim: the token is the listener's id, dropped by its release.
+            QueueJoin::listen(res, token.as_bytes(), lease)
+        };
+        let req = match translate_join(&join) {
+            Ok(r) => r,
+            Err(e) => {
+                self.sim_error(e);
+                return;
+            }
+        };
+        let tr = Translated {
+            req: std::rc::Rc::new(req),
+            answer: Answer::Compare,
+            script: true,
+            idempotent: false,
+            release: false,
+        };
+        let a = self.attempts.len();
+        let n = self.p.nodes;
+        self.attempts.push(Attempt {
+            client: c,
+            token,
+            fenced: false,
+            ttl,
+            round1: 0,
+            round2: None,
+            t: 0,
+            acq_done: vec![None; n],
+            gated: Vec::new(),
+            cleanup_later: false,
+            first_left: 0,
+            issued: 0,
+            ran: 0,
+            abandoned: false,
+            waited: true,
+        });
+        self.stats.waits += 1;
+        let tok = short(self.attempts[a].token.as_bytes());
+        self.log(|| format!("c{c} a{a}: waits in the queues, token {tok}"));
+        for i in 0..n {
+            // The join's answer is not needed: the claim tells.
+            self.new_call(c, i, a, &tr, Owner::Cleanup { first: false }, false);
+        }
+        self.clients[c].phase = Phase::Waiting(a);
+        let hi = u64::try_from(lease.as_micros()).unwrap_or(u64::MAX);
+        let after = between(&mut self.clients[c].rng, hi / 5, hi);
+        self.set_timer(c, after, Timer::Claim(a));
+    }
+
+    /// The waiter's claim (`claim.lua`, or `acquire.lua` for several resources): round 1
+    /// of its attempt.
+    fn start_claim(&mut self, c: usize, a: usize) {
+        if self.clients[c].phase != Phase::Waiting(a) {
+            return;
+        }
+        let ttl = self.attempts[a].ttl;
+        let req = Request::claim(&self.p.lock_keys, &self.attempts[a].token, ttl);
+        let Some(tr) = self.translate_or_fail(&req) else {
+            return;
+        };
+        self.stats.attempts += 1;
+        let r = self.new_round(c, a, RoundKind::Acquire, ttl);
+        self.attempts[a].round1 = r;
+        self.clients[c].phase = Phase::Acquiring(a);
+        self.log(|| format!("c{c} a{a} claims, ttl {} ms", ttl.as_millis()));
+        for i in 0..self.p.nodes {
+            let id = self.new_call(c, i, a, &tr, Owner::Round(r), false);
+            self.rounds[r].calls.push(id);
+        }
+        self.clear_timer(c);
     }
 
     // ---- the held lock (lock::Lock) ----
@@ -691,6 +814,7 @@ impl World {
                     answer: t.answer,
                     script: t.script,
                     idempotent: t.idempotent,
+                    release: t.release,
                 }
             })
             .collect();

@@ -1,6 +1,8 @@
-//! What the scripts' Lua 5.1 does with numbers, exactly enough for our scripts: `tonumber`
-//! on a string, a number turned into a string when passed to `redis.call` (`%.17g`, not
-//! Lua's own `%.14g`), and a number turned into an integer reply (truncation).
+//! Numbers as Redis and its Lua 5.1 read and print them, for the script runtime and the
+//! command model: a number turned into a string when passed to `redis.call` (`%.17g`, not
+//! Lua's own `%.14g`), a number turned into an integer reply (truncation), a score read
+//! (`strtod`, as `ZADD` and the range bounds do) and printed (`%.17g`, `inf`), and the
+//! strict integer syntax of `INCR` and TTL arguments.
 
 /// Lua 5.1's `tonumber(s)` for a string: C `strtod` (decimal, `inf`, `nan`, hexadecimal)
 /// with surrounding white space allowed, the string read up to its first NUL byte.

@@ -23,8 +23,9 @@
 //! still holds its token; fencing tokens strictly rising; no key left behind. The first
 //! violation ends the run with a [`Report`] that carries the seed and the whole trace.
 //! The same seed gives the same trace. A [`Mutation`] swaps in a known-unsafe variant
-//! (quorum N/2, no drift allowance, extensions that shorten, immediate restarts without
-//! persistence, release without the token check) to show the invariants catch it.
+//! (quorum N/2, no drift allowance, immediate restarts without persistence, and, in the
+//! Lua scripts themselves, extensions that shorten and releases without the token check)
+//! to show the invariants catch it.
 //!
 //! ```
 //! use quorumlock::sim::{run, Config, Mutation};
@@ -38,22 +39,33 @@
 //!
 //! # The node model
 //!
-//! [`SimNode`] is one Redis 7.0 master reduced to what quorumlock uses: string keys (and
-//! integers, which Redis stores as strings) with per-key expiry, the two sorted sets of a
-//! wait queue (waiter ids by arrival, leases by lapse time), `PUBLISH`, every Lua script of the crate implemented natively in Rust
-//! with the same reply for every input (errors and partial writes included), crash and
-//! restart with or without AOF persistence. It is pure: no tokio, no sockets, no clock.
-//! The node's wall clock is an argument of every call, so a simulator that runs N nodes
-//! from one seed can give each its own drift, pause it, or crash it between any two
-//! requests, and replay the whole run from the seed.
+//! [`SimNode`] is one Redis 7.0 master reduced to what quorumlock uses, in two layers:
+//!
+//! * **The command model**: the commands the crate's scripts call (`GET`, `SET` with its
+//!   options, `DEL`, `EXISTS`, `INCR`, `PSETEX`, `PEXPIRE`/`PEXPIREAT` with `NX`/`XX`/`GT`/`LT`,
+//!   `PTTL`, `TYPE`, the hash and sorted-set commands, `TIME`, `PUBLISH`, `SPUBLISH`) over
+//!   strings, sorted sets and hashes with per-key expiry, each answering what Redis answers,
+//!   errors included (`WRONGTYPE`, syntax, range, arity);
+//! * **The scripts**: the crate's own Lua sources ([`scripts`], the very table the node
+//!   layer sends them from), run by an embedded Lua 5.1 as Redis runs them — `KEYS`/`ARGV`,
+//!   `redis.call`/`redis.pcall` answered by the command model, numbers passed as `%.17g`,
+//!   Lua values converted to replies as Redis converts them, an error ending the script
+//!   with its earlier writes kept. The node knows nothing of what a script means, so a
+//!   script changed in `src/scripts/` is simulated as changed, with no second copy to keep
+//!   in step.
+//!
+//! Crash and restart with or without AOF persistence are modelled too. The node is pure:
+//! no tokio, no sockets, no clock. Its wall clock is an argument of every call, so a
+//! simulator that runs N nodes from one seed can give each its own drift, pause it, or
+//! crash it between any two requests, and replay the whole run from the seed.
 //!
 //! ## How time works
 //!
-//! `now_us` is what `TIME` would answer on that node, in microseconds. Expiry follows
-//! Redis: a key set with `PX ttl` at millisecond `now` expires at `now + ttl` and stays
-//! visible up to and including that millisecond. Expired keys are invisible to every
-//! request (lazy expiry); [`SimNode::advance`] removes them all (active expiry), which
-//! only matters for memory.
+//! `now_us` is what `TIME` answers on that node, in microseconds. Expiry follows Redis: a
+//! key set with `PX ttl` at millisecond `now` expires at `now + ttl` and stays visible up
+//! to and including that millisecond. Expired keys are invisible to every request (lazy
+//! expiry); [`SimNode::advance`] removes them all (active expiry), which only matters for
+//! memory.
 //!
 //! ## What it does not model
 //!
@@ -63,14 +75,16 @@
 //!   published messages are handed to the simulator ([`SimNode::drain_published`]).
 //! * Replication, failover, eviction (`maxmemory-policy` is `noeviction`), RDB snapshots
 //!   (a crash keeps everything with [`Persistence::AofAlways`] and nothing otherwise).
-//! * `SCRIPT LOAD` answers the script's name, not its SHA1.
-//! * Commands quorumlock does not send (apart from `GET`, `SET`, `PTTL` for checkers).
+//! * Commands (and options) no script or client of the crate sends: they are unknown
+//!   commands to the model, never guessed.
 //!
 //! ## Proof that it matches Redis
 //!
-//! `tests/sim_differential.rs` (features `testkit` and `sim`) runs random sequences of
-//! every [`Request`] against a real `redis-server` (the real Lua scripts) and a `SimNode`
-//! side by side and compares every reply and, at the end, the whole keyspace.
+//! `tests/sim_differential.rs` (features `testkit` and `sim`) runs random sequences of the
+//! modelled commands (random keys, types, TTLs and expiry, wrong types included) and of
+//! every script with random keys and arguments against a real `redis-server` and a
+//! `SimNode` side by side, and compares every reply and, at the end, the whole keyspace.
+//! A unit test reads `src/scripts/` and checks that the simulator loads every file in it.
 //!
 //! ## Example
 //!
@@ -79,20 +93,20 @@
 //!
 //! let mut node = SimNode::new(Persistence::None);
 //! let now = 1_764_543_600_000_000; // the node's clock, µs
-//! let key = b"quorumlock:lock:{job}".to_vec();
-//! let token = b"a1b2c3d4e5f6".to_vec();
-//! let acquire = Request::SetNxPxGet { key: key.clone(), token: token.clone(), ttl_ms: 10_000 };
+//! let key = "quorumlock:lock:{job}";
+//! let token = "a1b2c3d4e5f6";
+//! let acquire = Request::command(["SET", key, token, "NX", "PX", "10000", "GET"]);
 //! assert_eq!(node.execute(now, &acquire)?, Reply::Nil); // granted
 //!
-//! // An extension to a shorter TTL never shortens the lock (PEXPIRE … GT).
-//! let extend = Request::Extend { keys: vec![key.clone()], token: token.clone(), ttl_ms: 10 };
+//! // The crate's extend.lua never shortens the lock (PEXPIRE … GT).
+//! let extend = Request::eval("extend", [key], [token, "10"]);
 //! assert_eq!(node.execute(now, &extend)?, Reply::Int(1));
-//! assert_eq!(node.execute(now, &Request::Pttl(key.clone()))?, Reply::Int(10_000));
+//! assert_eq!(node.execute(now, &Request::command(["PTTL", key]))?, Reply::Int(10_000));
 //!
 //! // The node crashes without persistence: the lock is gone after the restart.
 //! node.crash();
 //! node.restart();
-//! assert_eq!(node.execute(now, &Request::Get(key))?, Reply::Nil);
+//! assert_eq!(node.execute(now, &Request::command(["GET", key]))?, Reply::Nil);
 //! # Ok::<(), quorumlock::sim::NodeDown>(())
 //! ```
 
@@ -101,12 +115,12 @@ mod client;
 mod lua;
 mod net;
 mod node;
+mod redis;
+mod script;
 mod state;
 #[cfg(test)]
 mod tests;
 mod world;
 
-pub use node::{
-    NodeDown, Persistence, Published, Queued, Reply, Request, Script, SimNode, Value, Variant,
-};
+pub use node::{NodeDown, Persistence, Published, Reply, Request, Script, SimNode, Value, scripts};
 pub use world::{Config, Invariant, Mutation, Report, Stats, Violation, run};

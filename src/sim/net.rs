@@ -29,9 +29,10 @@ use std::rc::Rc;
 
 use redis::Value;
 
-use super::node::{Queued, Reply as SimReply, Request as SimRequest};
+use super::node::{Reply as SimReply, Request as SimRequest};
 use super::state::{Call, Kind, Owner, Raw, short};
 use super::world::{Invariant, World};
+use crate::base::metrics::Op;
 use crate::io::node::{self, Answer, Sent};
 use crate::protocol::Reply;
 
@@ -41,122 +42,51 @@ pub(super) struct Translated {
     pub(super) answer: Answer,
     pub(super) script: bool,
     pub(super) idempotent: bool,
+    /// A release (its run on a node counts for the "no key left behind" check).
+    pub(super) release: bool,
 }
 
-fn text_u64(b: &[u8]) -> Option<u64> {
-    std::str::from_utf8(b).ok()?.parse().ok()
-}
-
-/// Reads a request built by `node::Request`'s constructors as a simulator request.
+/// Reads a request built by `node::Request`'s constructors as a simulator request: a
+/// command's words, or a script's name (found in the node layer's script table by its
+/// source), keys and arguments, as they are.
 pub(super) fn translate(req: &node::Request) -> Result<Translated, String> {
-    let answer = req.answer();
-    let bad = || "a request the simulator does not model".to_owned();
-    let (sim, script, idempotent) = match req.sent() {
-        Sent::Cmd(words) => match words.as_slice() {
-            [set, key, token, nx, px, ms, get]
-                if set.eq_ignore_ascii_case(b"SET")
-                    && nx.eq_ignore_ascii_case(b"NX")
-                    && px.eq_ignore_ascii_case(b"PX")
-                    && get.eq_ignore_ascii_case(b"GET") =>
-            {
-                let ttl_ms = text_u64(ms).ok_or_else(bad)?;
-                let r = SimRequest::SetNxPxGet {
-                    key: key.to_vec(),
-                    token: token.to_vec(),
-                    ttl_ms,
-                };
-                (r, false, false)
-            }
-            _ => return Err(bad()),
-        },
+    let (sim, script, idempotent) = wire(req.sent())?;
+    Ok(Translated {
+        req: Rc::new(sim),
+        answer: req.answer(),
+        script,
+        idempotent,
+        release: req.op() == Op::Release,
+    })
+}
+
+/// A wait-queue join built by `node::QueueJoin`, as the simulated node runs it.
+pub(super) fn translate_join(join: &node::QueueJoin) -> Result<SimRequest, String> {
+    wire(join.sent()).map(|(r, _, _)| r)
+}
+
+/// The request, whether it is a script, and whether it is idempotent.
+fn wire(sent: Sent<'_>) -> Result<(SimRequest, bool, bool), String> {
+    Ok(match sent {
+        Sent::Cmd(words) => (
+            SimRequest::Command(words.iter().map(|w| w.to_vec()).collect()),
+            false,
+            false,
+        ),
         Sent::Script(code, idempotent, keys, args) => {
-            let is = |lua: &node::Lua| std::ptr::eq(code, lua.code());
-            let arg = |i: usize| args.get(i).cloned().ok_or_else(bad);
-            let half = keys.len() / 2;
-            let r = if is(&node::ACQUIRE_MANY) {
-                SimRequest::Acquire {
-                    keys: keys.to_vec(),
-                    token: arg(0)?,
-                    ttl_ms: text_u64(&arg(1)?).ok_or_else(bad)?,
-                }
-            } else if is(&node::ACQUIRE_FENCED) {
-                SimRequest::AcquireFenced {
-                    locks: keys[..half].to_vec(),
-                    fences: keys[half..].to_vec(),
-                    token: arg(0)?,
-                    ttl_ms: text_u64(&arg(1)?).ok_or_else(bad)?,
-                }
-            } else if is(&node::COMMIT_FENCE) {
-                SimRequest::CommitFence {
-                    locks: keys[..half].to_vec(),
-                    fences: keys[half..].to_vec(),
-                    token: arg(0)?,
-                    t: text_u64(&arg(1)?).ok_or_else(bad)?,
-                }
-            } else if is(&node::EXTEND) {
-                SimRequest::Extend {
-                    keys: keys.to_vec(),
-                    token: arg(0)?,
-                    ttl_ms: text_u64(&arg(1)?).ok_or_else(bad)?,
-                }
-            } else if is(&node::RELEASE) {
-                SimRequest::Release {
-                    keys: keys.to_vec(),
-                    token: arg(0)?,
-                    channels: args.get(1..).unwrap_or_default().to_vec(),
-                }
-            } else if is(&node::RELEASE_ONE) {
-                // Five keys and two arguments (channel, loud) per resource, and optionally
-                // the releaser's set key last.
-                let n = keys.len() / 5;
-                let extra = keys.len() - 5 * n;
-                if n == 0 || extra > 1 || args.len() != 2 + n * 2 {
-                    return Err(bad());
-                }
-                let resources = keys
-                    .chunks_exact(5)
-                    .zip(args.get(2..).unwrap_or_default().chunks(2))
-                    .map(|(k, a)| match (k, a) {
-                        ([key, queue, leases, attrs, fence], [channel, loud]) => Ok(Queued {
-                            key: key.clone(),
-                            queue: queue.clone(),
-                            leases: leases.clone(),
-                            attrs: attrs.clone(),
-                            fence: fence.clone(),
-                            channel: channel.clone(),
-                            loud: loud == b"1",
-                        }),
-                        _ => Err(bad()),
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                let set = if extra == 1 {
-                    keys.last().cloned().unwrap_or_default()
-                } else {
-                    Vec::new()
-                };
-                SimRequest::ReleaseOne {
-                    token: arg(0)?,
-                    waiter: arg(1)?,
-                    resources,
-                    set,
-                }
-            } else if is(&node::CLAIM) {
-                SimRequest::Claim {
-                    key: keys.first().cloned().ok_or_else(bad)?,
-                    token: arg(0)?,
-                    ttl_ms: text_u64(&arg(1)?).ok_or_else(bad)?,
-                }
-            } else {
-                return Err(bad());
+            let Some((name, _)) = node::SCRIPTS
+                .iter()
+                .find(|(_, lua)| std::ptr::eq(code, lua.code()))
+            else {
+                return Err("a script missing from the node layer's script table".to_owned());
+            };
+            let r = SimRequest::Script {
+                name,
+                keys: keys.to_vec(),
+                args: args.to_vec(),
             };
             (r, true, idempotent)
         }
-    };
-    Ok(Translated {
-        req: Rc::new(sim),
-        answer,
-        script,
-        idempotent,
     })
 }
 
@@ -166,8 +96,8 @@ fn to_value(r: &SimReply) -> Value {
         SimReply::Nil => Value::Nil,
         SimReply::Int(i) => Value::Int(*i),
         SimReply::Bulk(b) => Value::BulkString(b.clone()),
-        SimReply::Status("OK") => Value::Okay,
-        SimReply::Status(s) => Value::SimpleString((*s).to_owned()),
+        SimReply::Status(s) if s == "OK" => Value::Okay,
+        SimReply::Status(s) => Value::SimpleString(s.clone()),
         SimReply::Array(a) => Value::Array(a.iter().map(to_value).collect()),
         SimReply::Error(e) => match redis::parse_redis_value(format!("-{e}\r\n").as_bytes()) {
             Ok(v) => v,
@@ -190,31 +120,14 @@ fn to_raw(r: &Raw) -> node::Reply {
     }
 }
 
-/// A request as one line of the trace.
+/// A request as one line of the trace: the command's words or the script's name and
+/// arguments (long ones shortened), without the keys.
 pub(super) fn show_request(r: &SimRequest) -> String {
+    let words = |ws: &[Vec<u8>]| ws.iter().map(|w| short(w)).collect::<Vec<_>>().join(" ");
     match r {
-        SimRequest::SetNxPxGet { token, ttl_ms, .. } => {
-            format!("SET lock {} NX PX {ttl_ms} GET", short(token))
-        }
-        SimRequest::Acquire { token, ttl_ms, .. } => format!("ACQUIRE {} {ttl_ms}", short(token)),
-        SimRequest::AcquireFenced { token, ttl_ms, .. } => {
-            format!("ACQUIRE_FENCED {} {ttl_ms}", short(token))
-        }
-        SimRequest::CommitFence { token, t, .. } => format!("COMMIT_FENCE {} {t}", short(token)),
-        SimRequest::Extend { token, ttl_ms, .. } => format!("EXTEND {} {ttl_ms}", short(token)),
-        SimRequest::Release { token, .. } => format!("RELEASE {}", short(token)),
-        SimRequest::ReleaseOne {
-            token, resources, ..
-        } => format!(
-            "RELEASE_ONE {}{}",
-            short(token),
-            if resources.iter().any(|r| r.loud) {
-                " announce"
-            } else {
-                ""
-            }
-        ),
-        other => format!("{other:?}"),
+        SimRequest::Command(ws) => words(ws),
+        SimRequest::Script { name, args, .. } => format!("{} {}", name.to_uppercase(), words(args)),
+        SimRequest::ScriptLoad(name) => format!("SCRIPT LOAD {name}"),
     }
 }
 
@@ -223,7 +136,7 @@ fn show_reply(r: &SimReply) -> String {
         SimReply::Nil => "nil".into(),
         SimReply::Int(i) => i.to_string(),
         SimReply::Bulk(b) => format!("\"{}\"", short(b)),
-        SimReply::Status(s) => (*s).to_owned(),
+        SimReply::Status(s) => s.clone(),
         SimReply::Array(a) => format!(
             "[{}]",
             a.iter().map(show_reply).collect::<Vec<_>>().join(", ")
@@ -253,6 +166,7 @@ impl World {
             answer: t.answer,
             script: t.script,
             idempotent: t.idempotent,
+            release: t.release,
             owner,
             sent: false,
             eval: false,
@@ -349,12 +263,7 @@ impl World {
         };
         self.stats.executed += 1;
         let ran = reply.error_code() != Some("NOSCRIPT");
-        if ran
-            && matches!(
-                *req,
-                SimRequest::Release { .. } | SimRequest::ReleaseOne { .. }
-            )
-        {
+        if ran && self.calls[id].release {
             let a = self.calls[id].attempt;
             self.attempts[a].ran |= 1u64 << i;
         }
@@ -467,69 +376,47 @@ mod tests {
     use crate::io::node::Request;
     use std::time::Duration;
 
-    /// Every request the client builds reads as the simulator request with the same keys,
-    /// token and TTL (rounded up to whole milliseconds, as `node.rs` sends it).
+    /// A request the client builds reads as the same words (a command) or the same
+    /// script, keys and arguments (a script), with its release flag.
     #[test]
-    fn translation() {
+    fn translation_keeps_the_wire_as_built() {
         let res = Resources::new(&["r"]).unwrap();
         let token = Token::from_bytes([0xab; 16]);
         let tok = token.as_bytes().to_vec();
         let key = res.lock_keys()[0].clone();
-        let fence = res.fence_keys()[0].clone();
         let ttl = Duration::from_micros(1_500);
         let t = translate(&Request::acquire(res.lock_keys(), &token, ttl)).unwrap();
-        assert_eq!(
-            *t.req,
-            SimRequest::SetNxPxGet {
-                key: key.clone(),
-                token: tok.clone(),
-                ttl_ms: 2
-            }
-        );
-        assert!(!t.script);
-        let keys = vec![key.clone(), fence.clone()];
-        let t = translate(&Request::acquire_fenced(keys.clone(), &token, ttl)).unwrap();
-        assert_eq!(
-            *t.req,
-            SimRequest::AcquireFenced {
-                locks: vec![key.clone()],
-                fences: vec![fence.clone()],
-                token: tok.clone(),
-                ttl_ms: 2
-            }
-        );
-        assert!(t.script && !t.idempotent);
-        let t = translate(&Request::commit_fence(keys, &token, 77)).unwrap();
-        assert!(matches!(*t.req, SimRequest::CommitFence { t: 77, .. }) && t.idempotent);
+        let words: Vec<Vec<u8>> = [&b"SET"[..], &key, &tok, b"NX", b"PX", b"2", b"GET"]
+            .iter()
+            .map(|w| w.to_vec())
+            .collect();
+        assert_eq!(*t.req, SimRequest::Command(words));
+        assert!(!t.script && !t.release);
         let t = translate(&Request::extend(vec![key.clone()], &token, ttl)).unwrap();
-        assert!(matches!(*t.req, SimRequest::Extend { ttl_ms: 2, .. }) && t.idempotent);
-        let t = translate(&Request::release(&res, &token, b"w", true)).unwrap();
-        match &*t.req {
-            SimRequest::ReleaseOne {
-                token: tk,
-                waiter,
-                resources,
-                ..
-            } => {
-                assert_eq!((tk, waiter.as_slice()), (&tok, &b"w"[..]));
-                assert_eq!(resources.len(), 1);
-                assert_eq!(resources[0].key, key);
-                assert!(resources[0].loud && !resources[0].channel.is_empty());
+        assert_eq!(
+            *t.req,
+            SimRequest::Script {
+                name: "extend",
+                keys: vec![key.clone()],
+                args: vec![tok.clone(), b"2".to_vec()],
             }
-            other => panic!("{other:?}"),
-        }
+        );
+        assert!(t.script && t.idempotent && !t.release);
+        let t = translate(&Request::release(&res, &token, b"w", true)).unwrap();
+        assert!(
+            matches!(
+                &*t.req,
+                SimRequest::Script {
+                    name: "release_one",
+                    ..
+                }
+            ) && t.release
+        );
         let many = Resources::new(&["a", "b"]).unwrap();
         let t = translate(&Request::acquire(many.lock_keys(), &token, ttl)).unwrap();
-        assert!(matches!(&*t.req, SimRequest::Acquire { keys, .. } if keys.len() == 2));
-        let t = translate(&Request::release(&many, &token, b"", true)).unwrap();
-        match &*t.req {
-            SimRequest::ReleaseOne { resources, .. } => {
-                let loud: Vec<bool> = resources.iter().map(|r| r.loud).collect();
-                assert_eq!(loud, [true, true]);
-                assert_eq!(resources[1].key, many.lock_keys()[1]);
-            }
-            other => panic!("{other:?}"),
-        }
+        assert!(
+            matches!(&*t.req, SimRequest::Script { name: "acquire", keys, .. } if keys.len() == 2)
+        );
     }
 
     /// Simulated replies decode through `node::decode` as the real ones do.

@@ -182,6 +182,8 @@ pub(super) struct Call {
     pub(super) answer: Answer,
     pub(super) script: bool,
     pub(super) idempotent: bool,
+    /// A release (see `Translated::release`).
+    pub(super) release: bool,
     pub(super) owner: Owner,
     /// Put on the wire (false while it waits for the lock's acquire on that node).
     pub(super) sent: bool,
@@ -265,6 +267,8 @@ pub(super) struct Attempt {
     pub(super) ran: u64,
     /// Given up on purpose without a release: its keys may stay until they expire.
     pub(super) abandoned: bool,
+    /// A waiter's: its token joined the wait queues first, and its round 1 is a claim.
+    pub(super) waited: bool,
 }
 
 /// A lock the client holds (`lock::Lock`).
@@ -274,6 +278,8 @@ pub(super) struct Held {
     /// Deadline on the client's clock.
     pub(super) deadline_c: u64,
     pub(super) fencing: Option<u64>,
+    /// Taken by a waiter's claim (the lock handed over by a release, or found free).
+    pub(super) via_wait: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -282,6 +288,8 @@ pub(super) enum Phase {
     Acquiring(usize),
     /// A failed attempt waits for its granting nodes' releases.
     CleaningUp(usize),
+    /// A waiter's token is queued; it claims when its timer fires.
+    Waiting(usize),
     Holding,
     Extending(usize),
     Releasing(usize),
@@ -296,6 +304,8 @@ pub(super) enum Timer {
     HoldAction,
     CancelAcquire(usize),
     CancelExtend(usize),
+    /// The waiter of this attempt claims.
+    Claim(usize),
 }
 
 /// One simulated client: its workload's random stream, its clock, and where it is.
@@ -310,6 +320,8 @@ pub(super) struct Client {
     pub(super) ops_left: u32,
     pub(super) tries_left: u32,
     pub(super) extends_left: u32,
+    /// The attempt that just failed was refused: wait in the queues instead of retrying.
+    pub(super) wait_next: bool,
 }
 
 impl Client {
@@ -326,6 +338,7 @@ impl Client {
             ops_left,
             tries_left: 0,
             extends_left: 0,
+            wait_next: false,
         }
     }
 

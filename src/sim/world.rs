@@ -15,7 +15,7 @@ use std::fmt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::node::{Persistence, SimNode, Variant};
+use super::node::{Persistence, Script, SimNode, crate_scripts, scripts};
 use super::state::{Attempt, Call, Client, Clock, Fault, Kind, Link, Round, between, expiry_true};
 use crate::base::resource::Resources;
 use crate::protocol::tally;
@@ -28,7 +28,7 @@ use crate::protocol::tally;
 /// ```
 /// use quorumlock::sim::Mutation;
 ///
-/// assert_eq!(Mutation::ALL.len(), 7);
+/// assert_eq!(Mutation::ALL.len(), 8);
 /// assert_eq!(Mutation::HalfQuorum.name(), "quorum N/2");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -38,14 +38,14 @@ pub enum Mutation {
     HalfQuorum,
     /// No clock drift allowance (`drift = 0`); the clients' and nodes' clocks still drift.
     NoDrift,
-    /// Extensions may shorten a lock: the nodes run the extend script with plain `PEXPIRE`
-    /// ([`Variant::ExtendWithoutGt`]).
+    /// Extensions may shorten a lock: the nodes run `extend.lua` with plain `PEXPIRE`
+    /// instead of `PEXPIRE … GT` (the script's text replaced, see [`Mutation::patches`]).
     ExtendShortens,
     /// A node without persistence restarts at once after a crash, instead of after the
     /// longest TTL.
     ImmediateRestart,
-    /// The release scripts delete the lock key whatever token it holds
-    /// ([`Variant::ReleaseWithoutTokenCheck`]).
+    /// The release scripts (`release.lua`, `release_one.lua`) delete or hand over the lock
+    /// key whatever token it holds (their text replaced, see [`Mutation::patches`]).
     ReleaseWithoutTokenCheck,
     /// Fenced acquisitions skip the commit round: the token is the largest counter among
     /// the granting replies, never written back to the other nodes.
@@ -53,6 +53,10 @@ pub enum Mutation {
     /// A failed attempt releases only the nodes that granted, not those that failed, timed
     /// out or had not answered (whose `SET` may still land).
     CleanupGrantedOnly,
+    /// A queued waiter's claim (`claim.lua`) takes the lock key whatever token it holds,
+    /// as if the lock had been handed to it (its text replaced, see
+    /// [`Mutation::patches`]).
+    ClaimTakesHeldKeys,
 }
 
 impl Mutation {
@@ -63,7 +67,7 @@ impl Mutation {
     /// ```
     /// assert!(quorumlock::sim::Mutation::ALL.contains(&quorumlock::sim::Mutation::NoDrift));
     /// ```
-    pub const ALL: [Mutation; 7] = [
+    pub const ALL: [Mutation; 8] = [
         Mutation::HalfQuorum,
         Mutation::NoDrift,
         Mutation::ExtendShortens,
@@ -71,6 +75,7 @@ impl Mutation {
         Mutation::ReleaseWithoutTokenCheck,
         Mutation::FencingWithoutCommit,
         Mutation::CleanupGrantedOnly,
+        Mutation::ClaimTakesHeldKeys,
     ];
 
     /// A short name.
@@ -89,6 +94,49 @@ impl Mutation {
             Mutation::ReleaseWithoutTokenCheck => "release without the token check",
             Mutation::FencingWithoutCommit => "fencing without the commit",
             Mutation::CleanupGrantedOnly => "clean-up of granting nodes only",
+            Mutation::ClaimTakesHeldKeys => "claim takes held keys",
+        }
+    }
+
+    /// The replacements this mutation makes in the crate's Lua scripts: `(script, text,
+    /// replacement)`. Empty for a mutation of the client or of the deployment. A
+    /// replacement whose text a script no longer contains stops the run with a
+    /// [`Invariant::Simulator`] violation, so a mutation never passes by not applying.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use quorumlock::sim::Mutation;
+    ///
+    /// assert!(Mutation::HalfQuorum.patches().is_empty());
+    /// assert_eq!(Mutation::ExtendShortens.patches()[0].0, "extend");
+    /// ```
+    pub fn patches(self) -> &'static [(&'static str, &'static str, &'static str)] {
+        match self {
+            Mutation::ExtendShortens => &[("extend", ", 'GT')", ")")],
+            Mutation::ReleaseWithoutTokenCheck => &[
+                (
+                    "release",
+                    "redis.call('GET', KEYS[i]) == ARGV[1]",
+                    "redis.call('GET', KEYS[i])",
+                ),
+                // The fast path (no one waits) and the hand-off.
+                (
+                    "release_one",
+                    "elseif redis.call('GET', key) == token then",
+                    "elseif redis.call('GET', key) then",
+                ),
+                (
+                    "release_one",
+                    "if redis.call('GET', key) ~= token then",
+                    "if not redis.call('GET', key) then",
+                ),
+            ],
+            Mutation::ClaimTakesHeldKeys => &[
+                ("claim", "'NX', ", ""),
+                ("claim", "return old", "return false"),
+            ],
+            _ => &[],
         }
     }
 }
@@ -153,6 +201,9 @@ pub enum Invariant {
     /// A key was left behind: a lock key its owner's release or clean-up reached, or any
     /// key but a fence counter once the longest TTL passed after the end.
     KeyLeftBehind,
+    /// A hand-off gave the lock to two waiters: two clients that took it by a claim
+    /// believed they held it at the same true time.
+    HandOffToTwo,
     /// The simulator itself could not go on (a request it cannot model, or a run that did
     /// not end within its event budget). A simulator bug, never a protocol verdict.
     Simulator,
@@ -167,6 +218,7 @@ impl fmt::Display for Invariant {
             }
             Invariant::FencingOrder => "fencing tokens do not strictly rise",
             Invariant::KeyLeftBehind => "a key was left behind",
+            Invariant::HandOffToTwo => "a hand-off gave the lock to two waiters",
             Invariant::Simulator => "simulator error",
         })
     }
@@ -250,6 +302,12 @@ pub struct Stats {
     pub client_pauses: u64,
     /// Client pauses longer than the validity of the lock the client held.
     pub pauses_past_validity: u64,
+    /// Schedules whose clients take several resources at once.
+    pub multi_resource_schedules: u64,
+    /// Refused clients that joined the wait queues.
+    pub waits: u64,
+    /// Waiters' claims that returned the lock (handed over by a release, or found free).
+    pub claimed: u64,
 }
 
 impl Stats {
@@ -284,6 +342,9 @@ impl Stats {
         self.cuts += o.cuts;
         self.client_pauses += o.client_pauses;
         self.pauses_past_validity += o.pauses_past_validity;
+        self.multi_resource_schedules += o.multi_resource_schedules;
+        self.waits += o.waits;
+        self.claimed += o.claimed;
     }
 }
 
@@ -438,8 +499,11 @@ pub(super) struct Params {
     /// A failed attempt cleans up every node that may hold its key (unless mutated).
     pub(super) cleanup_all: bool,
     pub(super) res: Resources,
-    pub(super) lock_key: Vec<u8>,
-    pub(super) fence_key: Vec<u8>,
+    /// Every lock key of the resources (a client takes them all, `lock_many`-style).
+    pub(super) lock_keys: Vec<Vec<u8>>,
+    pub(super) fence_keys: Vec<Vec<u8>>,
+    /// Refused clients may join the wait queues and be handed the lock.
+    pub(super) waiting: bool,
 }
 
 pub(super) const EXTEND_MIN_TTL_MS: u64 = 5;
@@ -551,23 +615,19 @@ impl World {
         let slow_p = [0.0, 0.01, 0.05][prm.random_range(0..3usize)];
         let slow_hi = node_timeout_us * 3;
         let fencing = prm.random_bool(0.5);
-        let res = Resources::new(&["r"]);
-        let lock_key = res
-            .as_ref()
-            .ok()
-            .and_then(|r| r.lock_keys().first().cloned());
-        let fence_key = res
-            .as_ref()
-            .ok()
-            .and_then(|r| r.fence_keys().first().cloned());
-        let (Ok(res), Some(lock_key), Some(fence_key)) = (res, lock_key, fence_key) else {
-            return Err("the resource's keys".to_owned());
+        // Drawn apart from the stream above, so that the older parameters of a seed stay.
+        let mut extra = StdRng::seed_from_u64(seed ^ 0x005E_ED0F_5A17_u64);
+        let names: &[&str] = if extra.random_bool(0.35) {
+            &["r", "s"]
+        } else {
+            &["r"]
         };
-        let variant = match mutation {
-            Some(Mutation::ExtendShortens) => Variant::ExtendWithoutGt,
-            Some(Mutation::ReleaseWithoutTokenCheck) => Variant::ReleaseWithoutTokenCheck,
-            _ => Variant::Redis,
-        };
+        // Waiters queue (and are handed the lock) in half the unfenced schedules.
+        let waiting = !fencing && extra.random_bool(0.5);
+        let res = Resources::new(names).map_err(|e| format!("the resources' keys: {e}"))?;
+        let lock_keys = res.lock_keys().to_vec();
+        let fence_keys = res.fence_keys();
+        let scripts = mutated_scripts(mutation)?;
         // Persistence: every node AOF `always`, none, or each its own.
         let aof_p = [1.0, 0.0, 0.5][prm.random_range(0..3usize)];
         let offset_bound = NODE_OFFSETS_US[prm.random_range(0..NODE_OFFSETS_US.len())];
@@ -581,7 +641,7 @@ impl World {
                 };
                 let offset = prm.random_range(-offset_bound..=offset_bound);
                 NodeState {
-                    sim: SimNode::new(persistence).with_variant(variant),
+                    sim: SimNode::with_scripts(persistence, scripts.clone()),
                     clock: Clock::new(
                         EPOCH_US.saturating_add_signed(offset),
                         ppm(&mut prm, NODE_PPM),
@@ -613,8 +673,9 @@ impl World {
             fencing_commit: mutation != Some(Mutation::FencingWithoutCommit),
             cleanup_all: mutation != Some(Mutation::CleanupGrantedOnly),
             res,
-            lock_key,
-            fence_key,
+            lock_keys,
+            fence_keys,
+            waiting,
         };
         let mut client_root = StdRng::seed_from_u64(client_seed);
         let clients: Vec<Client> = (0..m)
@@ -645,6 +706,7 @@ impl World {
             stats: Stats {
                 schedules: 1,
                 fenced_schedules: u64::from(fencing),
+                multi_resource_schedules: u64::from(names.len() > 1),
                 ..Stats::default()
             },
             max_fence: None,
@@ -916,7 +978,7 @@ impl World {
                         let now_n = node.clock.at(self.now);
                         node.sim
                             .entries(now_n)
-                            .any(|(k, _, _)| k == self.p.lock_key.as_slice())
+                            .any(|(k, _, _)| self.p.lock_keys.iter().any(|l| l.as_slice() == k))
                     });
                 for _ in 0..k {
                     let pool = if holders.is_empty() {
@@ -1012,15 +1074,10 @@ impl World {
         if !aof {
             // What the node held, for the validity invariant: see `check.rs`.
             let clock = self.nodes[i].clock;
-            let key = self.p.lock_key.clone();
-            let ghosts: Vec<(Vec<u8>, u64)> = self.nodes[i]
-                .sim
-                .entries(now_n)
-                .filter(|(k, _, _)| *k == key.as_slice())
-                .filter_map(|(_, v, at)| match v {
-                    super::node::Value::String(t) => Some((t.clone(), expiry_true(clock, at))),
-                    _ => None,
-                })
+            let ghosts: Vec<(Vec<u8>, u64)> = self
+                .node_holder(i, now_n)
+                .map(|(t, at)| (t, expiry_true(clock, at)))
+                .into_iter()
                 .collect();
             self.nodes[i].ghosts = ghosts;
         }
@@ -1089,4 +1146,22 @@ impl World {
             between(&mut self.net_rng, lo, hi)
         }
     }
+}
+
+/// The crate's scripts with `mutation`'s replacements made.
+fn mutated_scripts(mutation: Option<Mutation>) -> Result<std::rc::Rc<[Script]>, String> {
+    let patches = mutation.map_or(&[][..], Mutation::patches);
+    if patches.is_empty() {
+        return Ok(crate_scripts());
+    }
+    let mut all = scripts();
+    for (name, from, to) in patches {
+        let Some(s) = all.iter_mut().find(|s| s.name() == *name) else {
+            return Err(format!("mutation: no script named {name}"));
+        };
+        *s = s.replaced(from, to).ok_or_else(|| {
+            format!("mutation: {name}.lua no longer contains {from:?} (update the mutation)")
+        })?;
+    }
+    Ok(all.into())
 }
