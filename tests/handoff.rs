@@ -33,7 +33,7 @@ async fn enqueue(
     kind: &str,
     first: bool,
 ) -> Vec<redis::Value> {
-    redis::Script::new(quorumlock_testkit::scripts::enqueue())
+    redis::Script::new(support::scripts::enqueue())
         .key(format!("quorumlock:queue:{resource}"))
         .key(format!("quorumlock:qlease:{resource}"))
         .key(format!("quorumlock:qattrs:{resource}"))

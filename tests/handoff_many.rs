@@ -247,7 +247,7 @@ async fn a_multi_resource_waiter_refused_by_a_release_still_on_its_way_takes_the
     for i in 0..cluster.len() {
         let _: String = redis::cmd("SCRIPT")
             .arg("LOAD")
-            .arg(quorumlock_testkit::scripts::release_one())
+            .arg(support::scripts::release_one())
             .query_async(&mut raw(&cluster, i).await)
             .await?;
     }
@@ -298,7 +298,7 @@ async fn a_multi_resource_waiter_marking_between_a_releases_nodes_takes_the_keys
     for i in 0..cluster.len() {
         let _: String = redis::cmd("SCRIPT")
             .arg("LOAD")
-            .arg(quorumlock_testkit::scripts::release_one())
+            .arg(support::scripts::release_one())
             .query_async(&mut raw(&cluster, i).await)
             .await?;
     }

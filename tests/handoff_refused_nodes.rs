@@ -40,7 +40,7 @@ async fn queued_everywhere(cluster: &LocalCluster, res: &str, n: u64) -> TestRes
 /// Runs `release_one.lua` raw on node `i` for `token` (a release of an earlier holder that
 /// reaches this node late): `{kind, waiters[, fence]}`.
 async fn release_one(cluster: &LocalCluster, i: usize, res: &str, token: &str) -> Vec<i64> {
-    redis::Script::new(quorumlock_testkit::scripts::release_one())
+    redis::Script::new(support::scripts::release_one())
         .key(lock_key(res))
         .key(queue(res))
         .key(qlease(res))

@@ -206,7 +206,7 @@ async fn overtaken_release_on_five(kill: bool) -> TestResult {
     for &i in &live {
         let _: String = redis::cmd("SCRIPT")
             .arg("LOAD")
-            .arg(quorumlock_testkit::scripts::release_one())
+            .arg(support::scripts::release_one())
             .query_async(&mut raw(&cluster, i).await)
             .await?;
     }

@@ -110,8 +110,8 @@ async fn skewed_peer(
     holds: Arc<AtomicU64>,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     use futures::StreamExt;
-    let enqueue = redis::Script::new(quorumlock_testkit::scripts::enqueue());
-    let release = redis::Script::new(quorumlock_testkit::scripts::release_one());
+    let enqueue = redis::Script::new(support::scripts::enqueue());
+    let release = redis::Script::new(support::scripts::release_one());
     let n = urls.len();
     let hs = heralds(resource, n);
     let mut conns = Vec::new();
