@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+start=$SECONDS
+step() { printf '\n==> [%ds] %s\n' "$((SECONDS - start))" "$*"; }
 fail() { printf '\nquorumlock: FAILED: %s\n' "$*" >&2; exit 1; }
 
 step "dependencies (redis-server)"
@@ -61,4 +62,4 @@ out=$(cargo publish --workspace --dry-run --allow-dirty 2>&1) || { quiet <<<"$ou
 quiet <<<"$out"
 
 echo
-echo "quorumlock: all checks passed"
+echo "quorumlock: all checks passed in $((SECONDS - start)) s"
