@@ -2,8 +2,8 @@
 # The whole test suite of the workspace (the library, `testkit/`, `cli/`), from a fresh
 # Debian machine with the Rust toolchain: installs redis-server if missing, then
 # formatting, lints, docs, unit, integration, doc and (when a Docker engine answers)
-# Docker Compose tests, then the packages (their contents, a build of each) and a dry run
-# of `cargo publish` (these two need crates.io).
+# Docker Compose tests, then the packages' contents and a dry run of `cargo publish`, which
+# builds each package as crates.io would (these two need crates.io).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,7 +33,7 @@ cargo test --workspace --all-features --no-fail-fast -- --test-threads="${QUORUM
 step "the coupon demo (examples/coupon.rs: exits non-zero if a locked or lock-free sale oversells)"
 cargo run --quiet --all-features --example coupon || fail "the coupon demo"
 
-step "cargo package (contents, then a build of each packaged crate with all features)"
+step "cargo package --list (what each package holds)"
 list=$(cargo package -p quorumlock --allow-dirty --list 2>/dev/null) || fail "cargo package --list"
 for need in src/lib.rs src/scripts/acquire.lua docs/guide.md README.md CHANGELOG.md \
     LICENSE-MIT LICENSE-APACHE examples/coupon.rs; do
@@ -53,12 +53,10 @@ fi
 # Cargo names every test and benchmark left out of the package ("ignoring test …"): that is
 # on purpose, so those lines are not shown.
 quiet() { grep -v '^warning: ignoring ' || true; }
-out=$(cargo package --workspace --allow-dirty --all-features 2>&1) \
-    || { quiet <<<"$out"; fail "cargo package (a packaged crate does not build)"; }
-quiet <<<"$out"
 
-step "cargo publish --dry-run"
-out=$(cargo publish --workspace --dry-run --allow-dirty 2>&1) || { quiet <<<"$out"; fail "cargo publish --dry-run"; }
+step "cargo publish --dry-run (packs each crate, then builds each package with all features)"
+out=$(cargo publish --workspace --dry-run --allow-dirty --all-features 2>&1) \
+    || { quiet <<<"$out"; fail "cargo publish --dry-run (a packaged crate does not build)"; }
 quiet <<<"$out"
 
 echo

@@ -9,6 +9,8 @@
 //! cancelled waiter does not strand the lock, a lost announcement still ends with the
 //! waiter holding, and eight contenders with a node paused never overlap (history checker).
 
+#[path = "support/scripts.rs"]
+mod scripts;
 mod support;
 
 use std::time::{Duration, Instant};
@@ -33,7 +35,7 @@ async fn enqueue(
     kind: &str,
     first: bool,
 ) -> Vec<redis::Value> {
-    redis::Script::new(support::scripts::enqueue())
+    redis::Script::new(&scripts::source("enqueue"))
         .key(format!("quorumlock:queue:{resource}"))
         .key(format!("quorumlock:qlease:{resource}"))
         .key(format!("quorumlock:qattrs:{resource}"))

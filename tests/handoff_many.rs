@@ -13,6 +13,8 @@
 //! resources, with a node paused for a second, never overlap, never deadlock and all get
 //! the lock.
 
+#[path = "support/scripts.rs"]
+mod scripts;
 mod support;
 
 use std::time::{Duration, Instant};
@@ -247,7 +249,7 @@ async fn a_multi_resource_waiter_refused_by_a_release_still_on_its_way_takes_the
     for i in 0..cluster.len() {
         let _: String = redis::cmd("SCRIPT")
             .arg("LOAD")
-            .arg(support::scripts::release_one())
+            .arg(scripts::source("release_one"))
             .query_async(&mut raw(&cluster, i).await)
             .await?;
     }
@@ -298,7 +300,7 @@ async fn a_multi_resource_waiter_marking_between_a_releases_nodes_takes_the_keys
     for i in 0..cluster.len() {
         let _: String = redis::cmd("SCRIPT")
             .arg("LOAD")
-            .arg(support::scripts::release_one())
+            .arg(scripts::source("release_one"))
             .query_async(&mut raw(&cluster, i).await)
             .await?;
     }
@@ -347,6 +349,95 @@ async fn a_multi_resource_waiter_marking_between_a_releases_nodes_takes_the_keys
         "the release announced nothing"
     );
     assert!(took < Duration::from_millis(400), "{took:?}");
+    assert!(holds_on_a_quorum(&cluster, &set, got.token()).await);
+    got.release().await?;
+    Ok(())
+}
+
+/// The waiter's own attempt is decided (refused by the three nodes that still hold) before
+/// the heralds, where the keys are already free, answer it: its request lands there after
+/// the decision and is released only once it has. The mark sent right after the attempt
+/// finds that attempt's own key on the heralds and the holder's on the rest. The mark
+/// counts the waiter's own attempt's keys as free (they were free on two nodes: a release
+/// may be on its way to the rest), so the waiter looks again soon, and holds well before
+/// its mark's renewal (1 s); counted as held, the keys were free nowhere. Five nodes;
+/// the holder's links to the three that are not heralds are 90 ms slow each way, the
+/// waiter's links to the heralds 30 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_resource_waiter_whose_attempt_outran_its_own_replies_takes_the_keys_soon()
+-> TestResult {
+    let cluster = LocalCluster::builder(5).proxies(true).launch().await?;
+    let set = ["outran-a", "outran-b"];
+    let ttl = Duration::from_secs(10);
+    let seen = Redlock::builder(cluster.urls())
+        .build()
+        .await?
+        .inspect(set[0])
+        .await?;
+    let heralds: Vec<usize> = (0..cluster.len())
+        .filter(|i| seen.nodes().get(*i).is_some_and(|n| n.is_herald()))
+        .collect();
+    assert_eq!(heralds.len(), 2, "two heralds of {}", set[0]);
+    // Each proxy serves one client: the holder's to the other nodes, the waiter's to the
+    // heralds.
+    let (mut to_holder, mut to_waiter) = (Vec::new(), Vec::new());
+    for i in 0..cluster.len() {
+        let (proxied, direct) = (cluster.urls()[i].clone(), cluster.direct_url(i)?);
+        if heralds.contains(&i) {
+            to_holder.push(direct);
+            to_waiter.push(proxied);
+        } else {
+            to_holder.push(proxied);
+            to_waiter.push(direct);
+        }
+    }
+    let holder = Redlock::builder(to_holder).build().await?;
+    let waiter = Redlock::builder(to_waiter)
+        .retry(NOTIFIED_ONLY)
+        .build()
+        .await?;
+    subscribe_first(&cluster, &waiter, set).await?;
+    let lock = holder.try_lock(set[0], ttl).await?;
+    for i in 0..cluster.len() {
+        let _: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(scripts::source("release_one"))
+            .query_async(&mut raw(&cluster, i).await)
+            .await?;
+    }
+    for i in 0..cluster.len() {
+        let slow = if heralds.contains(&i) { 30 } else { 90 };
+        cluster
+            .proxy(i)?
+            .set_mode(ProxyMode::Delay(Duration::from_millis(slow)));
+    }
+    let mut herald_links = Vec::new();
+    for i in &heralds {
+        herald_links.push(raw(&cluster, *i).await);
+    }
+    let key = lock_key(set[0]);
+    let releasing = Instant::now();
+    let release = tokio::spawn(async move { lock.release().await });
+    let mut on_heralds = false;
+    for _ in 0..200 {
+        let mut held = 0u32;
+        for c in &mut herald_links {
+            let n: u32 = redis::cmd("EXISTS").arg(&key).query_async(c).await?;
+            held += n;
+        }
+        if held == 0 {
+            on_heralds = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(on_heralds, "the release ran on the heralds");
+    let w = tokio::spawn(async move { waiter.lock_many(set, ttl).await });
+    let got = tokio::time::timeout(Duration::from_secs(6), w).await???;
+    let took = releasing.elapsed();
+    println!("attempt outran its own replies: held {took:?} after the release began");
+    release.await??;
+    assert!(took < Duration::from_millis(500), "{took:?}");
     assert!(holds_on_a_quorum(&cluster, &set, got.token()).await);
     got.release().await?;
     Ok(())

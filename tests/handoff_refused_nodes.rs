@@ -3,6 +3,8 @@
 //! subscriptions a node refuses (`BUSY` for a moment, or an ACL fixed at run time): each
 //! refused one is asked again, without holding up the link or looping on reconnections.
 
+#[path = "support/scripts.rs"]
+mod scripts;
 mod support;
 
 use std::sync::Arc;
@@ -40,7 +42,7 @@ async fn queued_everywhere(cluster: &LocalCluster, res: &str, n: u64) -> TestRes
 /// Runs `release_one.lua` raw on node `i` for `token` (a release of an earlier holder that
 /// reaches this node late): `{kind, waiters[, fence]}`.
 async fn release_one(cluster: &LocalCluster, i: usize, res: &str, token: &str) -> Vec<i64> {
-    redis::Script::new(support::scripts::release_one())
+    redis::Script::new(&scripts::source("release_one"))
         .key(lock_key(res))
         .key(queue(res))
         .key(qlease(res))

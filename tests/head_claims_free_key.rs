@@ -3,6 +3,8 @@
 //! it needs, and the release it must end with a node down. Real `redis-server` processes
 //! through `LocalCluster`.
 
+#[path = "support/scripts.rs"]
+mod scripts;
 mod support;
 
 use std::time::{Duration, Instant};
@@ -206,7 +208,7 @@ async fn overtaken_release_on_five(kill: bool) -> TestResult {
     for &i in &live {
         let _: String = redis::cmd("SCRIPT")
             .arg("LOAD")
-            .arg(support::scripts::release_one())
+            .arg(scripts::source("release_one"))
             .query_async(&mut raw(&cluster, i).await)
             .await?;
     }

@@ -1,6 +1,8 @@
 //! Adversarial probes of the wait queue against real `redis-server`s: holders that never
 //! had to wait, heralds slower than the other nodes, heralds restarted empty.
 
+#[path = "support/scripts.rs"]
+mod scripts;
 mod support;
 
 use std::sync::Arc;
@@ -110,8 +112,8 @@ async fn skewed_peer(
     holds: Arc<AtomicU64>,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     use futures::StreamExt;
-    let enqueue = redis::Script::new(support::scripts::enqueue());
-    let release = redis::Script::new(support::scripts::release_one());
+    let enqueue = redis::Script::new(&scripts::source("enqueue"));
+    let release = redis::Script::new(&scripts::source("release_one"));
     let n = urls.len();
     let hs = heralds(resource, n);
     let mut conns = Vec::new();

@@ -46,11 +46,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::base::error::{Error, Timeout, Votes};
-use crate::base::resource::Resources;
+use crate::base::resource::{Kind, Resources};
 pub(crate) use crate::base::time::jitter;
 use crate::base::time::later;
 use crate::base::token::Token;
-use crate::client::acquire::{Ask, acquire_as, acquire_once};
+use crate::client::acquire::{Ask, acquire_as};
 use crate::client::config::Retry;
 use crate::client::lock::Lock;
 use crate::client::shared::Inner;
@@ -142,6 +142,8 @@ struct Waiter<'a> {
     give_up_at: Option<Instant>,
     attempts: u32,
     last: Option<Votes>,
+    /// The latest attempt's token (each attempt has its own).
+    token: Option<Token>,
 }
 
 impl Waiter<'_> {
@@ -158,7 +160,13 @@ impl Waiter<'_> {
             return Tried::Skipped;
         }
         self.attempts = self.attempts.saturating_add(1);
-        let split = match acquire_once(self.inner, self.res, self.ttl, self.attempts).await {
+        let mut ask = Ask::new(Kind::Exclusive, self.inner.quorum);
+        match Token::generate() {
+            Ok(t) => ask.token = Some(t),
+            Err(e) => return Tried::Done(Box::new(Err(e))),
+        }
+        self.token = ask.token.clone();
+        let split = match acquire_as(self.inner, self.res, &ask, self.ttl, self.attempts).await {
             Ok(lock) => {
                 crate::base::metrics::handoff(false);
                 if let Some(i) = interest {
@@ -256,13 +264,20 @@ impl<'a> Listener<'a> {
     }
 
     /// Marks (or renews) on every node at once, awaiting the replies (bounded by the node
-    /// timeout). Whether a quorum of nodes answered that no key of the set is held.
-    async fn listen(&mut self) -> bool {
+    /// timeout). Whether a quorum of nodes answered that no key of the set is held, keys
+    /// held by `own` counting as free: the waiter's latest attempt, refused, may have been
+    /// decided before some node answered it, its clean-up landing there only later.
+    async fn listen(&mut self, own: Option<&Token>) -> bool {
         let Some(id) = &self.id else {
             return false;
         };
         self.renew_at = Some(contention::renew_at(tokio::time::Instant::now()));
-        let join = QueueJoin::listen(self.res, id.as_bytes(), QUEUE_LEASE);
+        let join = QueueJoin::listen(
+            self.res,
+            id.as_bytes(),
+            QUEUE_LEASE,
+            own.map(Token::as_bytes),
+        );
         let timeout = self.timeout;
         let replies = join_all(self.inner.nodes.iter().map(|n| n.listen(&join, timeout))).await;
         let free_on = replies.iter().filter(|r| **r == Some(true)).count();
@@ -336,6 +351,7 @@ pub(crate) async fn acquire_waiting(
         give_up_at: retry.max_wait.map(|d| later(start, d)),
         attempts: 0,
         last: None,
+        token: None,
     };
     let mut interest: Option<Interest> = None;
     // Notify waiting marks the resources' waiting state on every node (`listen.lua`), so
@@ -376,7 +392,7 @@ pub(crate) async fn acquire_waiting(
         if split && let Some(i) = &interest {
             i.adapt(true);
         }
-        if listener.due() && listener.listen().await && !split {
+        if listener.due() && listener.listen(w.token.as_ref()).await && !split {
             // The mark found every key free on a quorum: a release ran before the first
             // mark landed (not announced), or after an attempt it woke had been refused
             // (announced once). Try now; the next renewal is a third of the lease away.

@@ -843,19 +843,25 @@ impl QueueJoin {
     }
 
     /// A multi-resource waiter's mark (`listen.lua`): its `id` in every resource's leases
-    /// for `lease`, so the releases of those resources announce themselves.
-    pub(crate) fn listen(res: &Resources, id: &[u8], lease: Duration) -> QueueJoin {
+    /// for `lease`, so the releases of those resources announce themselves. `own`: the
+    /// token of the waiter's latest refused attempt, whose keys the reply counts as free.
+    pub(crate) fn listen(
+        res: &Resources,
+        id: &[u8],
+        lease: Duration,
+        own: Option<&[u8]>,
+    ) -> QueueJoin {
+        let mut args = vec![id.to_vec(), millis_arg(lease)];
+        if let Some(own) = own {
+            args.push(own.to_vec());
+        }
         let ks = res
             .names()
             .iter()
             .flat_map(|n| queue_group(res, n))
             .collect();
         QueueJoin {
-            call: Arc::new(ScriptCall::new(
-                &LISTEN,
-                ks,
-                vec![id.to_vec(), millis_arg(lease)],
-            )),
+            call: Arc::new(ScriptCall::new(&LISTEN, ks, args)),
         }
     }
 }

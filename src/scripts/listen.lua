@@ -3,8 +3,11 @@
 -- anything), so every release of those resources here sees someone waiting and announces
 -- itself. The waiter renews it while it waits; its lock's release drops it.
 -- KEYS: four per resource: the queue, its leases, its attributes, the lock key (as
--- enqueue.lua's). ARGV[1]: the listener's id. ARGV[2]: the lease (ms).
--- Returns 1 when no lock key of the set is held here, else 0.
+-- enqueue.lua's). ARGV[1]: the listener's id. ARGV[2]: the lease (ms). ARGV[3] (may be
+-- absent): the token of the waiter's own latest attempt, refused; a key holding it counts
+-- as free (that attempt's clean-up is on its way: it may have landed here after the
+-- attempt was decided).
+-- Returns 1 when no lock key of the set is held here by another, else 0.
 local now = clock()
 local free = 1
 for r = 0, #KEYS / 4 - 1 do
@@ -12,7 +15,8 @@ for r = 0, #KEYS / 4 - 1 do
   purge(q, now)
   redis.call('ZADD', q[2], now + tonumber(ARGV[2]), ARGV[1])
   tidy(q)
-  if redis.call('EXISTS', lock) == 1 then
+  local holder = redis.call('GET', lock)
+  if holder and holder ~= ARGV[3] then
     free = 0
   end
 end

@@ -555,7 +555,7 @@ impl World {
             QueueJoin::new(res, &args)
         } else {
             // Notify-and-claim: the token is the listener's id, dropped by its release.
-            QueueJoin::listen(res, token.as_bytes(), lease)
+            QueueJoin::listen(res, token.as_bytes(), lease, None)
         };
         let req = match translate_join(&join) {
             Ok(r) => r,

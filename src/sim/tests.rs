@@ -465,7 +465,7 @@ fn a_release_of_a_listened_resource_announces_and_drops_the_mark() {
         T0,
         &node::Request::acquire(res.lock_keys(), &holder, ttl),
     );
-    let listen = QueueJoin::listen(&res, waiter.as_bytes(), Duration::from_millis(500));
+    let listen = QueueJoin::listen(&res, waiter.as_bytes(), Duration::from_millis(500), None);
     let marked = n.execute(T0, &translate_join(&listen).unwrap()).unwrap();
     assert_eq!(marked, Reply::Int(0), "the set is held");
     // Every node announces a multi-resource lock's releases, where someone listens.

@@ -456,31 +456,3 @@ pub async fn announcements(cluster: &LocalCluster) -> u64 {
     }
     total
 }
-
-/// The wait-queue scripts' sources as the client sends them (preludes included), for
-/// tests that run them raw on a node.
-pub mod scripts {
-    /// The mutex release: compare-and-delete, and the hand-off where someone waits
-    /// (`release_one.lua`, then `queue.lua` and `handoff.lua`).
-    pub fn release_one() -> &'static str {
-        concat!(
-            include_str!("../../src/scripts/release_one.lua"),
-            include_str!("../../src/scripts/queue.lua"),
-            include_str!("../../src/scripts/handoff.lua")
-        )
-    }
-    /// A single-resource waiter's join or renewal (`queue.lua`, then `enqueue.lua`).
-    pub fn enqueue() -> &'static str {
-        concat!(
-            include_str!("../../src/scripts/queue.lua"),
-            include_str!("../../src/scripts/enqueue.lua")
-        )
-    }
-    /// A multi-resource waiter's listening mark (`queue.lua`, then `listen.lua`).
-    pub fn listen() -> &'static str {
-        concat!(
-            include_str!("../../src/scripts/queue.lua"),
-            include_str!("../../src/scripts/listen.lua")
-        )
-    }
-}
