@@ -27,8 +27,19 @@ cargo clippy -p quorumlock --lib -- -D warnings || fail "clippy without features
 step "cargo doc (the workspace, no warnings)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features || fail "rustdoc warnings"
 
-step "cargo test (the workspace, all features: unit, integration, doc tests)"
-cargo test --workspace --all-features --no-fail-fast -- --test-threads="${QUORUMLOCK_TEST_THREADS:-4}" || fail "tests"
+threads="${QUORUMLOCK_TEST_THREADS:-4}"
+if cargo nextest --version >/dev/null 2>&1; then
+    # Every test in a process of its own, the binaries side by side (.config/nextest.toml
+    # names the tests that take turns); doc tests through cargo (nextest does not run them).
+    step "cargo nextest run (the workspace, all features: unit and integration tests)"
+    cargo nextest run --workspace --all-features --no-fail-fast --test-threads "$threads" \
+        --status-level fail --final-status-level slow || fail "tests"
+    step "cargo test --doc (the workspace, all features)"
+    cargo test --workspace --all-features --doc || fail "doc tests"
+else
+    step "cargo test (the workspace, all features: unit, integration, doc tests; no cargo-nextest)"
+    cargo test --workspace --all-features --no-fail-fast -- --test-threads="$threads" || fail "tests"
+fi
 
 step "the coupon demo (examples/coupon.rs: exits non-zero if a locked or lock-free sale oversells)"
 cargo run --quiet --all-features --example coupon || fail "the coupon demo"

@@ -83,16 +83,14 @@ async fn a_lock_across_groups_takes_every_part_or_none() {
     let mut both = vec![x.clone(), y.clone()];
     both.sort();
     assert_eq!(lock.resources(), both.as_slice());
+    // On a quorum of each group (the attempt is decided at the quorum: a third node's
+    // request may still be on its way).
+    let (mut on_a, mut on_b) = (0, 0);
     for i in 0..3 {
-        assert_eq!(
-            get(&a, i, &lock_key(&x)).await.as_deref(),
-            Some(lock.token())
-        );
-        assert_eq!(
-            get(&b, i, &lock_key(&y)).await.as_deref(),
-            Some(lock.token())
-        );
+        on_a += usize::from(get(&a, i, &lock_key(&x)).await.as_deref() == Some(lock.token()));
+        on_b += usize::from(get(&b, i, &lock_key(&y)).await.as_deref() == Some(lock.token()));
     }
+    assert!(on_a >= 2 && on_b >= 2, "x on {on_a}/3, y on {on_b}/3");
     assert_eq!(count_key(&a, 0..3, &lock_key(&y)).await, 0);
     assert_eq!(count_key(&b, 0..3, &lock_key(&x)).await, 0);
     assert!(lock.remaining() > Duration::ZERO && lock.remaining() <= TTL);
@@ -104,10 +102,15 @@ async fn a_lock_across_groups_takes_every_part_or_none() {
     // Extension reaches every group.
     lock.extend(TTL * 4).await.expect("extend");
     assert!(lock.remaining() > TTL, "{:?}", lock.remaining());
+    let (mut on_a, mut on_b) = (0, 0);
     for i in 0..3 {
-        assert!(pttl(&a, i, &lock_key(&x)).await > 5_000);
-        assert!(pttl(&b, i, &lock_key(&y)).await > 5_000);
+        on_a += usize::from(pttl(&a, i, &lock_key(&x)).await > 5_000);
+        on_b += usize::from(pttl(&b, i, &lock_key(&y)).await > 5_000);
     }
+    assert!(
+        on_a >= 2 && on_b >= 2,
+        "extended: x on {on_a}/3, y on {on_b}/3"
+    );
 
     lock.release().await.expect("release");
     assert_eq!(count_key(&a, 0..3, &lock_key(&x)).await, 0);
