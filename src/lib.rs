@@ -173,6 +173,9 @@
 //!   `tls-auth-clients yes` with `RedlockBuilder::tls_client_auth`. `build` installs rustls's `ring` crypto provider as
 //!   the process default unless one is installed already (install yours first to use
 //!   another).
+//! * `negative-controls`: deliberately unsafe variants that a test shows its checker
+//!   catches (`Semaphore::naive`, which admits more than `P` holders). For tests only:
+//!   `quorumlock-testkit` turns it on.
 //!
 //! Beside this crate, in the same repository: `quorumlock-testkit` (real `redis-server`
 //! processes, fault proxies, local Redis Clusters and a history checker, for your own

@@ -443,6 +443,143 @@ async fn a_multi_resource_waiter_whose_attempt_outran_its_own_replies_takes_the_
     Ok(())
 }
 
+/// Three nodes A (0), B (1), X (2); quorum 2. The holder H reaches A and X directly and B
+/// through B's proxy; the waiter W reaches A through A's proxy (50 ms each way), X through
+/// X's proxy, B directly.
+///
+/// 1. H holds the set everywhere; H's link to B stalls (its release will be stuck there).
+/// 2. W's link to X stalls; W attempts (attempt k): B refuses at once, A 100 ms later:
+///    decided, refused, X's request still pending (its release waits for it to land).
+///    W's mark follows: it lands on B at once, on A 50 ms later, on X behind attempt k.
+/// 3. Seeing the mark on B, H releases: A and X free now (B stuck).
+/// 4. X's link resumes: attempt k lands on X (granted, key = k), then the mark (counts k
+///    as free): free on A and X, a quorum: W attempts at once (attempt k+1).
+/// 5. If attempt k+1 reaches X before attempt k's release, X refuses it (held by k),
+///    attempt k+1 fails (A granted, B held by H) and nothing brings W's next look forward.
+///
+/// An attempt that a free mark started and that is refused looks again soon (a mark
+/// 100 ms later): without that, W slept until its mark's renewal (1 s) in 3 to 8 rounds
+/// of 12. Any round where W takes more than 700 ms after X resumes (it needs one 100 ms
+/// round trip to A) is such a stall.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_resource_waiter_refused_by_its_own_previous_attempt_looks_again_soon() -> TestResult
+{
+    let cluster = LocalCluster::builder(3).proxies(true).launch().await?;
+    let (a, b, x) = (0usize, 1usize, 2usize);
+    let ttl = Duration::from_secs(10);
+    let urls = |proxied: &[usize]| -> Result<Vec<String>, std::io::Error> {
+        (0..3)
+            .map(|i| {
+                if proxied.contains(&i) {
+                    Ok(cluster.urls()[i].clone())
+                } else {
+                    cluster.direct_url(i)
+                }
+            })
+            .collect()
+    };
+    let holder = Redlock::builder(urls(&[b])?)
+        .node_timeout(Duration::from_millis(300))
+        .build()
+        .await?;
+    let waiter = Redlock::builder(urls(&[a, x])?)
+        .retry(NOTIFIED_ONLY)
+        .node_timeout(Duration::from_secs(2))
+        .build()
+        .await?;
+    let rounds = 8;
+    let set = ["own-a", "own-b"];
+    // Subscribe the waiter to the set's channels first (as handoff_many's
+    // subscribe_first): a new subscription's one wake-up must play no part below.
+    {
+        let lock = holder.lock_many(set, ttl).await?;
+        let first = {
+            let waiter = waiter.clone();
+            tokio::spawn(async move { waiter.lock_many(set, ttl).await })
+        };
+        let mut marked = false;
+        for _ in 0..500 {
+            if marks(&cluster, a, set[0]).await >= 1 && marks(&cluster, x, set[0]).await >= 1 {
+                marked = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(marked, "the first wait marked");
+        lock.release().await?;
+        tokio::time::timeout(Duration::from_secs(5), first)
+            .await???
+            .release()
+            .await?;
+    }
+    let mut times = Vec::new();
+    for round in 0..rounds {
+        for i in 0..3 {
+            cluster.proxy(i)?.set_mode(ProxyMode::Pass);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let lock = holder.lock_many(set, ttl).await?;
+        cluster.proxy(b)?.set_mode(ProxyMode::Stall);
+        cluster
+            .proxy(a)?
+            .set_mode(ProxyMode::Delay(Duration::from_millis(50)));
+        cluster.proxy(x)?.set_mode(ProxyMode::Stall);
+        let w = {
+            let waiter = waiter.clone();
+            tokio::spawn(async move { waiter.lock_many(set, ttl).await })
+        };
+        // The mark landed on B: attempt k was decided.
+        let mut seen = false;
+        for _ in 0..2000 {
+            if marks(&cluster, b, set[0]).await >= 1 {
+                seen = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert!(seen, "round {round}: the mark reached B");
+        let release = tokio::spawn(async move { lock.release().await });
+        // The mark lands on A (50 ms after B) after H's release.
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        // H's release reached A and X (direct links): neither holds a key of H's now.
+        for i in [a, x] {
+            let mut c = raw(&cluster, i).await;
+            let held: i64 = redis::cmd("EXISTS")
+                .arg(lock_key(set[0]))
+                .arg(lock_key(set[1]))
+                .query_async(&mut c)
+                .await?;
+            assert_eq!(held, 0, "round {round}: H's release reached node {i}");
+        }
+        let resumed = Instant::now();
+        cluster.proxy(x)?.set_mode(ProxyMode::Pass);
+        let got = tokio::time::timeout(Duration::from_secs(6), w).await???;
+        let took = resumed.elapsed();
+        println!("round {round}: held {took:?} after X resumed");
+        times.push(took);
+        cluster.proxy(b)?.set_mode(ProxyMode::Pass);
+        let _ = release.await?;
+        got.release().await?;
+        // H's release timed out on B: its key there stays; clear it for the next round.
+        for i in 0..3 {
+            let mut c = raw(&cluster, i).await;
+            for r in set {
+                let _: i64 = redis::cmd("DEL")
+                    .arg(lock_key(r))
+                    .query_async(&mut c)
+                    .await?;
+            }
+        }
+    }
+    let stalls = times
+        .iter()
+        .filter(|t| **t > Duration::from_millis(700))
+        .count();
+    println!("stalls: {stalls} of {rounds}: {times:?}");
+    assert_eq!(stalls, 0, "{times:?}");
+    Ok(())
+}
+
 /// A multi-resource waiter behind 70 waiters that cannot be served (each also wants a key
 /// held for the whole test) is served by the release of the key they all want: nothing
 /// looks ahead a bounded number of entries (the hand-off of waiting sets looked at 64

@@ -25,7 +25,10 @@
 //!   split the votes. The random delay stays as a fallback timer, so a lost message (a cut
 //!   subscription link, a node down) only delays a waiter, never strands it. A split vote
 //!   (no one holds a quorum, so no release will be announced) backs off randomly within
-//!   the window instead; a caller that released the resources moments ago while others
+//!   the window instead. The mark's reply says whether every key is free on a quorum
+//!   (a key holding the waiter's own latest, refused, attempt counts as free: its
+//!   clean-up may not have landed yet), and a free answer starts an attempt at once. A
+//!   caller that released the resources moments ago while others
 //!   listened waits [`POLITE_DELAY`] before its first attempt; within one `Redlock`, only
 //!   one waiter per resource tries at a time (a turn skipped so sends nothing and is not
 //!   counted as an attempt).
@@ -360,6 +363,8 @@ pub(crate) async fn acquire_waiting(
     let mut listener = Listener::new(inner, res, ttl)?;
     // The last pause ended with a release announcement.
     let mut woken = false;
+    // This attempt follows a mark that found every key free on a quorum.
+    let mut marked_free = false;
     let mut try_now = true;
     let mut fallback_at: Option<tokio::time::Instant> = None;
     if let Some(n) = &inner.notifier
@@ -376,6 +381,13 @@ pub(crate) async fn acquire_waiting(
                 Tried::Done(r) => return crate::base::metrics::waited(start, listener.mark(*r)),
                 Tried::Refused { split: s } => {
                     split = s;
+                    if std::mem::take(&mut marked_free) {
+                        // The mark counted this waiter's previous attempt as free where
+                        // its clean-up had not landed yet; this attempt may have met it
+                        // there. Look once more soon (not five times: keys that stay
+                        // free on a quorum and refused must not become a fast loop).
+                        listener.soon();
+                    }
                     if std::mem::take(&mut woken) {
                         // Woken by a release, refused: the attempt may have reached a node
                         // before that release did, and the release is announced once.
@@ -397,6 +409,7 @@ pub(crate) async fn acquire_waiting(
             // mark landed (not announced), or after an attempt it woke had been refused
             // (announced once). Try now; the next renewal is a third of the lease away.
             try_now = true;
+            marked_free = true;
             continue;
         }
         // The fallback timer runs from the last attempt.

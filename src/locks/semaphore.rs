@@ -170,6 +170,7 @@ impl Semaphore {
     /// to guard anything: it exists so that a test, or a history checker, can show it
     /// catches a semaphore that admits too many holders. Every request is the real
     /// semaphore's; only `c` differs. (`quorumlock-testkit`'s `naive_semaphore` is this.)
+    /// Built only with the feature `negative-controls`.
     ///
     /// # Errors
     ///
@@ -184,6 +185,8 @@ impl Semaphore {
     /// assert_eq!(unsafe_pool.per_node_limit(), 2);
     /// # Ok(()) }
     /// ```
+    #[cfg(feature = "negative-controls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "negative-controls")))]
     pub fn naive(locks: &Redlock, name: &str, permits: u32) -> Result<Semaphore, Error> {
         Semaphore::new(locks, name, permits, true)
     }

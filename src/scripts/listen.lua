@@ -15,7 +15,9 @@ for r = 0, #KEYS / 4 - 1 do
   purge(q, now)
   redis.call('ZADD', q[2], now + tonumber(ARGV[2]), ARGV[1])
   tidy(q)
-  local holder = redis.call('GET', lock)
+  -- pcall: a key of another type is held (an error table is not the token), and the
+  -- marks of the other resources are still made.
+  local holder = redis.pcall('GET', lock)
   if holder and holder ~= ARGV[3] then
     free = 0
   end

@@ -500,6 +500,51 @@ fn a_release_of_a_listened_resource_announces_and_drops_the_mark() {
     );
 }
 
+#[test]
+fn a_mark_counts_the_waiters_own_attempt_as_free_and_a_key_of_another_type_as_held() {
+    let res = Resources::new(&["r", "s"]).unwrap();
+    let attempt = Token::from_bytes([3; 16]);
+    let other = Token::from_bytes([4; 16]);
+    let waiter = Token::from_bytes([2; 16]);
+    let ttl = Duration::from_millis(1_000);
+    let lease = Duration::from_millis(500);
+    let mut n = SimNode::default();
+    // The waiter's own refused attempt still holds the keys here (its clean-up is late).
+    send(
+        &mut n,
+        T0,
+        &node::Request::acquire(res.lock_keys(), &attempt, ttl),
+    );
+    let own = QueueJoin::listen(&res, waiter.as_bytes(), lease, Some(attempt.as_bytes()));
+    let marked = n.execute(T0, &translate_join(&own).unwrap()).unwrap();
+    assert_eq!(
+        marked,
+        Reply::Int(1),
+        "its own attempt's keys count as free"
+    );
+    let without = QueueJoin::listen(&res, waiter.as_bytes(), lease, None);
+    let marked = n.execute(T0, &translate_join(&without).unwrap()).unwrap();
+    assert_eq!(marked, Reply::Int(0), "without its token they are held");
+    let by_other = QueueJoin::listen(&res, waiter.as_bytes(), lease, Some(other.as_bytes()));
+    let marked = n.execute(T0, &translate_join(&by_other).unwrap()).unwrap();
+    assert_eq!(marked, Reply::Int(0), "another attempt's keys are held");
+    // A lock key of another type: held, and the mark is still made on every resource.
+    let mut m = SimNode::default();
+    let first = res.lock_keys()[0].clone();
+    let zadd = Request::Command(vec![b"ZADD".to_vec(), first, b"1".to_vec(), b"x".to_vec()]);
+    m.execute(T0, &zadd).unwrap();
+    let marked = m.execute(T0, &translate_join(&own).unwrap()).unwrap();
+    assert_eq!(marked, Reply::Int(0), "a key of another type is held");
+    for name in ["r", "s"] {
+        let leases = Request::command(["ZCARD", &format!("quorumlock:qlease:{name}")]);
+        assert_eq!(
+            m.execute(T0, &leases).unwrap(),
+            Reply::Int(1),
+            "{name} marked"
+        );
+    }
+}
+
 // ---- properties over random sequences ----
 
 fn arb_request() -> impl Strategy<Value = Request> {
