@@ -280,7 +280,10 @@ async fn a_multi_resource_waiter_refused_by_a_release_still_on_its_way_takes_the
 async fn a_multi_resource_waiter_marking_between_a_releases_nodes_takes_the_keys_soon() -> TestResult
 {
     let cluster = LocalCluster::builder(5).proxies(true).launch().await?;
-    let holder = Redlock::builder(cluster.urls()).build().await?;
+    let holder = Redlock::builder(cluster.urls())
+        .node_timeout(Duration::from_secs(1))
+        .build()
+        .await?;
     let direct: Vec<String> = (0..cluster.len())
         .map(|i| cluster.direct_url(i))
         .collect::<Result<_, _>>()?;
@@ -391,7 +394,12 @@ async fn a_multi_resource_waiter_whose_attempt_outran_its_own_replies_takes_the_
             to_waiter.push(direct);
         }
     }
-    let holder = Redlock::builder(to_holder).build().await?;
+    // The holder's release crosses 90 ms links each way: a node timeout well above that
+    // (its release's own timing is not what is checked here).
+    let holder = Redlock::builder(to_holder)
+        .node_timeout(Duration::from_secs(1))
+        .build()
+        .await?;
     let waiter = Redlock::builder(to_waiter)
         .retry(NOTIFIED_ONLY)
         .build()
