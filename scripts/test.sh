@@ -65,10 +65,32 @@ fi
 # on purpose, so those lines are not shown.
 quiet() { grep -v '^warning: ignoring ' || true; }
 
-step "cargo publish --dry-run (packs each crate, then builds each package with all features)"
-out=$(cargo publish --workspace --dry-run --allow-dirty --all-features 2>&1) \
-    || { quiet <<<"$out"; fail "cargo publish --dry-run (a packaged crate does not build)"; }
+step "cargo publish --dry-run (the library: packed, then built from its package with all features)"
+out=$(cargo publish -p quorumlock --dry-run --allow-dirty --all-features 2>&1) \
+    || { quiet <<<"$out"; fail "cargo publish --dry-run (the packaged library does not build)"; }
 quiet <<<"$out"
+
+# The test kit and the command line are packed, not built again from their packages (that
+# rebuilds every dependency under their feature sets: about 80 s). What once broke such a
+# package, a file it includes from outside itself, is checked from the package's own file
+# list: every include_str!/include_bytes!/#[path] in what the package builds (src/, build.rs)
+# must name a file the package holds.
+step "cargo package (the test kit and the command line: what their sources include is packed)"
+cargo package --workspace --no-verify --allow-dirty >/dev/null 2>&1 \
+    || fail "cargo package --workspace --no-verify"
+for crate in testkit cli; do
+    files=$(cargo package -p "quorumlock-$crate" --allow-dirty --list 2>/dev/null) \
+        || fail "cargo package -p quorumlock-$crate --list"
+    while IFS= read -r src; do
+        dir=$(dirname "$src")
+        while IFS= read -r target; do
+            want=$(realpath -m --relative-to="$crate" "$crate/$dir/$target")
+            grep -qx "$want" <<<"$files" \
+                || fail "quorumlock-$crate: $src includes $target, which its package does not hold"
+        done < <(grep -oE '(include_str!|include_bytes!)\("[^"]+"\)|#\[path = "[^"]+"\]' "$crate/$src" \
+            | sed -E 's/.*"([^"]+)".*/\1/')
+    done < <(grep -E '^(src/.*|build)\.rs$' <<<"$files")
+done
 
 echo
 echo "quorumlock: all checks passed in $((SECONDS - start)) s"

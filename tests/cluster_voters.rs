@@ -530,7 +530,7 @@ async fn start_up_checks_look_at_every_shard() {
     assert!(e.to_string().contains("redis+cluster://"), "{e}");
     let port = v[0].processes().port(1).expect("port");
     let text = || String::from_utf8_lossy(&buf.0.lock().expect("buffer")).to_string();
-    let shard = format!("shard=\"127.0.0.1:{port}\"");
+    let shard = format!("(shard 127.0.0.1:{port})");
     let seen = eventually(Duration::from_secs(20), || async {
         let t = text();
         let about = |what: &str| t.lines().any(|l| l.contains(&shard) && l.contains(what));

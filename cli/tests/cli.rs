@@ -1072,6 +1072,9 @@ async fn mismatched_permits_exit_78() {
     .await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     permit.release().await.expect("release");
+    // The release returns at its quorum; the next run needs all three nodes (quorum 3 for
+    // 2 permits on 3 nodes), so the release must have landed on every one.
+    assert!(locks.flush(Duration::from_secs(10)).await, "release landed");
     let out = output(
         run_sh(
             &cluster,

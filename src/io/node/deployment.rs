@@ -3,6 +3,22 @@
 
 use super::*;
 
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+/// The start-up warnings given in this process, as `(node, shard, what)`: each is given
+/// once per process, however many clients are built on the node.
+static GIVEN: Mutex<BTreeSet<(String, String, &'static str)>> = Mutex::new(BTreeSet::new());
+
+/// Whether the warning `what` about `node` (`shard`) is given for the first time in this
+/// process (and records it).
+fn first_time(node: &str, shard: &str, what: &'static str) -> bool {
+    GIVEN
+        .lock()
+        .map(|mut given| given.insert((node.to_owned(), shard.to_owned(), what)))
+        .unwrap_or(true)
+}
+
 /// Checks a node against the deployment contract and warns through `tracing` about
 /// every breach it can see. Never fails: a node that cannot be checked (down, `CONFIG`
 /// disabled by ACL) is only noted at debug level. A Redis Cluster voter is checked shard
@@ -83,43 +99,58 @@ async fn settings(node: &Node, timeout: Duration) -> Vec<(String, Settings)> {
 impl Settings {
     /// Warns about every breach of the deployment contract these settings show.
     fn warn(&self, node: &NodeAddr, shard: &str, fencing: bool) {
+        // One field names where: the voter, and the shard's master on a cluster voter.
+        let at = if shard.is_empty() {
+            node.to_string()
+        } else {
+            format!("{node} (shard {shard})")
+        };
+        let once = |what| first_time(&at, "", what);
+        let shown = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".to_owned());
         match self.maxmemory_policy.as_deref() {
             Some("noeviction") => {}
-            Some(p) => tracing::warn!(node = %node, shard, maxmemory_policy = %p,
+            Some(p) if once("eviction") => tracing::warn!(node = %at, maxmemory_policy = %p,
                 "quorumlock: node evicts keys under memory pressure (maxmemory-policy is not noeviction): a held lock can silently disappear"),
+            Some(_) => {}
             None => {
-                tracing::debug!(node = %node, shard, "quorumlock: could not read maxmemory-policy (CONFIG disabled?)")
+                tracing::debug!(node = %at, "quorumlock: could not read maxmemory-policy (CONFIG disabled?)")
             }
         }
         let (aof, fsync) = (&self.appendonly, &self.appendfsync);
         match (aof.as_deref(), fsync.as_deref()) {
             (Some("yes"), Some("always")) => {}
-            (Some(_), Some(_)) => {
-                tracing::warn!(node = %node, shard, appendonly = ?aof, appendfsync = ?fsync,
+            (Some(_), Some(_)) if once("persistence") => {
+                tracing::warn!(node = %at, appendonly = %shown(aof), appendfsync = %shown(fsync),
                 "quorumlock: node does not persist every write (appendfsync always): after a crash, restart it only once the longest TTL has passed")
             }
+            (Some(_), Some(_)) => {}
             _ => {
-                tracing::debug!(node = %node, shard, "quorumlock: could not read persistence settings")
+                tracing::debug!(node = %at, "quorumlock: could not read persistence settings")
             }
         }
         if fencing
             && aof.as_deref() != Some("yes")
             && self.save.as_deref().is_some_and(|s| !s.trim().is_empty())
+            && once("fencing-rdb")
         {
-            tracing::warn!(node = %node, shard, save = ?self.save,
+            tracing::warn!(node = %at, save = %shown(&self.save),
                 "quorumlock: fencing with RDB snapshots: a restart brings back stale fence counters; tokens stay ordered only if a crashed node is restarted after the longest TTL with its clock in sync (as for a node without persistence); use AOF with appendfsync always to restart at once");
         }
         let lines = || self.info.lines().map(str::trim);
-        if shard.is_empty() && lines().any(|l| l == "role:slave") {
-            tracing::warn!(node = %node,
+        if shard.is_empty() && lines().any(|l| l == "role:slave") && once("replica") {
+            tracing::warn!(node = %at,
                 "quorumlock: node is a replica; Redlock needs independent masters (writes will fail with READONLY)");
         }
         let replicas = lines()
             .find_map(|l| l.strip_prefix("connected_slaves:"))
             .and_then(|n| n.parse::<u32>().ok())
             .unwrap_or(0);
-        if !shard.is_empty() && replicas > 0 && self.no_failover.as_deref() != Some("yes") {
-            tracing::warn!(node = %node, shard, replicas,
+        if !shard.is_empty()
+            && replicas > 0
+            && self.no_failover.as_deref() != Some("yes")
+            && once("failover")
+        {
+            tracing::warn!(node = %at, replicas,
                 "quorumlock: a shard of this Redis Cluster voter fails over to a replica by itself; replication is asynchronous, so a failover can lose a lock key, and the voter then forgets the lock as a master restarted at once without persistence would (safe only within the margin docs/safety.md gives); set cluster-replica-no-failover yes to make a failover an operator's step, taken after the longest TTL");
         }
     }
