@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use quorumlock::{Redlock, Retry, Watchdog};
 use quorumlock_testkit::LocalCluster;
-use rand::Rng;
+use rand::RngExt;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

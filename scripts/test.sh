@@ -2,8 +2,9 @@
 # The whole test suite of the workspace (the library, `testkit/`, `cli/`), from a fresh
 # Debian machine with the Rust toolchain: installs redis-server if missing, then
 # formatting, lints, docs, unit, integration, doc and (when a Docker engine answers)
-# Docker Compose tests, then the packages' contents and a dry run of `cargo publish`, which
-# builds each package as crates.io would (these two need crates.io).
+# Docker Compose tests, then the packages' contents, a dry run of `cargo publish` of the
+# library (built from its package as crates.io would) and a check that the other packages
+# hold every file their sources include (these need crates.io).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -23,8 +23,8 @@ use quorumlock_testkit::nemesis::{FaultKind, RandomNemesis};
 use quorumlock_testkit::{
     ClientRecorder, EventKind, History, LocalCluster, Persistence, ProxyMode, Report,
 };
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
 use redis::AsyncCommands;
 use support::*;
 
@@ -1450,7 +1450,7 @@ async fn work_until(
     res: &str,
     lock: &Lock,
     keep: Duration,
-    rng: &mut ChaCha8Rng,
+    rng: &mut StdRng,
     stats: &SoakStats,
 ) {
     let h = actor.rec.history();
@@ -1481,7 +1481,7 @@ async fn soak_contender(
     stats: Arc<SoakStats>,
 ) -> u64 {
     // One stream per contender, from the run's seed.
-    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (id + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut rng = StdRng::seed_from_u64(seed ^ (id + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let res = format!("soak:{}", id % plan.resources);
     let mut mine = 0u64;
     for _ in 0..100_000u64 {

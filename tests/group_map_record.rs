@@ -211,8 +211,10 @@ async fn a_semaphore_made_before_a_mismatch_keeps_handing_out_permits() {
     );
 }
 
-/// A waiting `lock` call checks the map once, at its start: a waiter that began before
-/// the mismatch acquires after it was seen.
+/// A waiting `lock` call that began before its client saw another group map acquires
+/// nothing after: neither by a claim nor by a hand-off (a release handing it the lock
+/// while it waited past the mismatch; the hand-off was accepted under the record's old
+/// coverage, seen once under load), and it ends with the mismatch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_call_acquires_after_the_mismatch_is_seen() {
     let (a, b) = (group().await, group().await);

@@ -275,8 +275,10 @@ async fn multi_resource_locks_share_a_group_through_hash_tags() {
         homes[g] += 1;
         let lock = locks.lock_many(&names, TTL).await.expect("lock_many");
         let mine = if g == 0 { &a } else { &b };
+        // On a quorum of its group (decided at the quorum: the third node's request may
+        // still be on its way).
         for name in &names {
-            assert_eq!(count_key(mine, 0..3, &lock_key(name)).await, 3);
+            assert!(count_key(mine, 0..3, &lock_key(name)).await >= 2, "{name}");
         }
         lock.release().await.expect("release");
     }

@@ -121,6 +121,39 @@ async fn subscribe_first(
     marked_everywhere_at_most(cluster, &set, 0).await
 }
 
+/// Caches the release script on every node: through slow links a `NOSCRIPT` exchange would
+/// take two round trips, past the node timeout.
+async fn load_release_script(cluster: &LocalCluster) -> TestResult {
+    for i in 0..cluster.len() {
+        let _: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(scripts::source("release_one"))
+            .query_async(&mut raw(cluster, i).await)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Polls `links` (1 ms apart, at most 200 times) until none holds `key`: whether a release
+/// on its way reached them.
+async fn released_on(
+    links: &mut [redis::aio::MultiplexedConnection],
+    key: &str,
+) -> Result<bool, redis::RedisError> {
+    for _ in 0..200 {
+        let mut held = 0u32;
+        for c in links.iter_mut() {
+            let n: u32 = redis::cmd("EXISTS").arg(key).query_async(c).await?;
+            held += n;
+        }
+        if held == 0 {
+            return Ok(true);
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    Ok(false)
+}
+
 /// Whether a quorum of nodes hold `token` on every key of `resources` (the waiter's attempt
 /// is decided at its quorum: a node the holder's release reached late refused it).
 async fn holds_on_a_quorum(cluster: &LocalCluster, resources: &[&str], token: &str) -> bool {
@@ -246,13 +279,7 @@ async fn a_multi_resource_waiter_refused_by_a_release_still_on_its_way_takes_the
     marked_everywhere(&cluster, &set, 1).await?;
     // The release script is cached everywhere: through the delays a `NOSCRIPT` exchange
     // would take two round trips (320 ms), past the node timeout (200 ms).
-    for i in 0..cluster.len() {
-        let _: String = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(scripts::source("release_one"))
-            .query_async(&mut raw(&cluster, i).await)
-            .await?;
-    }
+    load_release_script(&cluster).await?;
     for i in 1..cluster.len() {
         cluster
             .proxy(i)?
@@ -300,13 +327,7 @@ async fn a_multi_resource_waiter_marking_between_a_releases_nodes_takes_the_keys
     assert_eq!(heralds.len(), 2, "two heralds of {}", set[0]);
     subscribe_first(&cluster, &waiter, set).await?;
     let lock = holder.try_lock(set[0], ttl).await?;
-    for i in 0..cluster.len() {
-        let _: String = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(scripts::source("release_one"))
-            .query_async(&mut raw(&cluster, i).await)
-            .await?;
-    }
+    load_release_script(&cluster).await?;
     for i in (0..cluster.len()).filter(|i| !heralds.contains(i)) {
         cluster
             .proxy(i)?
@@ -316,24 +337,13 @@ async fn a_multi_resource_waiter_marking_between_a_releases_nodes_takes_the_keys
     for i in &heralds {
         herald_links.push(raw(&cluster, *i).await);
     }
-    let key = lock_key(set[0]);
     let before = announcements(&cluster).await;
     let releasing = Instant::now();
     let release = tokio::spawn(async move { lock.release().await });
-    let mut on_heralds = false;
-    for _ in 0..200 {
-        let mut held = 0u32;
-        for c in &mut herald_links {
-            let n: u32 = redis::cmd("EXISTS").arg(&key).query_async(c).await?;
-            held += n;
-        }
-        if held == 0 {
-            on_heralds = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    assert!(on_heralds, "the release ran on the heralds");
+    assert!(
+        released_on(&mut herald_links, &lock_key(set[0])).await?,
+        "the release ran on the heralds"
+    );
     let waiting = releasing.elapsed();
     assert!(
         waiting < Duration::from_millis(60),
@@ -406,13 +416,7 @@ async fn a_multi_resource_waiter_whose_attempt_outran_its_own_replies_takes_the_
         .await?;
     subscribe_first(&cluster, &waiter, set).await?;
     let lock = holder.try_lock(set[0], ttl).await?;
-    for i in 0..cluster.len() {
-        let _: String = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(scripts::source("release_one"))
-            .query_async(&mut raw(&cluster, i).await)
-            .await?;
-    }
+    load_release_script(&cluster).await?;
     for i in 0..cluster.len() {
         let slow = if heralds.contains(&i) { 30 } else { 90 };
         cluster
@@ -423,23 +427,12 @@ async fn a_multi_resource_waiter_whose_attempt_outran_its_own_replies_takes_the_
     for i in &heralds {
         herald_links.push(raw(&cluster, *i).await);
     }
-    let key = lock_key(set[0]);
     let releasing = Instant::now();
     let release = tokio::spawn(async move { lock.release().await });
-    let mut on_heralds = false;
-    for _ in 0..200 {
-        let mut held = 0u32;
-        for c in &mut herald_links {
-            let n: u32 = redis::cmd("EXISTS").arg(&key).query_async(c).await?;
-            held += n;
-        }
-        if held == 0 {
-            on_heralds = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    assert!(on_heralds, "the release ran on the heralds");
+    assert!(
+        released_on(&mut herald_links, &lock_key(set[0])).await?,
+        "the release ran on the heralds"
+    );
     let w = tokio::spawn(async move { waiter.lock_many(set, ttl).await });
     let got = tokio::time::timeout(Duration::from_secs(6), w).await???;
     let took = releasing.elapsed();

@@ -173,12 +173,26 @@ async fn a_late_release_on_a_node_that_refused_the_claim_does_not_make_the_next_
 /// The channels under `quorumlock:` node `i` has subscribers on: (inboxes, resource
 /// channels). An inbox is told by `inbox:` in its name (`quorumlock:released:\xFFinbox:<hex>`).
 async fn subscribed_channels(cluster: &LocalCluster, i: usize) -> (usize, Vec<String>) {
-    let chans: Vec<Vec<u8>> = redis::cmd("PUBSUB")
-        .arg("CHANNELS")
-        .arg("quorumlock:*")
-        .query_async(&mut raw(cluster, i).await)
-        .await
-        .expect("PUBSUB CHANNELS");
+    // A node still busy with a test's long script answers BUSY: asked again, 10 ms apart,
+    // for at most 10 s.
+    let mut chans: Vec<Vec<u8>> = Vec::new();
+    for left in (0..1000).rev() {
+        let read: redis::RedisResult<Vec<Vec<u8>>> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg("quorumlock:*")
+            .query_async(&mut raw(cluster, i).await)
+            .await;
+        match read {
+            Ok(c) => {
+                chans = c;
+                break;
+            }
+            Err(e) if e.code() == Some("BUSY") && left > 0 => {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            Err(e) => panic!("PUBSUB CHANNELS: {e}"),
+        }
+    }
     let inboxes = chans
         .iter()
         .filter(|c| c.windows(6).any(|w| w == b"inbox:"))

@@ -91,7 +91,7 @@ async fn a_nested_holder_is_not_deadlocked_by_a_multi_resource_waiter() -> TestR
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_sets_with_cancellation_crashes_and_link_faults_never_overlap() -> TestResult {
     use quorumlock_testkit::{History, ProxyMode};
-    use rand::Rng;
+    use rand::RngExt;
     const CLIENTS: u64 = 8;
     let names = ["rs-0", "rs-1", "rs-2", "rs-3"];
     let cluster = LocalCluster::builder(3).proxies(true).launch().await?;

@@ -33,8 +33,8 @@ use quorumlock::sim::{
     Persistence as SimPersistence, Reply, Request, Script, SimNode, Value, scripts,
 };
 use quorumlock_testkit::{LocalCluster, Persistence};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
 use redis::aio::MultiplexedConnection;
 
 const RUNS: usize = 6;
@@ -101,12 +101,12 @@ const OPTIONS: [&str; 9] = [
     "BOGUS",
 ];
 
-fn pick<'a>(rng: &mut ChaCha8Rng, from: &[&'a str]) -> &'a str {
+fn pick<'a>(rng: &mut StdRng, from: &[&'a str]) -> &'a str {
     from[rng.random_range(0..from.len())]
 }
 
 /// A TTL in ms: mostly short enough to run out during the sequence, sometimes invalid.
-fn ttl(rng: &mut ChaCha8Rng) -> String {
+fn ttl(rng: &mut StdRng) -> String {
     match rng.random_range(0..20) {
         0 => "0".into(),
         1 => "-5".into(),
@@ -119,7 +119,7 @@ fn ttl(rng: &mut ChaCha8Rng) -> String {
 }
 
 /// An absolute time in ms: around the clock (past or future), or far off.
-fn at_ms(rng: &mut ChaCha8Rng, now_us: u64) -> String {
+fn at_ms(rng: &mut StdRng, now_us: u64) -> String {
     let now = now_us / 1000;
     match rng.random_range(0..6) {
         0 => "1".into(),
@@ -134,7 +134,7 @@ fn words(w: &[String]) -> Request {
 }
 
 /// One random command of the modelled set.
-fn gen_command(rng: &mut ChaCha8Rng, now_us: u64) -> Request {
+fn gen_command(rng: &mut StdRng, now_us: u64) -> Request {
     let k = pick(rng, &KEYS).to_owned();
     let v = pick(rng, &VALUES).to_owned();
     let m = pick(rng, &MEMBERS).to_owned();
@@ -288,7 +288,7 @@ fn gen_command(rng: &mut ChaCha8Rng, now_us: u64) -> Request {
 /// lease, it ends within the script's own millisecond on a real server (which then
 /// deletes a key the script just wrote, while the simulator runs a script at one
 /// instant), and the library's leases are seconds.
-fn script_arg(rng: &mut ChaCha8Rng, now_us: u64) -> String {
+fn script_arg(rng: &mut StdRng, now_us: u64) -> String {
     let arg = any_script_arg(rng, now_us);
     match arg.parse::<i64>() {
         Ok(1..=4) => "5".to_owned(),
@@ -296,7 +296,7 @@ fn script_arg(rng: &mut ChaCha8Rng, now_us: u64) -> String {
     }
 }
 
-fn any_script_arg(rng: &mut ChaCha8Rng, now_us: u64) -> String {
+fn any_script_arg(rng: &mut StdRng, now_us: u64) -> String {
     match rng.random_range(0..12) {
         0..=2 => pick(rng, &VALUES).to_owned(),
         3 | 4 => ttl(rng),
@@ -310,7 +310,7 @@ fn any_script_arg(rng: &mut ChaCha8Rng, now_us: u64) -> String {
 }
 
 /// One random script run: a script of the crate with random keys and arguments.
-fn gen_script(rng: &mut ChaCha8Rng, now_us: u64, all: &[Script]) -> Request {
+fn gen_script(rng: &mut StdRng, now_us: u64, all: &[Script]) -> Request {
     let name = all[rng.random_range(0..all.len())].name();
     let keys: Vec<String> = (0..rng.random_range(1..=11))
         .map(|_| pick(rng, &KEYS).to_owned())
@@ -327,7 +327,7 @@ enum Step {
     Wait(Duration),
 }
 
-fn gen_step(rng: &mut ChaCha8Rng, now_us: u64, all: &[Script]) -> Step {
+fn gen_step(rng: &mut StdRng, now_us: u64, all: &[Script]) -> Step {
     match rng.random_range(0..100) {
         0 => Step::Wait(Duration::from_millis(rng.random_range(5..40))),
         1..=30 => Step::Do(gen_script(rng, now_us, all)),
@@ -748,7 +748,7 @@ async fn sim_node_matches_redis() {
     };
     let mut con = connect().await;
     load_scripts(&mut con, &all).await;
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut rng = StdRng::seed_from_u64(seed);
     let mut buf = Vec::new();
     let mut compared = 0usize;
     let mut errors = std::collections::BTreeMap::new();

@@ -204,12 +204,13 @@ async fn the_watchdog_keeps_every_part_and_a_lost_part_loses_the_lock() {
         .await
         .expect("lock")
         .keep_alive(Watchdog::new());
-    // Three TTLs later the lock is still held on every node of both groups.
+    // Three TTLs later the lock is still held on a quorum of both groups (each extension is
+    // decided at its quorum).
     tokio::time::sleep(ttl * 3).await;
     assert!(!kept.is_lost());
     assert!(kept.remaining() > Duration::ZERO);
-    assert_eq!(count_key(&a, 0..3, &lock_key(&x)).await, 3);
-    assert_eq!(count_key(&b, 0..3, &lock_key(&y)).await, 3);
+    assert!(count_key(&a, 0..3, &lock_key(&x)).await >= 2);
+    assert!(count_key(&b, 0..3, &lock_key(&y)).await >= 2);
     let context = kept.context();
 
     // Group B's part is lost (its keys deleted behind the holder's back): the whole lock

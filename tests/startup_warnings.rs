@@ -4,41 +4,18 @@
 //!
 //! One test in this file: it installs the process's global `tracing` subscriber.
 
+#[path = "support/logs.rs"]
+mod logs;
+
 use quorumlock::Redlock;
 use quorumlock_testkit::LocalCluster;
-
-/// Every tracing event of this process, formatted as a subscriber prints it.
-static LOGS: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
-
-struct LogCapture;
-
-impl std::io::Write for LogCapture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        LOGS.lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn logs() -> String {
-    String::from_utf8_lossy(&LOGS.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
-}
 
 /// Three nodes with Redis's default persistence (`appendonly no`): two clients built on
 /// them, then a third, give one persistence warning per node, naming the node and the
 /// settings as Redis does (`appendonly=no appendfsync=everysec`, not `Some("no")`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_breach_is_reported_once_per_node_per_process() {
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::WARN)
-        .with_ansi(false)
-        .with_writer(|| LogCapture)
-        .finish();
-    tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber");
+    logs::capture(tracing::Level::WARN);
     let cluster = LocalCluster::builder(3).launch().await.expect("cluster");
     let first = Redlock::builder(cluster.urls())
         .build()
@@ -52,7 +29,7 @@ async fn each_breach_is_reported_once_per_node_per_process() {
         .build()
         .await
         .expect("third");
-    let shown = logs();
+    let shown = logs::text();
     let warnings: Vec<&str> = shown
         .lines()
         .filter(|l| l.contains("does not persist every write"))

@@ -2,6 +2,8 @@
 //! authority and server certificates the test makes itself.
 #![cfg(feature = "tls-rustls")]
 
+#[path = "support/logs.rs"]
+mod logs;
 mod support;
 
 use std::time::Duration;
@@ -266,40 +268,6 @@ async fn t60_testkit_tls_refuses_proxies_and_reports_bad_files() {
     assert!(err.to_string().contains("exited during start-up"), "{err}");
 }
 
-/// Every tracing event of this test binary, at every level, formatted as a subscriber
-/// would print it (installed once, for the whole process).
-static LOGS: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
-
-struct LogCapture;
-
-impl std::io::Write for LogCapture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        LOGS.lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn capture_logs() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .with_writer(|| LogCapture)
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber");
-    });
-}
-
-fn logs() -> String {
-    String::from_utf8_lossy(&LOGS.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
-}
-
 /// Asserts that no piece of `key` is in `shown` (`what` says where it comes from).
 fn assert_no_key(shown: &str, key: &ClientCert, what: &str) {
     assert!(
@@ -352,7 +320,7 @@ const CLIENT_REFUSED: &str =
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t70_client_certificate_locks_extends_and_releases() {
-    capture_logs();
+    logs::capture(tracing::Level::TRACE);
     let pki = Pki::new("A");
     let me = pki.client_cert("good");
     let c = pki.cluster_requiring_client_certs(3).await;
@@ -420,12 +388,12 @@ async fn t70_client_certificate_locks_extends_and_releases() {
         .await,
         "released on every node"
     );
-    assert_no_key(&logs(), &me, "the log");
+    assert_no_key(&logs::text(), &me, "the log");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t71_missing_client_certificate_is_refused_by_every_node() {
-    capture_logs();
+    logs::capture(tracing::Level::TRACE);
     let pki = Pki::new("A");
     let c = pki.cluster_requiring_client_certs(3).await;
     let locks = builder(&c.urls())
@@ -450,15 +418,15 @@ async fn t71_missing_client_certificate_is_refused_by_every_node() {
     assert_eq!(count_key(&c, 0..3, &lock_key("tls:no-cert")).await, 0);
     // The log capture works: the start-up warning names the refusal.
     assert!(
-        logs().contains("client certificate refused by the server"),
+        logs::text().contains("client certificate refused by the server"),
         "{}",
-        logs()
+        logs::text()
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t72_client_certificate_from_another_ca_is_refused_by_every_node() {
-    capture_logs();
+    logs::capture(tracing::Level::TRACE);
     let pki = Pki::new("A");
     let other = Pki::new("B");
     let stranger = other.client_cert("stranger");
@@ -485,14 +453,14 @@ async fn t72_client_certificate_from_another_ca_is_refused_by_every_node() {
     assert_no_key(&format!("{err:?} {err} {err:#}"), &stranger, "the error");
     assert_no_key(&format!("{locks:?}"), &stranger, "the client's Debug");
     assert_eq!(count_key(&c, 0..3, &lock_key("tls:other-ca")).await, 0);
-    let shown = logs();
+    let shown = logs::text();
     assert!(shown.contains("UnknownCA"), "the log is captured: {shown}");
     assert_no_key(&shown, &stranger, "the log");
 }
 
 #[tokio::test]
 async fn t73_bad_client_auth_is_a_config_error_that_never_shows_the_key() {
-    capture_logs();
+    logs::capture(tracing::Level::TRACE);
     let pki = Pki::new("A");
     let me = pki.client_cert("me");
     let someone = pki.client_cert("someone");
@@ -540,7 +508,7 @@ async fn t73_bad_client_auth_is_a_config_error_that_never_shows_the_key() {
         assert_no_key(&shown, &someone, what);
         println!("{what}: {err}");
     }
-    let shown = logs();
+    let shown = logs::text();
     assert!(!shown.contains(&marker[..24]), "{shown}");
     assert_no_key(&shown, &me, "the log");
 }

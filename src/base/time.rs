@@ -58,7 +58,7 @@ pub(crate) fn jitter(min: Duration, max: Duration) -> Duration {
         return min;
     }
     let span = u64::try_from((max - min).as_nanos()).unwrap_or(u64::MAX);
-    let drawn = rand::Rng::random_range(&mut rand::rng(), 0..=span);
+    let drawn = rand::RngExt::random_range(&mut rand::rng(), 0..=span);
     min.saturating_add(Duration::from_nanos(drawn))
 }
 

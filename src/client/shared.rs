@@ -148,7 +148,7 @@ impl Inner {
         self.map.cover(ttl, self.config.node_timeout_for(ttl)).await
     }
 
-    /// Before a held lock is extended, or handed over, for `ttl`: `Ok` when the group-map
+    /// Before a held lock is extended (by a call or the watchdog), for `ttl`: `Ok` when the group-map
     /// record covers it (writing it now if needed, as [`cover`](Inner::cover)); a lock
     /// never outlives the record's coverage, even after a mismatch (see `groupmap`).
     pub(crate) async fn cover_held(&self, ttl: Duration) -> Result<(), Error> {

@@ -300,9 +300,11 @@ impl Waiter {
     /// With a quorum counted: the lock, if the validity (and, fenced, the commit) allows;
     /// `None` to retire.
     async fn hold(&mut self) -> Option<Lock> {
-        // A lock handed over holds for `ttl` without an acquisition round of its own: the
-        // group-map record must cover it now, not only when the waiter queued.
-        if self.inner.cover_held(self.ttl).await.is_err() {
+        // A lock handed over holds for `ttl` without an acquisition round of its own: it is
+        // a new lock, so as for an acquisition, a client that saw another group map takes
+        // none, and the group-map record must cover it now, not only when the waiter
+        // queued.
+        if self.inner.cover(self.ttl).await.is_err() {
             return None;
         }
         let config = &self.inner.config;
@@ -548,6 +550,13 @@ pub(crate) async fn acquire(
                     return crate::base::metrics::waited(start, Ok(lock));
                 }
                 None => {
+                    // Refused for another group map seen meanwhile: leave with the token
+                    // the lock was handed to, awaited as at the top of the loop (a
+                    // process that exits on the error leaves no key behind).
+                    if let Err(e) = inner.map.usable() {
+                        w.leave().await;
+                        return crate::base::metrics::waited(start, Err(e));
+                    }
                     w.retire()?;
                     continue;
                 }

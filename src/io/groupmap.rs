@@ -215,8 +215,8 @@ impl GroupMap {
         self.cover_held(ttl, patience).await
     }
 
-    /// Before a held lock is extended (by a call, or by the watchdog) or handed over to a
-    /// new holder for `ttl`: `Ok` when the record covers it; else, unless a mismatch was
+    /// Before a held lock is extended (by a call, or by the watchdog) for `ttl`: `Ok` when
+    /// the record covers it; else, unless a mismatch was
     /// seen (the record is then no longer written, and a lock lives only within the
     /// coverage it has), a write as in [`cover`](GroupMap::cover). A lock never outlives
     /// the record's coverage.

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use rand::Rng;
+use rand::RngExt;
 
 use crate::base::error::Error;
 use crate::base::resource::{Kind, Resources, RwKeys};

@@ -36,7 +36,7 @@
 
 use std::time::Duration;
 
-use rand::Rng;
+use rand::RngExt;
 
 use super::net::{Translated, translate, translate_join};
 use super::state::{Attempt, Held, Kind, Owner, Phase, Round, RoundKind, Timer, between, short};

@@ -11,7 +11,7 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use rand::Rng;
+use rand::RngExt;
 use rand::rngs::StdRng;
 
 use super::node::{Reply as SimReply, Request as SimRequest};

@@ -13,7 +13,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::fmt;
 
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 
 use super::node::{Persistence, Script, SimNode, crate_scripts, scripts};
 use super::state::{Attempt, Call, Client, Clock, Fault, Kind, Link, Round, between, expiry_true};

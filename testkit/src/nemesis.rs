@@ -17,8 +17,8 @@ use std::fmt;
 use std::io;
 use std::time::Duration;
 
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
 
 use super::Faults;
@@ -373,7 +373,7 @@ impl RandomNemesis {
     /// without running them (same RNG sequence as [`run`](Self::run)).
     pub fn plan(&self, nodes: usize) -> Vec<(Duration, Fault)> {
         let mut plan = Vec::new();
-        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
+        let mut rng = StdRng::seed_from_u64(self.seed);
         let mut states = vec![NodeState::Healthy; nodes];
         let limit = self.limit(nodes);
         let mut t = Duration::ZERO;

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use quorumlock::{Error, Lock, LockMode, Redlock, Retry, Semaphore};
 use quorumlock_testkit::nemesis::{FaultKind, NemesisLog, RandomNemesis};
 use quorumlock_testkit::{ClientRecorder, Faults, History, HoldMode, Report};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
 use redis::aio::MultiplexedConnection;
 
 /// Per-node timeout of every client here (the Compose port proxy adds latency; a loaded
@@ -934,7 +934,7 @@ pub async fn contend(
     stop: Arc<AtomicBool>,
     stats: Arc<LoopStats>,
 ) {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut rng = StdRng::seed_from_u64(seed);
     let limit = Duration::from_secs(3);
     let pool = match &role {
         Role::Permit {
