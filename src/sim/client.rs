@@ -194,23 +194,8 @@ impl World {
         };
         let a = self.attempts.len();
         let n = self.p.nodes;
-        self.attempts.push(Attempt {
-            client: c,
-            token,
-            fenced,
-            ttl,
-            round1: 0,
-            round2: None,
-            t: 0,
-            acq_done: vec![None; n],
-            gated: Vec::new(),
-            cleanup_later: false,
-            first_left: 0,
-            issued: 0,
-            ran: 0,
-            abandoned: false,
-            waited: false,
-        });
+        self.attempts
+            .push(Attempt::new(c, token, fenced, ttl, n, false));
         self.stats.attempts += 1;
         let r = self.new_round(c, a, RoundKind::Acquire, ttl);
         self.attempts[a].round1 = r;
@@ -573,23 +558,8 @@ impl World {
         };
         let a = self.attempts.len();
         let n = self.p.nodes;
-        self.attempts.push(Attempt {
-            client: c,
-            token,
-            fenced: false,
-            ttl,
-            round1: 0,
-            round2: None,
-            t: 0,
-            acq_done: vec![None; n],
-            gated: Vec::new(),
-            cleanup_later: false,
-            first_left: 0,
-            issued: 0,
-            ran: 0,
-            abandoned: false,
-            waited: true,
-        });
+        self.attempts
+            .push(Attempt::new(c, token, false, ttl, n, true));
         self.stats.waits += 1;
         let tok = short(self.attempts[a].token.as_bytes());
         self.log(|| format!("c{c} a{a}: waits in the queues, token {tok}"));

@@ -271,6 +271,37 @@ pub(super) struct Attempt {
     pub(super) waited: bool,
 }
 
+impl Attempt {
+    /// A new attempt of `client` with `token` on `nodes` nodes, before its first round;
+    /// `waited`: a waiter's, whose token joins the wait queues first.
+    pub(super) fn new(
+        client: usize,
+        token: Token,
+        fenced: bool,
+        ttl: Duration,
+        nodes: usize,
+        waited: bool,
+    ) -> Attempt {
+        Attempt {
+            client,
+            token,
+            fenced,
+            ttl,
+            round1: 0,
+            round2: None,
+            t: 0,
+            acq_done: vec![None; nodes],
+            gated: Vec::new(),
+            cleanup_later: false,
+            first_left: 0,
+            issued: 0,
+            ran: 0,
+            abandoned: false,
+            waited,
+        }
+    }
+}
+
 /// A lock the client holds (`lock::Lock`).
 pub(super) struct Held {
     pub(super) attempt: usize,
