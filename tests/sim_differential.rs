@@ -299,7 +299,8 @@ fn script_arg(rng: &mut StdRng, now_us: u64) -> String {
 fn any_script_arg(rng: &mut StdRng, now_us: u64) -> String {
     match rng.random_range(0..12) {
         0..=2 => pick(rng, &VALUES).to_owned(),
-        3 | 4 => ttl(rng),
+        3 => ttl(rng),
+        4 => wait_ms(rng).to_string(),
         5 => pick(rng, &["0", "1", "t", "f", "m", "n"]).to_owned(),
         6 => now_us.to_string(),
         7 => (now_us / 1000 + rng.random_range(0..500)).to_string(),
@@ -327,10 +328,103 @@ enum Step {
     Wait(Duration),
 }
 
+/// The keys of two resources laid out as the clients lay them out (one hash tag, the slot of
+/// a script's keys): per resource the lock key, its queue, leases and attributes, and its
+/// fence counter. A stray key of [`KEYS`] sometimes takes a place, as another type would.
+const LAYOUT: [[&str; 5]; 2] = [
+    ["{t}L0", "{t}Q0", "{t}H0", "{t}A0", "{t}F0"],
+    ["{t}L1", "{t}Q1", "{t}H1", "{t}A1", "{t}F1"],
+];
+/// The tokens the queue steps wait, hold and release under, and a listener's id.
+const TOKENS: [&str; 3] = ["tokAAAAAAAA1", "tokBBBBBBBB2", "tokCCCCCCCC3"];
+
+/// A queue lease (ms), as a waiter asks for it: the immediate lapse, one that lapses within
+/// the sequence, the clients' own lease ([`quorumlock::QUEUE_LEASE`]), and long ones on
+/// purpose: two minutes, a day, and past 10^14 ms from now, where `now + lease` has 15
+/// digits (Lua's own `%.14g` would round it; `redis.call` sends a number argument as
+/// `%.17g` text, exactly).
+fn wait_ms(rng: &mut StdRng) -> u64 {
+    match rng.random_range(0..12) {
+        0 => 0,
+        1..=3 => rng.random_range(60..=150),
+        4 | 5 => u64::try_from(quorumlock::QUEUE_LEASE.as_millis()).unwrap_or(3000),
+        6 | 7 => 120_000 + rng.random_range(0..1000),
+        8 | 9 => 86_400_000,
+        _ => 100_000_000_000_000 + rng.random_range(0..1_000_000),
+    }
+}
+
+/// Resource `r`'s key at place `i` of [`LAYOUT`], now and then a stray key instead.
+fn layout_key(rng: &mut StdRng, r: usize, i: usize) -> String {
+    if rng.random_range(0..40) == 0 {
+        pick(rng, &KEYS).to_owned()
+    } else {
+        LAYOUT[r][i].to_owned()
+    }
+}
+
+/// One waiting or lock step as a client sends it (keys in their places, arguments of
+/// their kind), so that queues, leases and hand-offs build up and long waits meet every
+/// script that reads a lease: a plain acquire, a queue join or renewal, a listener's mark,
+/// a waiter's claim, a release with hand-off.
+fn gen_queue_step(rng: &mut StdRng, now_us: u64) -> Request {
+    let r = rng.random_range(0..2);
+    let token = pick(rng, &TOKENS).to_owned();
+    let ttl = match rng.random_range(0..4) {
+        0 => rng.random_range(60..=150).to_string(),
+        _ => (120_000 + rng.random_range(0..1000)).to_string(),
+    };
+    let resource = |rng: &mut StdRng, r: usize, places: &[usize]| -> Vec<String> {
+        places.iter().map(|&i| layout_key(rng, r, i)).collect()
+    };
+    match rng.random_range(0..5) {
+        0 => Request::command([
+            "SET",
+            LAYOUT[r][0],
+            token.as_str(),
+            "NX",
+            "PX",
+            ttl.as_str(),
+        ]),
+        1 => {
+            let ticket = match rng.random_range(0..3) {
+                0 => now_us.to_string(),
+                _ => String::new(),
+            };
+            let kind = pick(rng, &["t", "f"]);
+            let first = pick(rng, &["1", "1", "0"]);
+            let inbox = pick(rng, &["", "inbox:{t}a"]);
+            let wait = wait_ms(rng).to_string();
+            let args = [token.as_str(), &ticket, &wait, &ttl, kind, first, inbox];
+            Request::eval("enqueue", resource(rng, r, &[1, 2, 3, 0]), args)
+        }
+        2 => {
+            let mut keys = resource(rng, 0, &[1, 2, 3, 0]);
+            if rng.random_bool(0.5) {
+                keys.extend(resource(rng, 1, &[1, 2, 3, 0]));
+            }
+            let wait = wait_ms(rng).to_string();
+            let mut args = vec!["lst1".to_owned(), wait];
+            if rng.random_bool(0.5) {
+                args.push(token);
+            }
+            Request::eval("listen", keys, args)
+        }
+        3 => Request::eval("claim", [layout_key(rng, r, 0)], [token, ttl]),
+        _ => {
+            let waiter = pick(rng, &["", "tokAAAAAAAA1", "lst1"]);
+            let announce = pick(rng, &["0", "1"]);
+            let args = [token.as_str(), waiter, "chan:{t}", announce];
+            Request::eval("release_one", resource(rng, r, &[0, 1, 2, 3, 4]), args)
+        }
+    }
+}
+
 fn gen_step(rng: &mut StdRng, now_us: u64, all: &[Script]) -> Step {
     match rng.random_range(0..100) {
         0 => Step::Wait(Duration::from_millis(rng.random_range(5..40))),
-        1..=30 => Step::Do(gen_script(rng, now_us, all)),
+        1..=20 => Step::Do(gen_script(rng, now_us, all)),
+        21..=40 => Step::Do(gen_queue_step(rng, now_us)),
         _ => Step::Do(gen_command(rng, now_us)),
     }
 }
@@ -724,6 +818,20 @@ fn show(r: &Request) -> String {
     }
 }
 
+/// Whether `req` is a queue join with a lease of a day or more that the server added to
+/// its queue (state 1): the generator is meant to reach those on purpose.
+fn is_long_join_added(req: &Request, real: &Reply) -> bool {
+    let long = match req {
+        Request::Script { name, args, .. } if *name == "enqueue" => args
+            .get(2)
+            .and_then(|a| std::str::from_utf8(a).ok())
+            .and_then(|a| a.parse::<u64>().ok())
+            .is_some_and(|ms| ms >= 86_400_000),
+        _ => false,
+    };
+    long && matches!(real, Reply::Array(r) if r.first() == Some(&Reply::Int(1)))
+}
+
 #[tokio::test]
 async fn sim_node_matches_redis() {
     let seed = seed();
@@ -755,6 +863,7 @@ async fn sim_node_matches_redis() {
     let mut kinds = std::collections::BTreeMap::new();
     let mut waits = 0usize;
     let mut neighbour_ms = 0usize;
+    let mut long_joins = 0usize;
     let started = Instant::now();
     for run in 0..RUNS {
         let _: () = redis::cmd("FLUSHALL")
@@ -808,6 +917,9 @@ async fn sim_node_matches_redis() {
                         }
                     }
                 }
+            }
+            if is_long_join_added(&req, &real) {
+                long_joins += 1;
             }
             assert!(
                 ok,
@@ -865,8 +977,12 @@ async fn sim_node_matches_redis() {
     }
     assert!(errors.contains_key("WRONGTYPE"), "{errors:?}");
     eprintln!(
-        "sim differential: seed {seed}: {compared} requests compared ({kinds:?}; error replies by code: {errors:?}), {waits} deliberate waits, {neighbour_ms} requests at an expiry boundary matched the model at a neighbouring millisecond, {RUNS} keyspace comparisons before and after a crash, in {:?}",
+        "sim differential: seed {seed}: {compared} requests compared ({kinds:?}; error replies by code: {errors:?}), {waits} deliberate waits, {neighbour_ms} requests at an expiry boundary matched the model at a neighbouring millisecond, {RUNS} keyspace comparisons before and after a crash, {long_joins} queue joins with a lease of a day or more added, in {:?}",
         started.elapsed()
+    );
+    assert!(
+        long_joins > 0,
+        "seed {seed}: no queue join with a long lease was added: the generator no longer reaches them"
     );
 }
 /// A reply with bulk strings as text.
