@@ -155,6 +155,30 @@ async fn t20_wrong_ca_fails_with_a_certificate_error() {
         "{last}"
     );
     assert_eq!(count_key(&c, 0..3, &lock_key("tls:wrong-ca")).await, 0);
+    // A strict build fails at once, naming a node and the certificate error.
+    let text = strict_refusal(builder(&c.urls()).tls_root_ca(other.ca_pem.clone())).await;
+    assert!(
+        text.contains(REJECTED) && text.contains("UnknownIssuer"),
+        "a clear certificate error: {text}"
+    );
+}
+
+/// The configuration error a strict build of `b` fails with, asserting it names a node.
+async fn strict_refusal(b: quorumlock::RedlockBuilder) -> String {
+    match b.strict(true).build().await {
+        Err(Error::Config(c)) => {
+            let text = c.to_string();
+            assert_eq!(c.field(), "nodes", "{text}");
+            assert!(
+                text.contains("refused this client's credentials at start"),
+                "{text}"
+            );
+            assert!(text.contains("127.0.0.1:"), "names the node: {text}");
+            text
+        }
+        Err(other) => panic!("expected a configuration error, got {other:?}"),
+        Ok(_) => panic!("a strict build must fail"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -416,6 +440,11 @@ async fn t71_missing_client_certificate_is_refused_by_every_node() {
         );
     }
     assert_eq!(count_key(&c, 0..3, &lock_key("tls:no-cert")).await, 0);
+    let text = strict_refusal(builder(&c.urls()).tls_root_ca(pki.ca_pem.clone())).await;
+    assert!(
+        text.contains(CLIENT_REFUSED) && text.contains("CertificateRequired"),
+        "a clear client certificate error: {text}"
+    );
     // The log capture works: the start-up warning names the refusal.
     assert!(
         logs::text().contains("client certificate refused by the server"),

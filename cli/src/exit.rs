@@ -4,7 +4,7 @@
 //! | --- | --- |
 //! | COMMAND's own status | `run`: COMMAND ran and exited (killed by signal N: 128+N) |
 //! | 0 | `inspect`, `demo`: done |
-//! | 64 (`EX_USAGE`) | bad arguments, invalid node URL, TTL or resource name |
+//! | 64 (`EX_USAGE`) | bad arguments, invalid node URL, TTL or resource name; a node refused the credentials at start (without `--lenient`) |
 //! | 69 (`EX_UNAVAILABLE`) | too few nodes answered for a quorum |
 //! | 70 (`EX_SOFTWARE`) | `run`: the lock was lost while COMMAND ran; COMMAND was stopped |
 //! | 71 (`EX_OSERR`) | the operating system's random number generator failed (no lock token) |
@@ -38,7 +38,9 @@ Exit codes:
   COMMAND's status    run: COMMAND exited (killed by signal N: 128+N)
   0                   inspect, demo: done
   64  EX_USAGE        bad arguments, invalid node URL, TTL or resource name,
-                      unreadable or invalid TLS file
+                      unreadable or invalid TLS file; a node refused the
+                      credentials at start (a wrong password, a certificate
+                      refused; see --lenient)
   69  EX_UNAVAILABLE  too few nodes answered for a quorum
   70  EX_SOFTWARE     run: the lock was lost while COMMAND ran (COMMAND was stopped)
   71  EX_OSERR        the operating system's random number generator failed

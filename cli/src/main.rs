@@ -125,6 +125,11 @@ pub struct Nodes {
     /// can use it. Default: quorumlock.
     #[arg(long, env = "QUORUMLOCK_NAMESPACE", value_name = "NS")]
     pub namespace: Option<String>,
+    /// Start even when some node refuses the credentials (a wrong password, a certificate
+    /// refused) and lock on the others while they are a quorum. Without it, such a node
+    /// is an error at start (exit 64) that names it.
+    #[arg(long, env = "QUORUMLOCK_LENIENT")]
+    pub lenient: bool,
 }
 
 impl Nodes {
@@ -133,7 +138,7 @@ impl Nodes {
     /// error says which file could not be read (never its contents).
     pub fn builder(&self) -> Result<RedlockBuilder, String> {
         let mut groups = split_groups(&self.nodes).into_iter();
-        let mut builder = Redlock::builder(groups.next().unwrap_or_default());
+        let mut builder = Redlock::builder(groups.next().unwrap_or_default()).strict(!self.lenient);
         for group in groups {
             builder = builder.group(group);
         }

@@ -427,6 +427,52 @@ async fn no_quorum_is_unavailable_and_passwords_stay_hidden() {
     .await;
     assert_eq!(out.status.code(), Some(UNAVAILABLE), "{}", stderr(&out));
     assert!(!stderr(&out).contains(secret), "{}", stderr(&out));
+    // A live node that refuses the credentials (no user `app` there): an error at start
+    // that names the node without the password, unless --lenient, which counts it as a
+    // failed vote.
+    let live = cluster
+        .url(2)
+        .expect("url")
+        .replace("redis://", &format!("redis://app:{secret}@"));
+    let out = output(
+        bare().args([
+            "run",
+            "--nodes",
+            &live,
+            "-r",
+            "x",
+            "--no-wait",
+            "--",
+            "true",
+        ]),
+        Duration::from_secs(15),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(USAGE), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("refused this client's credentials")
+            && stderr(&out).contains("<redacted>@127.0.0.1:"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stderr(&out).contains(secret), "{}", stderr(&out));
+    let out = output(
+        bare().args([
+            "run",
+            "--nodes",
+            &live,
+            "--lenient",
+            "-r",
+            "x",
+            "--no-wait",
+            "--",
+            "true",
+        ]),
+        Duration::from_secs(15),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(UNAVAILABLE), "{}", stderr(&out));
+    assert!(!stderr(&out).contains(secret), "{}", stderr(&out));
     let out = output(
         bare().args(["inspect", "x", "--nodes", &url]),
         Duration::from_secs(15),
@@ -1305,22 +1351,26 @@ mod tls {
             "every node answered: {shown}"
         );
 
-        // Without a client certificate: every node refuses, a clear message, exit 69.
-        let _ = std::fs::remove_file(&marker);
-        let mut cmd = ql(&cluster);
-        cmd.args(["run", "--resource", "tls:cli", "--no-wait", "--tls-ca"])
-            .arg(&ca)
-            .args(["--", "sh", "-c", r#"touch "$MARKER""#])
-            .env("MARKER", &marker)
-            .env("QUORUMLOCK_LOG", "debug");
-        let out = output(&mut cmd, Duration::from_secs(30)).await;
-        assert_eq!(out.status.code(), Some(UNAVAILABLE), "{}", stderr(&out));
-        let err = stderr(&out);
-        assert!(
-            err.contains("client certificate refused by the server"),
-            "{err}"
-        );
-        assert!(!marker.exists(), "COMMAND did not run");
+        // Without a client certificate: every node refuses, a clear message at start,
+        // exit 64; with --lenient, every vote fails with it, exit 69.
+        for (lenient, code) in [(false, USAGE), (true, UNAVAILABLE)] {
+            let _ = std::fs::remove_file(&marker);
+            let mut cmd = ql(&cluster);
+            cmd.args(["run", "--resource", "tls:cli", "--no-wait", "--tls-ca"])
+                .arg(&ca)
+                .args(lenient.then_some("--lenient"))
+                .args(["--", "sh", "-c", r#"touch "$MARKER""#])
+                .env("MARKER", &marker)
+                .env("QUORUMLOCK_LOG", "debug");
+            let out = output(&mut cmd, Duration::from_secs(30)).await;
+            assert_eq!(out.status.code(), Some(code), "{}", stderr(&out));
+            let err = stderr(&out);
+            assert!(
+                err.contains("client certificate refused by the server"),
+                "{err}"
+            );
+            assert!(!marker.exists(), "COMMAND did not run");
+        }
 
         // With the certificate, debug logs never show the key.
         let mut cmd = ql(&cluster);

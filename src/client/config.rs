@@ -277,6 +277,9 @@ pub(crate) struct Config {
     pub(crate) fencing: bool,
     pub(crate) max_ttl: Duration,
     pub(crate) notify: bool,
+    /// Whether `build()` fails when a node refuses our credentials (see
+    /// [`RedlockBuilder::strict`]).
+    pub(crate) strict: bool,
     /// The first part of every key and channel (checked in `validate`).
     pub(crate) namespace: Arc<str>,
     /// Certificate authorities trusted for `rediss://` nodes; `None`: the system's.
@@ -411,6 +414,7 @@ impl RedlockBuilder {
                 fencing: false,
                 max_ttl: DEFAULTS.max_ttl,
                 notify: true,
+                strict: false,
                 namespace: Arc::from(crate::base::resource::DEFAULT_NAMESPACE),
                 #[cfg(feature = "tls-rustls")]
                 tls_root_ca: None,
@@ -590,6 +594,38 @@ impl RedlockBuilder {
     /// ```
     pub fn fencing(mut self, on: bool) -> RedlockBuilder {
         self.config.fencing = on;
+        self
+    }
+
+    /// Makes [`build`](RedlockBuilder::build) fail when any node refuses this client's
+    /// credentials at start: a failed authentication (a wrong password or user), or a
+    /// failed TLS handshake (a server certificate not trusted, a client certificate
+    /// refused). The error names the node and its cause.
+    ///
+    /// The default is off: such a node is reported with a warning and counted as a failed
+    /// vote, read again before each request that votes (so a password fixed on the server
+    /// is picked up), and the client locks on the others while they are a quorum. A
+    /// node that is down, paused or slow at start never fails a build, strict or not:
+    /// that is a fault the quorum exists to survive, not a misconfiguration. Either way,
+    /// an ACL user that may not run `INFO`, and one store given twice, refuse the build.
+    /// The `quorumlock` CLI builds strictly unless given `--lenient`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// let locks = quorumlock::Redlock::builder([
+    ///     "redis://:s3cret@127.0.0.1:7001",
+    ///     "redis://:s3cret@127.0.0.1:7002",
+    ///     "redis://:s3cret@127.0.0.1:7003",
+    /// ])
+    /// .strict(true) // a wrong password on any node fails here, not at the first lock
+    /// .build()
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn strict(mut self, on: bool) -> RedlockBuilder {
+        self.config.strict = on;
         self
     }
 

@@ -107,7 +107,20 @@ impl Inner {
         )
         .await;
         for (node, read) in nodes.iter().zip(reads) {
-            let no_answer = matches!(read, identity::Read::NoAnswer(_));
+            if let (true, identity::Read::Denied(why)) = (config.strict, &read) {
+                return Err(Error::config(
+                    "nodes",
+                    format!(
+                        "{} refused this client's credentials at start ({why}); a strict \
+                         build needs every node to accept them",
+                        node.addr
+                    ),
+                ));
+            }
+            let no_answer = matches!(
+                read,
+                identity::Read::NoAnswer(_) | identity::Read::Denied(_)
+            );
             if let Err(why) = node.settle_identity(read) {
                 if no_answer {
                     tracing::warn!(node = %node.addr, %why, "quorumlock: voter's identity not read at start-up; its votes count once a later request reads it");

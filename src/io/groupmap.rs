@@ -441,6 +441,10 @@ fn answer_of(answer: Reply) -> Answer {
         Reply::Error(e) => {
             let text = Reply::error_text(&e);
             return match e.code() {
+                // The node refuses to talk to this client at all (no password, or a wrong
+                // one): it cannot say which map it records, and it grants no lock either.
+                // Not an answer: read again at the next refresh, never counted as agreeing.
+                Some("NOAUTH" | "WRONGPASS") => Answer::Skipped(text),
                 Some(_) if !is_transient(&e) => {
                     let hint = if e.code() == Some("NOPERM") {
                         ": the ACL user may not use this client's namespace (its key patterns must \
@@ -506,7 +510,7 @@ mod tests {
     }
 
     #[test]
-    fn server_errors_fail_closed_unless_transient() {
+    fn server_errors_fail_closed_unless_transient_or_a_refused_login() {
         let server = |raw: &str| {
             answer_of(Reply::from_result(redis::parse_redis_value(
                 format!("-{raw}\r\n").as_bytes(),
@@ -531,6 +535,10 @@ mod tests {
             "MOVED 3967 127.0.0.1:7001",
             "ASK 3967 127.0.0.1:7002",
             "CLUSTERDOWN The cluster is down",
+            // A node that refuses this client's credentials answers nothing about the
+            // record: never agreeing, it can only withhold a confirmation.
+            "NOAUTH Authentication required.",
+            "WRONGPASS invalid username-password pair or user is disabled.",
         ] {
             assert!(
                 matches!(server(open), Answer::Skipped(_)),

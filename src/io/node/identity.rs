@@ -11,6 +11,8 @@
 //!     ├─ answered, distinct from every voter read so far ──▶ admitted: its votes count
 //!     ├─ answered, shares an id with another voter ───────▶ build refused
 //!     ├─ refused the read (an ACL without INFO, …) ────────▶ build refused
+//!     ├─ refused our login (password, TLS certificate) ───▶ not admitted yet
+//!     │                                    (a strict build is refused instead)
 //!     └─ no answer (down, paused, loading) ────────────────▶ not admitted yet
 //!  every request that votes (acquire, extend, fence, queue join) to a voter not admitted:
 //!     read it first, within the request's own timeout ── admitted, or the request fails
@@ -58,6 +60,11 @@ pub(crate) enum Read {
     Refused(String),
     /// No usable answer now (down, paused, loading, timed out): why.
     NoAnswer(String),
+    /// The voter refused our credentials: authentication failed (a wrong password or
+    /// user), or the TLS handshake did (a certificate refused either way): why. Counted
+    /// as no answer (a later read may succeed, after a password is rotated on the server);
+    /// a strict build refuses it.
+    Denied(String),
     /// A voter given as a Redis Cluster (`redis+cluster://`) answered as a single master
     /// (cluster support disabled).
     NotCluster,
@@ -205,7 +212,7 @@ impl Registry {
                  redis+cluster://; give a single master as redis://host:port",
                 self.name(i)
             )),
-            Read::NoAnswer(why) => {
+            Read::NoAnswer(why) | Read::Denied(why) => {
                 if let Some(State::Unknown { reading, .. }) =
                     voters.get_mut(i).map(|v| &mut v.state)
                 {
@@ -366,6 +373,7 @@ impl Node {
                 Err(_) => return Read::Refused("an answer that is not text".to_owned()),
             },
             Reply::TimedOut => return Read::NoAnswer("timed out".to_owned()),
+            Reply::Error(e) if is_denial(&e) => return Read::Denied(Reply::error_text(&e)),
             Reply::Error(e) if !is_refusal(&e) => return Read::NoAnswer(Reply::error_text(&e)),
             Reply::Error(e)
                 if field.is_none()
@@ -453,6 +461,17 @@ pub(crate) fn refusal(why: String) -> Reply {
 /// master. Every other error (I/O, a connection refused or dropped, a server loading,
 /// busy or out of connections) is "no answer now": the voter is read again later, and does
 /// not vote meanwhile.
+/// Whether `e` says the voter refused our credentials: a failed authentication (redis-rs's
+/// own kind, or the server's `WRONGPASS` / `NOAUTH`), or a failed TLS handshake.
+fn is_denial(e: &RedisError) -> bool {
+    #[cfg(feature = "tls-rustls")]
+    if super::tls::failure(e).is_some() {
+        return true;
+    }
+    e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH"))
+}
+
 fn is_refusal(e: &RedisError) -> bool {
     match e.code() {
         Some("NOPERM") => true,

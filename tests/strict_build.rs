@@ -1,0 +1,121 @@
+//! A strict build (`RedlockBuilder::strict(true)`) fails when any node refuses the client's
+//! credentials at start, naming the node and the cause; a lenient build (the default)
+//! locks on the others, and a node that is merely down fails neither.
+//!
+//! The TLS cases (a server certificate not trusted, a client certificate refused) are in
+//! `tests/tls.rs`, beside the certificates they need.
+
+use std::time::Duration;
+
+use quorumlock::{Error, Redlock};
+use quorumlock_testkit::LocalCluster;
+
+const TTL: Duration = Duration::from_secs(10);
+
+/// Three nodes; node 2 requires `password` (set on the server after it started, as an
+/// operator would).
+async fn third_node_with_password(password: &str) -> LocalCluster {
+    let cluster = LocalCluster::builder(3).launch().await.expect("cluster");
+    let url = cluster.direct_url(2).expect("url");
+    let mut con = redis::Client::open(url.as_str())
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg(password)
+        .query_async(&mut con)
+        .await
+        .expect("CONFIG SET requirepass");
+    cluster
+}
+
+/// The URLs of `cluster`, each with `password` (Redis refuses a password where none is
+/// set, so a test gives it only to the node that asks for it).
+fn with_password(cluster: &LocalCluster, password: &str) -> Vec<String> {
+    cluster
+        .urls()
+        .iter()
+        .map(|u| u.replacen("redis://", &format!("redis://:{password}@"), 1))
+        .collect()
+}
+
+fn builder(urls: &[String]) -> quorumlock::RedlockBuilder {
+    Redlock::builder(urls).connect_timeout(Duration::from_secs(5))
+}
+
+/// The configuration error's text, asserting it is one about the nodes.
+fn config_text(r: Result<Redlock, Error>) -> String {
+    match r {
+        Err(Error::Config(c)) => {
+            assert_eq!(c.field(), "nodes", "{c}");
+            c.to_string()
+        }
+        Err(other) => panic!("expected a configuration error, got {other:?}"),
+        Ok(_) => panic!("expected the build to fail"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_refuses_the_password_fails_a_strict_build_and_is_named() {
+    let cluster = third_node_with_password("s3cret").await;
+    let urls = cluster.urls();
+    let text = config_text(builder(&urls).strict(true).build().await);
+    let third = urls[2].trim_start_matches("redis://");
+    assert!(
+        text.contains(third) && !text.contains(urls[0].trim_start_matches("redis://")),
+        "names the node that refused, and only it: {text}"
+    );
+    assert!(
+        text.contains("refused this client's credentials") && text.contains("uthentication"),
+        "says the cause: {text}"
+    );
+    // A wrong password (not a missing one) reads the same way, and never shows the one
+    // given.
+    let mut urls = cluster.urls();
+    urls[2] = with_password(&cluster, "wrong-pass").remove(2);
+    let text = config_text(builder(&urls).strict(true).build().await);
+    assert!(text.contains(third), "{text}");
+    assert!(
+        !text.contains("wrong-pass"),
+        "no password in the error: {text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lenient_build_locks_on_the_nodes_that_accept_the_credentials() {
+    let cluster = third_node_with_password("s3cret").await;
+    let locks = builder(&cluster.urls())
+        .build()
+        .await
+        .expect("the default build is lenient");
+    let lock = locks
+        .try_lock("strict:lenient", TTL)
+        .await
+        .expect("2 of 3 nodes are a quorum");
+    lock.release().await.expect("release");
+    // With the right password where it is asked for, a strict build succeeds.
+    let mut urls = cluster.urls();
+    urls[2] = with_password(&cluster, "s3cret").remove(2);
+    let strict = builder(&urls).strict(true).build().await;
+    assert!(strict.is_ok(), "{:?}", strict.err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_is_down_does_not_fail_a_strict_build() {
+    let cluster = LocalCluster::builder(3).launch().await.expect("cluster");
+    cluster.kill(2).await.expect("kill node 2");
+    let locks = builder(&cluster.urls())
+        .connect_timeout(Duration::from_millis(300))
+        .strict(true)
+        .build()
+        .await
+        .expect("a dead minority is a fault, not a misconfiguration");
+    let lock = locks
+        .try_lock("strict:down", TTL)
+        .await
+        .expect("2 of 3 nodes are a quorum");
+    lock.release().await.expect("release");
+}
