@@ -821,7 +821,7 @@ fn bench_held(rt: &Runtime, summary: &Summary, urls: &[String], cluster: &LocalC
             if is_watchdog {
                 kept = acquired
                     .into_iter()
-                    .map(|l| l.keep_alive(Watchdog::new()))
+                    .map(|l| l.keep_alive(Watchdog::new()).expect("a watchdog policy that fits the TTL"))
                     .collect();
             } else {
                 locks = acquired;

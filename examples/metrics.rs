@@ -166,7 +166,9 @@ async fn worker(locks: Redlock, resource: String, w: usize, end: Instant) -> u64
             }
             if w == 0 && n.is_multiple_of(50) {
                 // A kept lock, held longer than its TTL by the watchdog, capped.
-                let kept = lock.keep_alive(Watchdog::new().max_hold(Duration::from_millis(2500)));
+                let kept = lock
+                    .keep_alive(Watchdog::new().max_hold(Duration::from_millis(2500)))
+                    .expect("a watchdog policy that fits the TTL");
                 let _ = tokio::time::timeout(Duration::from_secs(3), kept.lost()).await;
                 let _ = kept.release().await;
             } else {

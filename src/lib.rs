@@ -77,7 +77,7 @@
 //! let kept = locks
 //!     .lock("reindex", Duration::from_secs(10))
 //!     .await?
-//!     .keep_alive(Watchdog::new().max_hold(Duration::from_secs(3600)));
+//!     .keep_alive(Watchdog::new().max_hold(Duration::from_secs(3600)))?;
 //! tokio::select! {
 //!     () = tokio::time::sleep(Duration::from_secs(30)) => kept.release().await?, // the work
 //!     lost = kept.lost() => return Err(lost.into()), // stop: the lock may be gone

@@ -85,7 +85,9 @@ async fn the_lost_signal_yields_lost_naming_the_resource() {
         .try_lock("cron:nightly", Duration::from_millis(600))
         .await
         .expect("free");
-    let kept = lock.keep_alive(Watchdog::new().max_extensions(0));
+    let kept = lock
+        .keep_alive(Watchdog::new().max_extensions(0))
+        .expect("a watchdog policy that fits the TTL");
     let lost = tokio::time::timeout(Duration::from_secs(5), kept.lost())
         .await
         .expect("the signal fires within the TTL");

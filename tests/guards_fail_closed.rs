@@ -375,7 +375,8 @@ async fn the_watchdog_keeps_a_lock_only_within_the_records_coverage() {
         .try_lock(&name, Duration::from_secs(3))
         .await
         .expect("B locks in g1")
-        .keep_alive(quorumlock::Watchdog::new());
+        .keep_alive(quorumlock::Watchdog::new())
+        .expect("a watchdog policy that fits the TTL");
     g2.disconnect(0).await.expect("cut");
     g2.disconnect(1).await.expect("cut");
     // The record B wrote at build covers 30 s; its refreshes no longer reach a majority of

@@ -51,7 +51,8 @@ async fn a_context_that_outlives_its_scope_reports_the_lock_gone() -> TestResult
     let kept = a
         .try_lock("kept:ctx2", ttl)
         .await?
-        .keep_alive(Watchdog::new());
+        .keep_alive(Watchdog::new())
+        .expect("a watchdog policy that fits the TTL");
     let ctx = kept.context();
     assert!(ctx.remaining() > Duration::ZERO && !ctx.is_lost());
     drop(kept);
@@ -80,7 +81,9 @@ async fn keys_found_gone_after_the_lost_signal_still_leave_no_validity() -> Test
     let lock = a.try_lock("kept:gone", ttl).await?;
     let start = Instant::now();
     // Extension due at half-life (~2 s); the hold cap fires in the middle of that round.
-    let kept = lock.keep_alive(Watchdog::new().max_hold(Duration::from_millis(2300)));
+    let kept = lock
+        .keep_alive(Watchdog::new().max_hold(Duration::from_millis(2300)))
+        .expect("a watchdog policy that fits the TTL");
     let ctx = kept.context();
     for i in 0..3 {
         let mut c = support::raw(&cluster, i).await;
@@ -138,7 +141,8 @@ async fn a_paused_node_does_not_starve_one_kept_lock_behind_another() -> TestRes
     let first = a
         .try_lock("kept:first", Duration::from_secs(2))
         .await?
-        .keep_alive(Watchdog::new());
+        .keep_alive(Watchdog::new())
+        .expect("a watchdog policy that fits the TTL");
     // Second lock: 1 s TTL, due at half-life, lost signal 250 ms before its deadline.
     // Taken at ~0.68 s, it falls due ~190 ms into the first lock's round: too late to be
     // swept into it, and its lost signal comes ~60 ms before that round's wait ends.
@@ -146,7 +150,8 @@ async fn a_paused_node_does_not_starve_one_kept_lock_behind_another() -> TestRes
     let second = a
         .try_lock("kept:second", Duration::from_secs(1))
         .await?
-        .keep_alive(Watchdog::new().safety_margin(Duration::from_millis(250)));
+        .keep_alive(Watchdog::new().safety_margin(Duration::from_millis(250)))
+        .expect("a watchdog policy that fits the TTL");
     let watch = tokio::time::timeout(Duration::from_secs(3), second.lost()).await;
     if let Ok(e) = &watch {
         panic!(
@@ -198,7 +203,8 @@ async fn a_late_refresh_point_does_not_make_the_watchdog_spin() -> TestResult {
     let kept = a
         .try_lock("kept:spin", ttl)
         .await?
-        .keep_alive(Watchdog::new().refresh_at(0.95));
+        .keep_alive(Watchdog::new().refresh_at(0.95))
+        .expect("a watchdog policy that fits the TTL");
     let (before, _) = command_calls(&cluster, 0).await;
     let window = Duration::from_secs(1);
     tokio::time::sleep(window).await; // a measuring window, not synchronization
@@ -233,7 +239,8 @@ async fn missed_rounds_are_retried_at_a_bounded_pace_not_back_to_back() -> TestR
     let kept = a
         .try_lock("kept:retry-pace", ttl)
         .await?
-        .keep_alive(Watchdog::new());
+        .keep_alive(Watchdog::new())
+        .expect("a watchdog policy that fits the TTL");
     let (before, _) = command_calls(&cluster, 0).await;
     // Nodes 1 and 2 now reset every connection at once: each round misses the quorum fast.
     cluster.proxy(1)?.reset();
@@ -273,7 +280,8 @@ async fn the_watchdog_keeps_every_key_of_a_multi_resource_lock() -> TestResult {
     let kept = a
         .try_lock_many(["kept:m1", "kept:m2"], ttl)
         .await?
-        .keep_alive(Watchdog::new());
+        .keep_alive(Watchdog::new())
+        .expect("a watchdog policy that fits the TTL");
     let deadline = Instant::now() + ttl * 4;
     let mut refused = 0;
     while Instant::now() < deadline {

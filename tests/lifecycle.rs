@@ -49,7 +49,8 @@ async fn watchdog_keeps_a_lock_for_many_ttls_and_no_one_else_gets_it() -> TestRe
     let kept = a
         .try_lock("lc:keep", ttl)
         .await?
-        .keep_alive(Watchdog::new());
+        .keep_alive(Watchdog::new())
+        .expect("a watchdog policy that fits the TTL");
     let start = Instant::now();
     let mut refused = 0;
     while start.elapsed() < ttl * 6 {
@@ -79,7 +80,8 @@ async fn blackholed_majority_fires_lost_before_the_deadline() -> TestResult {
     let kept = a
         .try_lock("lc:lost", ttl)
         .await?
-        .keep_alive(Watchdog::new());
+        .keep_alive(Watchdog::new())
+        .expect("a watchdog policy that fits the TTL");
     let lost = kept.lost();
     // Let at least one extension happen first (the deadline moves past the first one).
     let first = Instant::now() + kept.remaining();
@@ -161,7 +163,8 @@ async fn max_extensions_stops_extension_and_fires_lost() -> TestResult {
     let kept = a
         .try_lock("lc:capn", ttl)
         .await?
-        .keep_alive(Watchdog::new().max_extensions(2));
+        .keep_alive(Watchdog::new().max_extensions(2))
+        .expect("a watchdog policy that fits the TTL");
     let e = tokio::time::timeout(Duration::from_secs(3), kept.lost()).await?;
     assert_eq!(e.reason(), LostReason::MaxExtensions, "{e}");
     assert!(e.to_string().contains("number of extensions"), "{e}");
@@ -192,7 +195,8 @@ async fn max_hold_stops_extension_and_fires_lost() -> TestResult {
     let kept = a
         .try_lock("lc:caph", ttl)
         .await?
-        .keep_alive(Watchdog::new().max_hold(Duration::from_millis(700)));
+        .keep_alive(Watchdog::new().max_hold(Duration::from_millis(700)))
+        .expect("a watchdog policy that fits the TTL");
     let e = tokio::time::timeout(Duration::from_secs(3), kept.lost()).await?;
     let held = start.elapsed();
     assert_eq!(e.reason(), LostReason::MaxHold, "{e}");
@@ -268,7 +272,8 @@ async fn dropping_a_kept_lock_releases_it_in_the_background() -> TestResult {
     let kept = a
         .try_lock("lc:drop", Duration::from_secs(30))
         .await?
-        .keep_alive(Watchdog::new());
+        .keep_alive(Watchdog::new())
+        .expect("a watchdog policy that fits the TTL");
     drop(kept);
     let t = Instant::now();
     loop {
@@ -298,7 +303,8 @@ async fn many_kept_locks_share_one_batched_round() -> TestResult {
         kept.push(
             a.try_lock(&format!("lc:many:{i}"), ttl)
                 .await?
-                .keep_alive(Watchdog::new()),
+                .keep_alive(Watchdog::new())
+                .expect("a watchdog policy that fits the TTL"),
         );
     }
     tokio::time::sleep(ttl * 3).await; // several refresh cycles (not synchronization)
@@ -342,7 +348,9 @@ async fn keep_alive_of_an_expired_lock_is_lost_at_once_and_refreshes_nothing() -
     for url in cluster.urls() {
         before.push(command_calls(&url).await?.0);
     }
-    let kept = lock.keep_alive(Watchdog::new());
+    let kept = lock
+        .keep_alive(Watchdog::new())
+        .expect("a watchdog policy that fits the TTL");
     // No extension round runs: give a round that would be due at once time to reach the
     // nodes (nothing to await for an absence; nothing here asks the guard first, which
     // would mark it lost before the watchdog's task looks), then count the scripts run.
@@ -377,7 +385,8 @@ async fn a_kept_lock_whose_keys_vanished_reports_no_validity_and_release_reports
     let kept = a
         .try_lock("lc:vanished", Duration::from_secs(2))
         .await?
-        .keep_alive(Watchdog::new());
+        .keep_alive(Watchdog::new())
+        .expect("a watchdog policy that fits the TTL");
     let ctx = kept.context();
     for i in 0..3 {
         let mut c = support::raw(&cluster, i).await;
@@ -511,5 +520,58 @@ async fn dropping_with_lock_cancels_the_closure_and_releases() -> TestResult {
             Err(e) => return Err(format!("not released in the background: {e}").into()),
         }
     }
+    Ok(())
+}
+
+/// A watchdog policy that does not fit the lock's TTL is a configuration error where it
+/// meets the lock: `keep_alive` refuses it (and releases the lock, as a drop does), and a
+/// scoped wrapper refuses it before taking anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watchdog_policy_that_does_not_fit_the_ttl_is_refused() -> TestResult {
+    let cluster = LocalCluster::builder(3).launch().await?;
+    let urls = cluster.urls();
+    let a = client(&urls).await?;
+    let ttl = Duration::from_secs(5);
+    let lock = a.try_lock("lc:policy", ttl).await?;
+    let margin = Watchdog::new().safety_margin(Duration::from_secs(6));
+    match lock.keep_alive(margin) {
+        Err(Error::Config(c)) => assert_eq!(c.field(), "watchdog.safety_margin", "{c}"),
+        other => panic!("a margin longer than the TTL must be refused: {other:?}"),
+    }
+    // The refused lock was released (in the background, as a drop does): a waiting lock
+    // gets it long before its 5 s TTL would have freed it.
+    let waiting = Redlock::builder(&urls)
+        .node_timeout(Duration::from_millis(50))
+        .retry(Retry::new().max_wait(Duration::from_secs(10)))
+        .build()
+        .await?;
+    let started = Instant::now();
+    let again = waiting.lock("lc:policy", ttl).await?;
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "released, not expired: {:?}",
+        started.elapsed()
+    );
+    match again.keep_alive(Watchdog::new().refresh_at(1.5)) {
+        Err(Error::Config(c)) => assert_eq!(c.field(), "watchdog.refresh_at", "{c}"),
+        other => panic!("a refresh point past the TTL must be refused: {other:?}"),
+    }
+    let ran = Arc::new(AtomicBool::new(false));
+    let flag = ran.clone();
+    let scoped = a
+        .with_lock("lc:policy-scoped", ttl, margin, |_| async move {
+            flag.store(true, Ordering::SeqCst);
+        })
+        .await;
+    assert!(
+        matches!(&scoped, Err(Error::Config(c)) if c.field() == "watchdog.safety_margin"),
+        "{scoped:?}"
+    );
+    assert!(!ran.load(Ordering::SeqCst), "the closure never ran");
+    let mut con = redis::Client::open(urls[0].as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let keys: Vec<String> = con.keys("*lc:policy-scoped*").await?;
+    assert!(keys.is_empty(), "nothing was taken: {keys:?}");
     Ok(())
 }

@@ -253,7 +253,9 @@ async fn scripted_run(cluster: &LocalCluster) -> Result<Ran, Box<dyn std::error:
         .await?;
     let c = patient.try_lock("m:c", Duration::from_secs(1)).await?;
     ran.tokens.push(c.token().to_owned());
-    let kept = c.keep_alive(Watchdog::new().refresh_at(0.95).max_extensions(1));
+    let kept = c
+        .keep_alive(Watchdog::new().refresh_at(0.95).max_extensions(1))
+        .expect("a watchdog policy that fits the TTL");
     let lost = tokio::time::timeout(Duration::from_secs(5), kept.lost()).await?;
     assert_eq!(lost.reason(), LostReason::MaxExtensions, "{lost}");
     assert!(
@@ -648,7 +650,8 @@ async fn prometheus_scrape_moves_between_scrapes() -> TestResult {
     let kept = locks
         .try_lock("p:kept", Duration::from_secs(1))
         .await?
-        .keep_alive(Watchdog::new());
+        .keep_alive(Watchdog::new())
+        .expect("a watchdog policy that fits the TTL");
     cluster.kill(1).await?;
     cluster.kill(2).await?;
     let lost = tokio::time::timeout(Duration::from_secs(5), kept.lost()).await?;

@@ -281,7 +281,8 @@ async fn kept_readers_and_writers_outlive_their_ttl() {
         .try_read_lock("rw:keep", ttl)
         .await
         .expect("reader")
-        .keep_alive(Watchdog::new());
+        .keep_alive(Watchdog::new())
+        .expect("a watchdog policy that fits the TTL");
     let other = b
         .try_read_lock("rw:keep", ttl)
         .await
@@ -305,7 +306,8 @@ async fn kept_readers_and_writers_outlive_their_ttl() {
         .try_write_lock("rw:keep", ttl)
         .await
         .expect("writer")
-        .keep_alive(Watchdog::new());
+        .keep_alive(Watchdog::new())
+        .expect("a watchdog policy that fits the TTL");
     tokio::time::sleep(ttl * 3).await;
     assert!(!kept.is_lost());
     assert!(
@@ -600,21 +602,28 @@ async fn one_watchdog_keeps_every_kind_at_once() {
     let ttl = Duration::from_millis(400);
     let w = Watchdog::new();
     let kept = [
-        a.try_lock("mix:m", ttl).await.expect("mutex").keep_alive(w),
+        a.try_lock("mix:m", ttl)
+            .await
+            .expect("mutex")
+            .keep_alive(w)
+            .expect("a watchdog policy that fits the TTL"),
         a.try_read_lock("mix:r", ttl)
             .await
             .expect("reader")
-            .keep_alive(w),
+            .keep_alive(w)
+            .expect("a watchdog policy that fits the TTL"),
         a.try_write_lock("mix:w", ttl)
             .await
             .expect("writer")
-            .keep_alive(w),
+            .keep_alive(w)
+            .expect("a watchdog policy that fits the TTL"),
         a.semaphore("mix:s", 1)
             .expect("semaphore")
             .try_acquire(ttl)
             .await
             .expect("permit")
-            .keep_alive(w),
+            .keep_alive(w)
+            .expect("a watchdog policy that fits the TTL"),
     ];
     tokio::time::sleep(ttl * 3).await;
     assert!(

@@ -167,11 +167,13 @@ async fn the_watchdog_racing_the_give_back_keeps_a_quorum_of_entries() {
     // Due at once (5 % of the TTL left to refresh), lost 100 ms before the deadline (a
     // margin the test's own wake-up on a loaded 2-core machine fits in; 10 ms did not,
     // once in a full run).
-    let kept = permit.keep_alive(
-        quorumlock::Watchdog::new()
-            .refresh_at(0.95)
-            .safety_margin(Duration::from_millis(100)),
-    );
+    let kept = permit
+        .keep_alive(
+            quorumlock::Watchdog::new()
+                .refresh_at(0.95)
+                .safety_margin(Duration::from_millis(100)),
+        )
+        .expect("a watchdog policy that fits the TTL");
     let ctx = kept.context();
     let mut lost = std::pin::pin!(kept.lost());
     let end = Instant::now() + ttl + Duration::from_secs(2);
@@ -236,7 +238,9 @@ async fn a_kept_permit_reports_lost_before_its_deadline_when_a_kept_node_dies() 
     assert!(a.flush(FLUSH).await, "the give-back is done");
     let on = live_on(&c, &[0, 1, 2], &key, permit.token()).await;
     assert_eq!(on.len(), s.quorum(), "kept on exactly Q nodes: {on:?}");
-    let kept = permit.keep_alive(quorumlock::Watchdog::new());
+    let kept = permit
+        .keep_alive(quorumlock::Watchdog::new())
+        .expect("a watchdog policy that fits the TTL");
     c.kill(on[0]).await.expect("kill a kept node");
     let e = tokio::time::timeout(Duration::from_secs(5), kept.lost())
         .await

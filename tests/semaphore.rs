@@ -255,7 +255,8 @@ async fn permits_extend_drop_expire_and_keep_alive() {
         .try_acquire(short)
         .await
         .expect("after an expired permit")
-        .keep_alive(Watchdog::new());
+        .keep_alive(Watchdog::new())
+        .expect("a watchdog policy that fits the TTL");
     tokio::time::sleep(short * 3).await;
     assert!(!kept.is_lost(), "kept alive while every node is up");
     assert!(s.try_acquire(TTL).await.is_err_and(|e| e.is_held()));

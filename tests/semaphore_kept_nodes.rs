@@ -64,7 +64,10 @@ async fn a_permit_let_go_before_its_give_back_leaves_nothing_behind() {
         match how {
             "drop" => drop(p),
             "release" => p.release().await.expect("released at quorum"),
-            _ => drop(p.keep_alive(Watchdog::new())),
+            _ => drop(
+                p.keep_alive(Watchdog::new())
+                    .expect("a watchdog policy that fits the TTL"),
+            ),
         }
         assert!(a.flush(FLUSH).await, "{how}: background work finished");
         let left = present_on(&c, &[0, 1, 2], &holders(name), &tok).await;
@@ -187,7 +190,14 @@ async fn a_mixed_round_counts_each_permit_on_its_own_kept_nodes() {
     pb.extend(ttl).await.expect("extend b");
     let w = Watchdog::new().safety_margin(Duration::from_millis(400));
     assert!(!pa.remaining().is_zero() && !pb.remaining().is_zero());
-    let (ka, kb, km) = (pa.keep_alive(w), pb.keep_alive(w), m.keep_alive(w));
+    let (ka, kb, km) = (
+        pa.keep_alive(w)
+            .expect("a watchdog policy that fits the TTL"),
+        pb.keep_alive(w)
+            .expect("a watchdog policy that fits the TTL"),
+        m.keep_alive(w)
+            .expect("a watchdog policy that fits the TTL"),
+    );
     assert!(
         !ka.is_lost() && !kb.is_lost() && !km.is_lost(),
         "kept at hand-over"

@@ -203,7 +203,8 @@ async fn the_watchdog_keeps_every_part_and_a_lost_part_loses_the_lock() {
         .try_lock_many([&x, &y], ttl)
         .await
         .expect("lock")
-        .keep_alive(Watchdog::new());
+        .keep_alive(Watchdog::new())
+        .expect("a watchdog policy that fits the TTL");
     // Three TTLs later the lock is still held on a quorum of both groups (each extension is
     // decided at its quorum).
     tokio::time::sleep(ttl * 3).await;
@@ -318,7 +319,8 @@ mod loss_and_waiting {
             .try_lock_many([&x, &x2], ttl)
             .await
             .expect("lock")
-            .keep_alive(Watchdog::new());
+            .keep_alive(Watchdog::new())
+            .expect("a watchdog policy that fits the TTL");
         for i in 0..3 {
             let _: () = raw(&a, i).await.del(lock_key(&x2)).await.expect("DEL");
         }
@@ -346,7 +348,8 @@ mod loss_and_waiting {
             .try_lock_many([&x, &y], ttl)
             .await
             .expect("lock")
-            .keep_alive(Watchdog::new());
+            .keep_alive(Watchdog::new())
+            .expect("a watchdog policy that fits the TTL");
         // Group B's part is lost behind the holder's back.
         for i in 0..3 {
             let _: () = raw(&b, i).await.del(lock_key(&y)).await.expect("DEL");
@@ -503,7 +506,8 @@ mod loss_and_waiting {
             .try_lock_many([&x, &y], ttl)
             .await
             .expect("lock")
-            .keep_alive(Watchdog::new());
+            .keep_alive(Watchdog::new())
+            .expect("a watchdog policy that fits the TTL");
         let started = Instant::now();
         for i in 0..2 {
             b.pause(i).await.expect("pause");

@@ -189,7 +189,16 @@ pub async fn run(args: RunArgs) -> u8 {
 
     // Extend with two thirds of the validity left (every third of the TTL); the lost
     // signal fires a tenth of the TTL before the guaranteed validity ends.
-    let kept = lock.keep_alive(Watchdog::new().refresh_at(2.0 / 3.0));
+    let kept = match lock.keep_alive(Watchdog::new().refresh_at(2.0 / 3.0)) {
+        Ok(kept) => kept,
+        Err(e) => {
+            // A policy refused for this TTL (it fits every TTL the flags accept): COMMAND
+            // must not run unguarded.
+            eprintln!("quorumlock: {e}");
+            let _ = child.kill().await;
+            return exit::for_error(&e);
+        }
+    };
     let mut lost = kept.lost();
 
     let code = loop {

@@ -279,7 +279,8 @@ async fn a_user_confined_to_its_namespace_uses_every_feature() {
         .try_lock("kept", short)
         .await
         .expect("lock to keep")
-        .keep_alive(Watchdog::new());
+        .keep_alive(Watchdog::new())
+        .expect("a watchdog policy that fits the TTL");
     let started = Instant::now();
     let lost = eventually(Duration::from_millis(2000), || async { kept.is_lost() }).await;
     assert!(!lost, "the kept lock was lost");

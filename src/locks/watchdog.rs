@@ -49,9 +49,14 @@ use crate::protocol::keep;
 ///   left drops below `ttl × fraction`. The default fraction is **0.5** (extend at half-life:
 ///   a failed extension still leaves half a TTL of retries).
 /// * **Safety margin**: the [`LostSignal`] fires at `deadline − margin` if no extension
-///   confirmed by then. The default is **`ttl / 10`**. The margin is capped at half the
-///   refresh window (`ttl × fraction / 2`) so that there is always time to extend before the
-///   signal fires.
+///   confirmed by then. The default is **`ttl / 10`**, capped at half the refresh window
+///   (`ttl × fraction / 2`) so that there is always time to extend before the signal
+///   fires; a margin you choose must fit in that half window.
+///
+/// A policy is checked against the lock's TTL where the two meet
+/// ([`keep_alive`](crate::Lock::keep_alive), the scoped wrappers), or by
+/// [`check`](Watchdog::check): a fraction outside `0.05..=0.95`, or a chosen margin that
+/// does not fit, is an [`Error::Config`], never adjusted silently.
 /// * **Caps**: [`max_hold`](Watchdog::max_hold) (total time since the watchdog started) and
 ///   [`max_extensions`](Watchdog::max_extensions). When a cap stops extension, the lost
 ///   signal fires with a "cap reached" [`Lost`](crate::Lost) error. No cap by default.
@@ -70,7 +75,7 @@ use crate::protocol::keep;
 ///         .refresh_at(0.5)
 ///         .max_hold(Duration::from_secs(3600))
 ///         .safety_margin(Duration::from_secs(1)),
-/// );
+/// )?;
 /// // ... work while !kept.is_lost() ...
 /// kept.release().await?;
 /// # Ok(()) }
@@ -106,21 +111,22 @@ impl Watchdog {
         Watchdog::default()
     }
 
-    /// Extends once the validity left is below `ttl × fraction`. Values outside
-    /// `0.05..=0.95` (and NaN) are clamped into it. The default for this is 0.5.
+    /// Extends once the validity left is below `ttl × fraction`, a fraction in
+    /// `0.05..=0.95`. The default for this is 0.5. A fraction outside that range (or NaN)
+    /// is refused by [`check`](Watchdog::check), and so by
+    /// [`keep_alive`](crate::Lock::keep_alive) and the scoped wrappers, with
+    /// [`Error::Config`].
     ///
     /// # Example
     ///
     /// ```
+    /// use std::time::Duration;
     /// let w = quorumlock::Watchdog::new().refresh_at(0.7); // extend with 70 % left
-    /// # let _ = w;
+    /// assert!(w.check(Duration::from_secs(10)).is_ok());
+    /// assert!(quorumlock::Watchdog::new().refresh_at(1.5).check(Duration::from_secs(10)).is_err());
     /// ```
     pub fn refresh_at(mut self, fraction: f64) -> Watchdog {
-        self.fraction = if fraction.is_nan() {
-            0.5
-        } else {
-            fraction.clamp(0.05, 0.95)
-        };
+        self.fraction = fraction;
         self
     }
 
@@ -155,8 +161,11 @@ impl Watchdog {
     }
 
     /// How long before the end of the guaranteed validity the lost signal fires when no
-    /// extension confirmed. The default for this is `ttl / 10`; it is capped at
-    /// `ttl × fraction / 2`.
+    /// extension confirmed. The default for this is `ttl / 10`, capped at half the refresh
+    /// window (`ttl × fraction / 2`). A margin you choose must fit in that half window, so
+    /// that there is time to extend before the signal fires: a longer one is refused by
+    /// [`check`](Watchdog::check), and so by [`keep_alive`](crate::Lock::keep_alive) and
+    /// the scoped wrappers, with [`Error::Config`].
     ///
     /// [`KeptLock::is_lost`] turns `true` exactly at `deadline − margin`; the
     /// [`LostSignal`] future completes no earlier, but its timer has 1 ms resolution and
@@ -173,6 +182,54 @@ impl Watchdog {
     pub fn safety_margin(mut self, d: Duration) -> Watchdog {
         self.margin = Some(d);
         self
+    }
+
+    /// Checks this policy for a lock of `ttl`: the refresh fraction is in `0.05..=0.95`,
+    /// and a chosen safety margin fits in half the refresh window (`ttl × fraction / 2`).
+    /// [`keep_alive`](crate::Lock::keep_alive) and the scoped wrappers
+    /// ([`Redlock::with_lock`], …) run this first; call it yourself to find a bad policy
+    /// where it is configured.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`], naming the setting (`watchdog.refresh_at`,
+    /// `watchdog.safety_margin`) and the bound.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use quorumlock::Watchdog;
+    ///
+    /// let w = Watchdog::new().safety_margin(Duration::from_secs(2));
+    /// assert!(w.check(Duration::from_secs(10)).is_ok()); // half of 5 s
+    /// let e = w.check(Duration::from_secs(1)).unwrap_err(); // longer than the TTL
+    /// assert!(e.to_string().contains("watchdog.safety_margin"));
+    /// ```
+    pub fn check(&self, ttl: Duration) -> Result<(), Error> {
+        let f = self.fraction;
+        if !(f.is_finite() && (keep::FRACTIONS).contains(&f)) {
+            return Err(Error::config(
+                "watchdog.refresh_at",
+                format!(
+                    "{f} is not in {}..={}",
+                    keep::FRACTIONS.start(),
+                    keep::FRACTIONS.end()
+                ),
+            ));
+        }
+        let longest = keep::longest_margin(keep::refresh_window(ttl, f));
+        match self.margin {
+            Some(m) if m > longest => Err(Error::config(
+                "watchdog.safety_margin",
+                format!(
+                    "{m:?} does not fit a lock of {ttl:?} refreshed at {f}: at most {longest:?} \
+                     (half the refresh window), so that an extension can be tried before the \
+                     lost signal fires"
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -193,7 +250,7 @@ impl Watchdog {
 /// use std::time::Duration;
 /// use quorumlock::Watchdog;
 /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
-/// let kept = locks.lock("job", Duration::from_secs(10)).await?.keep_alive(Watchdog::new());
+/// let kept = locks.lock("job", Duration::from_secs(10)).await?.keep_alive(Watchdog::new())?;
 /// tokio::select! {
 ///     () = tokio::time::sleep(Duration::from_secs(60)) => kept.release().await?,
 ///     e = kept.lost() => eprintln!("stop: {e}"),
@@ -356,7 +413,7 @@ impl LockContext {
 /// use std::time::Duration;
 /// use quorumlock::Watchdog;
 /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
-/// let kept = locks.try_lock("job", Duration::from_secs(5)).await?.keep_alive(Watchdog::new());
+/// let kept = locks.try_lock("job", Duration::from_secs(5)).await?.keep_alive(Watchdog::new())?;
 /// let lost = kept.lost();
 /// tokio::select! {
 ///     () = tokio::time::sleep(Duration::from_secs(30)) => {}
@@ -390,6 +447,11 @@ impl Lock {
     /// [`LostReason::ExtendFailed`](crate::LostReason::ExtendFailed)), and releasing or dropping it deletes whatever keys
     /// still hold its token.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] when `policy` does not fit this lock's TTL (see
+    /// [`Watchdog::check`]); the lock is then released, as when dropped.
+    ///
     /// # Example
     ///
     /// ```no_run
@@ -398,11 +460,14 @@ impl Lock {
     /// use quorumlock::Watchdog;
     /// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
     /// let lock = locks.lock("job", Duration::from_secs(10)).await?;
-    /// let kept = lock.keep_alive(Watchdog::new().max_extensions(10));
+    /// let kept = lock.keep_alive(Watchdog::new().max_extensions(10))?;
     /// kept.release().await?;
     /// # Ok(()) }
     /// ```
-    pub fn keep_alive(self, policy: Watchdog) -> KeptLock {
+    pub fn keep_alive(self, policy: Watchdog) -> Result<KeptLock, Error> {
+        // A policy that does not fit this lock's TTL is a configuration error, said now
+        // rather than as a lost signal later; the lock is released as when dropped.
+        policy.check(self.ttl())?;
         let now = Instant::now();
         let hold_end = policy.max_hold.and_then(|h| now.checked_add(h));
         // A lock spanning several lock groups: one entry per part, each kept by its own
@@ -420,10 +485,10 @@ impl Lock {
             // Already past its deadline (or its lost signal's time): extending now could
             // only refresh keys that are no longer a quorum's. Reported lost at once and
             // never registered; release or drop still deletes whatever keys are left.
-            return KeptLock {
+            return Ok(KeptLock {
                 entry,
                 lock: Some(self),
-            };
+            });
         }
         let mut parts: Vec<&Lock> = self.parts().iter().collect();
         if parts.is_empty() {
@@ -439,10 +504,10 @@ impl Lock {
             });
             registry.add(e.clone());
         }
-        KeptLock {
+        Ok(KeptLock {
             entry,
             lock: Some(self),
-        }
+        })
     }
 }
 
@@ -658,7 +723,7 @@ impl Redlock {
         F: FnOnce(LockContext) -> Fut,
         Fut: Future<Output = T>,
     {
-        scoped(self.lock(resource, ttl), watchdog, f).await
+        scoped(self.lock(resource, ttl), (watchdog, ttl), f).await
     }
 
     /// As [`with_lock`](Redlock::with_lock), with one attempt ([`try_lock`](Redlock::try_lock)).
@@ -692,7 +757,7 @@ impl Redlock {
         F: FnOnce(LockContext) -> Fut,
         Fut: Future<Output = T>,
     {
-        scoped(self.try_lock(resource, ttl), watchdog, f).await
+        scoped(self.try_lock(resource, ttl), (watchdog, ttl), f).await
     }
 }
 
@@ -735,7 +800,7 @@ impl Redlock {
         F: FnOnce(LockContext) -> Fut,
         Fut: Future<Output = T>,
     {
-        scoped(self.read_lock(resource, ttl), watchdog, f).await
+        scoped(self.read_lock(resource, ttl), (watchdog, ttl), f).await
     }
 
     /// Scoped use of the write lock: as [`with_lock`](Redlock::with_lock), with
@@ -776,7 +841,7 @@ impl Redlock {
         F: FnOnce(LockContext) -> Fut,
         Fut: Future<Output = T>,
     {
-        scoped(self.write_lock(resource, ttl), watchdog, f).await
+        scoped(self.write_lock(resource, ttl), (watchdog, ttl), f).await
     }
 }
 
@@ -818,20 +883,28 @@ impl Semaphore {
         F: FnOnce(LockContext) -> Fut,
         Fut: Future<Output = T>,
     {
-        scoped(self.acquire(ttl), watchdog, f).await
+        scoped(self.acquire(ttl), (watchdog, ttl), f).await
     }
 }
 
 /// The one implementation of every scoped wrapper: takes the lock `acquire` gives, keeps it
 /// alive with `watchdog` while `f` runs, cancels `f` if the lock is lost, and releases it.
-async fn scoped<A, F, Fut, T>(acquire: A, watchdog: Watchdog, f: F) -> Result<T, Error>
+///
+/// The policy is checked against `ttl` before anything is taken: a policy that does not fit
+/// fails without a request.
+async fn scoped<A, F, Fut, T>(
+    acquire: A,
+    (watchdog, ttl): (Watchdog, Duration),
+    f: F,
+) -> Result<T, Error>
 where
     A: Future<Output = Result<Lock, Error>>,
     F: FnOnce(LockContext) -> Fut,
     Fut: Future<Output = T>,
 {
     use std::panic::AssertUnwindSafe;
-    let kept = acquire.await?.keep_alive(watchdog);
+    watchdog.check(ttl)?;
+    let kept = acquire.await?.keep_alive(watchdog)?;
     let ctx = kept.context();
     let lost = kept.lost();
     let outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| f(ctx))) {
@@ -867,6 +940,54 @@ where
 mod tests {
     use super::*;
     use crate::LostReason;
+
+    fn field(r: Result<(), Error>) -> Option<String> {
+        match r {
+            Ok(()) => None,
+            Err(Error::Config(c)) => Some(c.field().to_owned()),
+            Err(other) => panic!("a configuration error, not {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_refresh_fraction_outside_its_range_is_refused() {
+        let ttl = Duration::from_secs(10);
+        for bad in [1.5, 0.96, 0.049, 0.0, -0.5, f64::NAN, f64::INFINITY] {
+            assert_eq!(
+                field(Watchdog::new().refresh_at(bad).check(ttl)).as_deref(),
+                Some("watchdog.refresh_at"),
+                "{bad}"
+            );
+        }
+        for good in [0.05, 0.5, 2.0 / 3.0, 0.95] {
+            assert_eq!(field(Watchdog::new().refresh_at(good).check(ttl)), None);
+        }
+        assert_eq!(field(Watchdog::new().check(ttl)), None, "the default fits");
+    }
+
+    #[test]
+    fn a_safety_margin_longer_than_half_the_refresh_window_is_refused() {
+        let ttl = Duration::from_secs(1);
+        let margin = |ms: u64, f: f64| {
+            field(
+                Watchdog::new()
+                    .refresh_at(f)
+                    .safety_margin(Duration::from_millis(ms))
+                    .check(ttl),
+            )
+        };
+        assert_eq!(margin(250, 0.5), None, "exactly half of 500 ms");
+        assert_eq!(margin(251, 0.5).as_deref(), Some("watchdog.safety_margin"));
+        assert_eq!(
+            margin(2_000, 0.5).as_deref(),
+            Some("watchdog.safety_margin")
+        );
+        assert_eq!(margin(475, 0.95), None);
+        assert_eq!(margin(0, 0.05), None, "a zero margin always fits");
+        // The default margin (a tenth of the TTL) is capped, never refused, whatever the
+        // fraction.
+        assert_eq!(field(Watchdog::new().refresh_at(0.05).check(ttl)), None);
+    }
 
     fn entry(deadline: Instant) -> Arc<Entry> {
         Entry::for_test(deadline, Entry::channel(), Vec::new())

@@ -42,8 +42,17 @@ pub(crate) fn refresh_window(ttl: Duration, fraction: f64) -> Duration {
 /// margin (`ttl / 10` by default), capped at half the refresh window so that there is
 /// always time to extend before the signal fires.
 pub(crate) fn margin(ttl: Duration, refresh: Duration, chosen: Option<Duration>) -> Duration {
-    chosen.unwrap_or(ttl / 10).min(refresh / 2)
+    chosen.unwrap_or(ttl / 10).min(longest_margin(refresh))
 }
+
+/// The longest safety margin for a refresh window: half of it, so that there is always
+/// time to extend before the lost signal fires (a longer chosen margin is refused).
+pub(crate) fn longest_margin(refresh: Duration) -> Duration {
+    refresh / 2
+}
+
+/// The refresh fractions a policy may choose (`ttl × fraction` is the refresh window).
+pub(crate) const FRACTIONS: std::ops::RangeInclusive<f64> = 0.05..=0.95;
 
 /// How long one pipelined round of `locks` extensions may take: the longest per-node
 /// timeout among them, plus ~20 µs per script call for the server to run a long pipeline.
