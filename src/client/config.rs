@@ -364,9 +364,9 @@ impl Config {
 #[must_use = "a builder does nothing until .build().await"]
 #[derive(Clone)]
 pub struct RedlockBuilder {
-    urls: Vec<String>,
+    urls: Vec<NodeInput>,
     /// The lock groups after the first (whose nodes are `urls`).
-    more_groups: Vec<Vec<String>>,
+    more_groups: Vec<Vec<NodeInput>>,
     /// The group map's version, when set by [`RedlockBuilder::groups_version`].
     map_version: Option<u16>,
     config: Config,
@@ -378,7 +378,7 @@ impl fmt::Debug for RedlockBuilder {
             .urls
             .iter()
             .enumerate()
-            .map(|(i, u)| match NodeSpec::parse(i, u) {
+            .map(|(i, u)| match u.spec(i) {
                 Ok(spec) => spec.addr.to_string(),
                 Err(_) => "<invalid URL>".to_owned(),
             })
@@ -392,6 +392,42 @@ impl fmt::Debug for RedlockBuilder {
     }
 }
 
+/// One node as given to the builder: a URL (parsed at `build()`, where every scheme of
+/// quorumlock's is known, `redis+cluster://` included), or redis-rs's connection info
+/// (converted when given; a conversion error is reported at `build()`).
+#[derive(Clone)]
+pub(crate) enum NodeInput {
+    Url(String),
+    Info(Box<Result<redis::ConnectionInfo, &'static str>>),
+}
+
+impl NodeInput {
+    /// From anything redis-rs can connect with.
+    pub(crate) fn info(node: impl redis::IntoConnectionInfo) -> NodeInput {
+        use crate::io::node::KindStr;
+        NodeInput::Info(Box::new(
+            node.into_connection_info().map_err(|e| e.kind_str()),
+        ))
+    }
+
+    /// Node `index`'s validated spec.
+    fn spec(&self, index: usize) -> Result<NodeSpec, Error> {
+        match self {
+            NodeInput::Url(url) => NodeSpec::parse(index, url),
+            NodeInput::Info(info) => match &**info {
+                Ok(info) => NodeSpec::from_info(index, info.clone()),
+                Err(kind) => Err(Error::config(
+                    "nodes",
+                    format!(
+                        "node #{} is not a valid Redis connection ({kind})",
+                        index + 1
+                    ),
+                )),
+            },
+        }
+    }
+}
+
 /// Every lock group's validated node specs, the group given to `builder` first.
 pub(crate) type GroupSpecs = Vec<Vec<NodeSpec>>;
 
@@ -401,8 +437,16 @@ impl RedlockBuilder {
         I: IntoIterator,
         I::Item: AsRef<str>,
     {
+        RedlockBuilder::of(
+            urls.into_iter()
+                .map(|u| NodeInput::Url(u.as_ref().to_owned()))
+                .collect(),
+        )
+    }
+
+    pub(crate) fn of(urls: Vec<NodeInput>) -> RedlockBuilder {
         RedlockBuilder {
-            urls: urls.into_iter().map(|u| u.as_ref().to_owned()).collect(),
+            urls,
             more_groups: Vec::new(),
             map_version: None,
             config: Config {
@@ -808,8 +852,39 @@ impl RedlockBuilder {
         I: IntoIterator,
         I::Item: AsRef<str>,
     {
+        self.more_groups.push(
+            urls.into_iter()
+                .map(|u| NodeInput::Url(u.as_ref().to_owned()))
+                .collect(),
+        );
+        self
+    }
+
+    /// As [`group`](RedlockBuilder::group), with the nodes given as anything redis-rs
+    /// connects with ([`redis::IntoConnectionInfo`]: a [`redis::ConnectionInfo`], a URL,
+    /// a `(host, port)` pair), as [`Redlock::builder_from_info`](crate::Redlock::builder_from_info).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// let locks = quorumlock::Redlock::builder_from_info([
+    ///     ("10.0.0.1", 6379), ("10.0.0.2", 6379), ("10.0.0.3", 6379),
+    /// ])
+    /// .group_from_info([("10.0.1.1", 6379), ("10.0.1.2", 6379), ("10.0.1.3", 6379)])
+    /// .groups_version(1)
+    /// .build()
+    /// .await?;
+    /// assert_eq!(locks.groups(), 2);
+    /// # Ok(()) }
+    /// ```
+    pub fn group_from_info<I>(mut self, nodes: I) -> RedlockBuilder
+    where
+        I: IntoIterator,
+        I::Item: redis::IntoConnectionInfo,
+    {
         self.more_groups
-            .push(urls.into_iter().map(|u| u.as_ref().to_owned()).collect());
+            .push(nodes.into_iter().map(NodeInput::info).collect());
         self
     }
 
@@ -926,7 +1001,7 @@ impl RedlockBuilder {
             .urls
             .iter()
             .enumerate()
-            .map(|(i, u)| NodeSpec::parse(i, u))
+            .map(|(i, u)| u.spec(i))
             .collect::<Result<Vec<_>, _>>()?;
         for (i, a) in specs.iter().enumerate() {
             if let Some(j) = specs[..i].iter().position(|b| b.same_node(a)) {

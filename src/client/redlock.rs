@@ -89,6 +89,45 @@ impl Redlock {
         RedlockBuilder::new(urls)
     }
 
+    /// Starts building a client for these nodes, each given as anything redis-rs connects
+    /// with ([`redis::IntoConnectionInfo`]): a [`redis::ConnectionInfo`] you built or got
+    /// from your own configuration, a `(host, port)` pair, or a URL. Each is one master
+    /// (a Redis Cluster voter is given as a `redis+cluster://` URL to
+    /// [`builder`](Redlock::builder)); each is checked as a URL is, at
+    /// [`RedlockBuilder::build`], where one that redis-rs could not convert is reported.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), quorumlock::Error> {
+    /// use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
+    ///
+    /// let info: ConnectionInfo = ConnectionAddr::Tcp("127.0.0.1".into(), 7003)
+    ///     .into_connection_info()
+    ///     .expect("an address is always valid");
+    /// let locks = quorumlock::Redlock::builder_from_info([
+    ///     "redis://127.0.0.1:7001".into_connection_info(),
+    ///     ("127.0.0.1", 7002).into_connection_info(),
+    ///     Ok(info),
+    /// ].into_iter().flatten())
+    /// .build()
+    /// .await?;
+    /// assert_eq!(locks.nodes().len(), 3);
+    /// # Ok(()) }
+    /// ```
+    pub fn builder_from_info<I>(nodes: I) -> RedlockBuilder
+    where
+        I: IntoIterator,
+        I::Item: redis::IntoConnectionInfo,
+    {
+        RedlockBuilder::of(
+            nodes
+                .into_iter()
+                .map(crate::client::config::NodeInput::info)
+                .collect(),
+        )
+    }
+
     /// The nodes, as configured (passwords redacted).
     ///
     /// # Example

@@ -61,7 +61,7 @@ pub(crate) use deployment::check_deployment;
 pub(crate) use scripts::*;
 pub(crate) use spec::NodeSpec;
 
-trait KindStr {
+pub(crate) trait KindStr {
     fn kind_str(&self) -> &'static str;
 }
 impl KindStr for RedisError {

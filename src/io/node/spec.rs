@@ -95,6 +95,24 @@ impl NodeSpec {
                 ),
             )
         })?;
+        NodeSpec::checked(index, info)
+    }
+
+    /// One master from redis-rs's connection info, checked as a URL is.
+    pub(crate) fn from_info(index: usize, info: ConnectionInfo) -> Result<NodeSpec, Error> {
+        let info = NodeSpec::checked(index, info)?;
+        Ok(NodeSpec {
+            addr: NodeAddr::from_info(&info),
+            info,
+            seeds: None,
+            #[cfg(feature = "tls-rustls")]
+            tls: None,
+        })
+    }
+
+    /// `info` when quorumlock can connect to it as configured: TLS only with a TLS
+    /// feature, and never without checking certificates.
+    fn checked(index: usize, info: ConnectionInfo) -> Result<ConnectionInfo, Error> {
         if let ConnectionAddr::TcpTls { insecure, .. } = info.addr() {
             if !cfg!(feature = "tls-rustls") {
                 return Err(Error::config(
