@@ -3,8 +3,9 @@
 # Debian machine with the Rust toolchain: installs redis-server if missing, then
 # formatting, lints, docs, unit, integration, doc and (when a Docker engine answers)
 # Docker Compose tests, then the packages' contents, a dry run of `cargo publish` of the
-# library (built from its package as crates.io would) and a check that the other packages
-# hold every file their sources include (these need crates.io).
+# library (built from its package as crates.io would), a check that the other packages
+# hold every file their sources include, and a build against a fresh lockfile (these need
+# crates.io).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -92,6 +93,20 @@ for crate in testkit cli; do
             | sed -E 's/.*"([^"]+)".*/\1/')
     done < <(grep -E '^(src/.*|build)\.rs$' <<<"$files")
 done
+
+step "a fresh lockfile (cargo update in a scratch copy: the library and the command line build without warnings against the newest compatible dependencies)"
+# What `cargo add quorumlock` or `cargo install` without --locked resolves. clippy's
+# -D warnings applies to the workspace's own crates only, and the shared target directory
+# rebuilds only the dependencies whose versions moved.
+main_target="${CARGO_TARGET_DIR:-$PWD/target}"
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+git ls-files -z | xargs -0 cp --parents -t "$scratch" \
+    || fail "could not copy the workspace to a scratch directory"
+(cd "$scratch" && cargo update --quiet) || fail "cargo update (in a scratch copy)"
+(cd "$scratch" && CARGO_TARGET_DIR="$main_target" cargo clippy --quiet --all-features \
+    -p quorumlock -p quorumlock-cli -- -D warnings) \
+    || fail "with a fresh lockfile (cargo update), the library or the command line has warnings"
 
 echo
 echo "quorumlock: all checks passed in $((SECONDS - start)) s"

@@ -170,7 +170,7 @@
 //! * `tls-rustls`: `rediss://` URLs through redis-rs and rustls. Servers are verified
 //!   against the system's trust store, or against your own CA with
 //!   `RedlockBuilder::tls_root_ca`; a client certificate for servers with
-//!   `tls-auth-clients yes` with `RedlockBuilder::tls_client_auth`. `build` installs rustls's `ring` crypto provider as
+//!   `tls-auth-clients yes` with `RedlockBuilder::tls_client_auth`. `build` installs rustls's `aws-lc-rs` crypto provider as
 //!   the process default unless one is installed already (install yours first to use
 //!   another).
 //! * `negative-controls`: deliberately unsafe variants that a test shows its checker
@@ -232,4 +232,4 @@ pub use error::{
 pub use inspect::Inspection;
 pub use io::groupmap::GROUP_MAP_LEASE;
 pub use locks::semaphore::Semaphore;
-pub use locks::watchdog::{KeptLock, LockContext, LostSignal, Watchdog};
+pub use locks::watchdog::{KeptLock, LockContext, LostSignal, PolicyRefused, Watchdog};

@@ -43,9 +43,7 @@ async fn nodes_given_as_connection_info_lock_and_hide_their_password() {
         .as_str()
         .into_connection_info()
         .expect("a URL")
-        .set_redis_settings(
-            redis::RedisConnectionInfo::default().set_password("pa55word".to_owned()),
-        );
+        .set_redis_settings(redis::RedisConnectionInfo::default().set_password("pa55word"));
     let locks = Redlock::builder_from_info([
         urls[0].as_str().into_connection_info().expect("a URL"),
         ("127.0.0.1", port(1))

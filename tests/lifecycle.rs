@@ -524,38 +524,56 @@ async fn dropping_with_lock_cancels_the_closure_and_releases() -> TestResult {
 }
 
 /// A watchdog policy that does not fit the lock's TTL is a configuration error where it
-/// meets the lock: `keep_alive` refuses it (and releases the lock, as a drop does), and a
-/// scoped wrapper refuses it before taking anything.
+/// meets the lock: `keep_alive` refuses it and hands the lock back, still held (another
+/// client cannot take it); dropping the refusal releases it; a scoped wrapper refuses it
+/// before taking anything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watchdog_policy_that_does_not_fit_the_ttl_is_refused() -> TestResult {
     let cluster = LocalCluster::builder(3).launch().await?;
     let urls = cluster.urls();
     let a = client(&urls).await?;
+    let b = client(&urls).await?;
     let ttl = Duration::from_secs(5);
     let lock = a.try_lock("lc:policy", ttl).await?;
     let margin = Watchdog::new().safety_margin(Duration::from_secs(6));
-    match lock.keep_alive(margin) {
-        Err(Error::Config(c)) => assert_eq!(c.field(), "watchdog.safety_margin", "{c}"),
-        other => panic!("a margin longer than the TTL must be refused: {other:?}"),
-    }
-    // The refused lock was released (in the background, as a drop does): a waiting lock
-    // gets it long before its 5 s TTL would have freed it.
+    let refused = match lock.keep_alive(margin) {
+        Err(refused) => refused,
+        Ok(_) => panic!("a margin longer than the TTL must be refused"),
+    };
+    assert!(
+        matches!(refused.error(), Error::Config(c) if c.field() == "watchdog.safety_margin"),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("still held"), "{refused}");
+    // Still held: another client is refused, and the lock given back is kept alive with a
+    // policy that fits.
+    assert!(b.try_lock("lc:policy", ttl).await.is_err(), "still held");
+    let kept = refused.into_lock().keep_alive(Watchdog::new())?;
+    kept.release().await?;
+    // `?` or a drop releases the lock: a waiting lock gets it long before its 5 s TTL
+    // would have freed it.
+    let again = a.try_lock("lc:policy", ttl).await?;
+    let refused = again
+        .keep_alive(Watchdog::new().refresh_at(1.5))
+        .expect_err("a refresh point past the TTL must be refused");
+    let error: Error = refused.into();
+    assert!(
+        matches!(&error, Error::Config(c) if c.field() == "watchdog.refresh_at"),
+        "{error}"
+    );
     let waiting = Redlock::builder(&urls)
         .node_timeout(Duration::from_millis(50))
         .retry(Retry::new().max_wait(Duration::from_secs(10)))
         .build()
         .await?;
     let started = Instant::now();
-    let again = waiting.lock("lc:policy", ttl).await?;
+    let taken = waiting.lock("lc:policy", ttl).await?;
     assert!(
         started.elapsed() < Duration::from_secs(3),
         "released, not expired: {:?}",
         started.elapsed()
     );
-    match again.keep_alive(Watchdog::new().refresh_at(1.5)) {
-        Err(Error::Config(c)) => assert_eq!(c.field(), "watchdog.refresh_at", "{c}"),
-        other => panic!("a refresh point past the TTL must be refused: {other:?}"),
-    }
+    taken.release().await?;
     let ran = Arc::new(AtomicBool::new(false));
     let flag = ran.clone();
     let scoped = a

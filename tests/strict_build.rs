@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use quorumlock::{Error, Redlock};
 use quorumlock_testkit::LocalCluster;
+use quorumlock_testkit::redis_cluster::RedisCluster;
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -118,4 +119,44 @@ async fn a_node_that_is_down_does_not_fail_a_strict_build() {
         .await
         .expect("2 of 3 nodes are a quorum");
     lock.release().await.expect("release");
+}
+
+/// A Redis Cluster voter (`redis+cluster://`) whose nodes require a password the client
+/// does not give (`NOAUTH` on `CLUSTER NODES`) fails a strict build. A *wrong* password on
+/// a cluster voter is not told apart: redis-rs's cluster client reports only that it found
+/// no connection (documented on `RedlockBuilder::strict`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_voter_that_asks_for_a_password_fails_a_strict_build() {
+    let (a, b, c) = tokio::join!(
+        RedisCluster::launch(1, 0),
+        RedisCluster::launch(1, 0),
+        RedisCluster::launch(1, 0),
+    );
+    let (a, b, c) = (
+        a.expect("cluster"),
+        b.expect("cluster"),
+        c.expect("cluster"),
+    );
+    for url in c.seed_urls() {
+        let mut con = redis::Client::open(url.as_str())
+            .expect("client")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("requirepass")
+            .arg("s3cret")
+            .query_async(&mut con)
+            .await
+            .expect("CONFIG SET requirepass");
+    }
+    let text = config_text(
+        builder(&[a.voter_url(), b.voter_url(), c.voter_url()])
+            .connect_timeout(Duration::from_secs(3))
+            .strict(true)
+            .build()
+            .await,
+    );
+    assert!(text.contains("refused this client's credentials"), "{text}");
 }

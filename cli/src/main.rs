@@ -128,7 +128,11 @@ pub struct Nodes {
     /// Start even when some node refuses the credentials (a wrong password, a certificate
     /// refused) and lock on the others while they are a quorum. Without it, such a node
     /// is an error at start (exit 64) that names it.
-    #[arg(long, env = "QUORUMLOCK_LENIENT")]
+    #[arg(
+        long,
+        env = "QUORUMLOCK_LENIENT",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
     pub lenient: bool,
 }
 

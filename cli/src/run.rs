@@ -115,6 +115,14 @@ pub async fn run(args: RunArgs) -> u8 {
         eprintln!("quorumlock: no COMMAND given");
         return exit::USAGE;
     };
+    // Extend with two thirds of the validity left (every third of the TTL); the lost
+    // signal fires a tenth of the TTL before the guaranteed validity ends. Checked against
+    // the TTL before anything is taken or run.
+    let policy = Watchdog::new().refresh_at(2.0 / 3.0);
+    if let Err(e) = policy.check(args.ttl) {
+        eprintln!("quorumlock: {e}");
+        return exit::USAGE;
+    }
     let node_timeout = args.node_timeout.unwrap_or_else(|| {
         (args.ttl / 50).clamp(Duration::from_millis(50), Duration::from_millis(250))
     });
@@ -187,16 +195,16 @@ pub async fn run(args: RunArgs) -> u8 {
         }
     };
 
-    // Extend with two thirds of the validity left (every third of the TTL); the lost
-    // signal fires a tenth of the TTL before the guaranteed validity ends.
-    let kept = match lock.keep_alive(Watchdog::new().refresh_at(2.0 / 3.0)) {
+    let kept = match lock.keep_alive(policy) {
         Ok(kept) => kept,
-        Err(e) => {
-            // A policy refused for this TTL (it fits every TTL the flags accept): COMMAND
-            // must not run unguarded.
-            eprintln!("quorumlock: {e}");
+        Err(refused) => {
+            // Checked above, so not reached; if it were, COMMAND must not run unguarded,
+            // and is stopped before the lock is released.
+            eprintln!("quorumlock: {}", refused.error());
             let _ = child.kill().await;
-            return exit::for_error(&e);
+            let _ = child.wait().await;
+            release(&locks, refused.into_lock().release(), args.ttl, false).await;
+            return exit::USAGE;
         }
     };
     let mut lost = kept.lost();

@@ -654,6 +654,10 @@ impl RedlockBuilder {
     /// an ACL user that may not run `INFO`, and one store given twice, refuse the build.
     /// The `quorumlock` CLI builds strictly unless given `--lenient`.
     ///
+    /// On a Redis Cluster voter (`redis+cluster://`), a missing password is found, but a
+    /// wrong one is not told apart from an unreachable cluster (redis-rs's cluster client
+    /// reports only that it found no connection): it counts as no answer.
+    ///
     /// # Example
     ///
     /// ```no_run

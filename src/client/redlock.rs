@@ -527,12 +527,12 @@ impl RedlockBuilder {
     /// Must be called within a Tokio runtime.
     ///
     /// With `rediss://` nodes (feature `tls-rustls`), `build` also makes sure rustls has a
-    /// process-level crypto provider: it installs rustls's `ring` provider unless one is
-    /// installed already. An application that wants another provider installs it before
-    /// calling `build`. The feature turns on rustls's `ring` provider; if your application
-    /// also turns on rustls's `aws-lc-rs` provider and builds rustls configurations of its
-    /// own before `build` without installing a default, rustls can no longer pick one for it:
-    /// install a default provider at the start of `main`.
+    /// process-level crypto provider: it installs rustls's `aws-lc-rs` provider unless one
+    /// is installed already. An application that wants another provider installs it before
+    /// calling `build`. The feature turns on rustls's `aws-lc-rs` provider; if your
+    /// application also turns on rustls's `ring` provider and builds rustls configurations
+    /// of its own before `build` without installing a default, rustls can no longer pick one
+    /// for it: install a default provider at the start of `main`.
     ///
     /// # Errors
     ///

@@ -449,8 +449,10 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] when `policy` does not fit this lock's TTL (see
-    /// [`Watchdog::check`]); the lock is then released, as when dropped.
+    /// [`PolicyRefused`] when `policy` does not fit this lock's TTL (see
+    /// [`Watchdog::check`]): it holds the [`Error::Config`] and the lock, still held, which
+    /// [`PolicyRefused::into_lock`] gives back. Dropping it, or `?` into an [`Error`],
+    /// releases the lock, as dropping the lock does.
     ///
     /// # Example
     ///
@@ -464,10 +466,14 @@ impl Lock {
     /// kept.release().await?;
     /// # Ok(()) }
     /// ```
-    pub fn keep_alive(self, policy: Watchdog) -> Result<KeptLock, Error> {
+    pub fn keep_alive(self, policy: Watchdog) -> Result<KeptLock, PolicyRefused> {
         // A policy that does not fit this lock's TTL is a configuration error, said now
-        // rather than as a lost signal later; the lock is released as when dropped.
-        policy.check(self.ttl())?;
+        // rather than as a lost signal later; the lock is handed back with it.
+        if let Err(error) = policy.check(self.ttl()) {
+            return Err(PolicyRefused {
+                inner: Box::new((error, self)),
+            });
+        }
         let now = Instant::now();
         let hold_end = policy.max_hold.and_then(|h| now.checked_add(h));
         // A lock spanning several lock groups: one entry per part, each kept by its own
@@ -508,6 +514,96 @@ impl Lock {
             entry,
             lock: Some(self),
         })
+    }
+}
+
+/// A [`Watchdog`] policy that [`Lock::keep_alive`] refused for the lock's TTL: the
+/// configuration error, and the lock, still held and not kept alive.
+///
+/// Dropping it releases the lock (as dropping a [`Lock`] does); `?` turns it into its
+/// [`Error::Config`], releasing the lock. To go on with the lock, take it back with
+/// [`into_lock`](PolicyRefused::into_lock).
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), quorumlock::Error> {
+/// use std::time::Duration;
+/// use quorumlock::Watchdog;
+/// let locks = quorumlock::Redlock::builder(["redis://127.0.0.1:7001"]).build().await?;
+/// let lock = locks.lock("job", Duration::from_secs(2)).await?;
+/// let kept = match lock.keep_alive(Watchdog::new().safety_margin(Duration::from_secs(5))) {
+///     Ok(kept) => kept,
+///     Err(refused) => {
+///         eprintln!("{}", refused.error()); // the margin does not fit a 2 s lock
+///         refused.into_lock().keep_alive(Watchdog::new())?
+///     }
+/// };
+/// kept.release().await?;
+/// # Ok(()) }
+/// ```
+pub struct PolicyRefused {
+    /// Boxed: a lock is large, and the error travels in a `Result`.
+    inner: Box<(Error, Lock)>,
+}
+
+impl PolicyRefused {
+    /// Why the policy was refused (an [`Error::Config`] naming the setting).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # fn f(refused: &quorumlock::PolicyRefused) {
+    /// println!("{}", refused.error());
+    /// # }
+    /// ```
+    pub fn error(&self) -> &Error {
+        &self.inner.0
+    }
+
+    /// The lock, still held (and not kept alive).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn f(refused: quorumlock::PolicyRefused) -> Result<(), quorumlock::Error> {
+    /// refused.into_lock().release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn into_lock(self) -> Lock {
+        self.inner.1
+    }
+}
+
+impl fmt::Debug for PolicyRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PolicyRefused")
+            .field("error", &self.inner.0)
+            .field("lock", &self.inner.1)
+            .finish()
+    }
+}
+
+impl fmt::Display for PolicyRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}; the lock is still held and not kept alive (dropping this error releases it)",
+            self.inner.0
+        )
+    }
+}
+
+impl std::error::Error for PolicyRefused {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.inner.0)
+    }
+}
+
+impl From<PolicyRefused> for Error {
+    /// The configuration error; the lock is released (dropped).
+    fn from(refused: PolicyRefused) -> Error {
+        refused.inner.0
     }
 }
 

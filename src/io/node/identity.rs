@@ -462,13 +462,21 @@ pub(crate) fn refusal(why: String) -> Reply {
 /// busy or out of connections) is "no answer now": the voter is read again later, and does
 /// not vote meanwhile.
 /// Whether `e` says the voter refused our credentials: a failed authentication (redis-rs's
-/// own kind, or the server's `WRONGPASS` / `NOAUTH`), or a failed TLS handshake.
+/// own kind, or the server's `WRONGPASS` / `NOAUTH`), or a TLS handshake that failed over
+/// the certificates. redis-rs's cluster client hands a failed first connection on as an
+/// I/O error whose detail is the cause's text: a Redis Cluster voter's refused login is
+/// told by that text (redis-rs writes the kind's name, `AuthenticationFailed`, in it).
 fn is_denial(e: &RedisError) -> bool {
     #[cfg(feature = "tls-rustls")]
-    if super::tls::failure(e).is_some() {
+    if super::tls::refused_certificates(e) {
         return true;
     }
-    e.kind() == redis::ErrorKind::AuthenticationFailed
+    let cluster_login = e.kind() == redis::ErrorKind::Io
+        && e.detail().is_some_and(|d| {
+            d.contains("AuthenticationFailed") || d.contains("WRONGPASS") || d.contains("NOAUTH")
+        });
+    cluster_login
+        || e.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(e.code(), Some("WRONGPASS" | "NOAUTH"))
 }
 
@@ -487,6 +495,38 @@ fn is_refusal(e: &RedisError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_login_is_a_denial_and_a_dead_node_is_not() {
+        let server = |raw: &str| {
+            redis::parse_redis_value(format!("-{raw}\r\n").as_bytes())
+                .and_then(|v| v.extract_error())
+                .expect_err("an error reply")
+        };
+        assert!(is_denial(&server("NOAUTH Authentication required.")));
+        assert!(is_denial(&server(
+            "WRONGPASS invalid username-password pair or user is disabled."
+        )));
+        assert!(!is_denial(&server("NOPERM this user has no permissions")));
+        assert!(!is_denial(&server("LOADING Redis is loading")));
+        // As redis-rs's cluster client hands a first connection on.
+        let cluster = |detail: &str| {
+            RedisError::from((
+                redis::ErrorKind::Io,
+                "Failed to create initial connections",
+                detail.to_owned(),
+            ))
+        };
+        assert!(is_denial(&cluster(
+            "Password authentication failed- AuthenticationFailed"
+        )));
+        assert!(!is_denial(&cluster("Connection refused (os error 111)")));
+        let io = RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "refused",
+        ));
+        assert!(!is_denial(&io));
+    }
 
     fn ids(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| (*s).to_owned()).collect()

@@ -110,7 +110,7 @@ impl ClientAuth {
             // The parser's own text may quote a line of the key: never shown.
             _ => Error::config(field, "the private key is not valid PEM"),
         })?;
-        let provider = rustls::crypto::ring::default_provider();
+        let provider = rustls::crypto::aws_lc_rs::default_provider();
         match CertifiedKey::from_der(certs, key, &provider) {
             Ok(_) => Ok(()),
             Err(rustls::Error::InconsistentKeys(_)) => Err(Error::config(
@@ -157,6 +157,39 @@ pub(crate) fn certificates(
 /// TLS failure, with a hint for a rejected server certificate or a refused client
 /// certificate. `None` for other errors.
 pub(crate) fn failure(e: &redis::RedisError) -> Option<String> {
+    let t = rustls_error(e)?;
+    Some(match t {
+        // The hint comes first: a long reason may be cut at the end.
+        rustls::Error::InvalidCertificate(_) => format!(
+            "TLS handshake failed, server certificate rejected \
+             (see tls_root_ca): {t}"
+        ),
+        rustls::Error::AlertReceived(alert) if client_refused(*alert) => format!(
+            "TLS handshake failed, client certificate refused by the server \
+             (see tls_client_auth): {t}"
+        ),
+        _ => format!("TLS handshake failed: {t}"),
+    })
+}
+
+/// Whether `e` is a TLS handshake that failed over the certificates configured: the
+/// server's was not trusted (another CA, another host name, a bad signature), or the
+/// server refused ours. A certificate not valid *yet* is left out (a client whose clock
+/// runs behind a renewal: it passes), and so is a failure that is not about certificates
+/// (a plaintext port, a dropped connection).
+pub(crate) fn refused_certificates(e: &redis::RedisError) -> bool {
+    use rustls::CertificateError as C;
+    match rustls_error(e) {
+        Some(rustls::Error::InvalidCertificate(c)) => {
+            !matches!(c, C::NotValidYet | C::NotValidYetContext { .. })
+        }
+        Some(rustls::Error::AlertReceived(alert)) => client_refused(*alert),
+        _ => false,
+    }
+}
+
+/// The rustls error inside `e`, if any.
+fn rustls_error(e: &redis::RedisError) -> Option<&rustls::Error> {
     use std::error::Error as StdError;
     type Shared = Arc<dyn StdError + Send + Sync>;
     // redis-rs keeps an I/O error behind an `Arc`; tokio-rustls puts the rustls error
@@ -165,18 +198,7 @@ pub(crate) fn failure(e: &redis::RedisError) -> Option<String> {
     for _ in 0..8 {
         let err = cur?;
         if let Some(t) = err.downcast_ref::<rustls::Error>() {
-            return Some(match t {
-                // The hint comes first: a long reason may be cut at the end.
-                rustls::Error::InvalidCertificate(_) => format!(
-                    "TLS handshake failed, server certificate rejected \
-                     (see tls_root_ca): {t}"
-                ),
-                rustls::Error::AlertReceived(alert) if client_refused(*alert) => format!(
-                    "TLS handshake failed, client certificate refused by the server \
-                     (see tls_client_auth): {t}"
-                ),
-                _ => format!("TLS handshake failed: {t}"),
-            });
+            return Some(t);
         }
         cur = if let Some(shared) = err.downcast_ref::<Shared>() {
             Some(&**shared as &(dyn StdError + 'static))
@@ -210,11 +232,11 @@ fn client_refused(alert: rustls::AlertDescription) -> bool {
 }
 
 /// Makes sure rustls has a process-level crypto provider, so that opening a TLS
-/// connection never panics: installs rustls's `ring` provider unless the application
+/// connection never panics: installs rustls's `aws-lc-rs` provider unless the application
 /// (or another library) installed one first, which is then kept.
 pub(crate) fn ensure_crypto_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // An error means another thread installed a provider meanwhile: that one is used.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     }
 }
