@@ -94,6 +94,11 @@ for crate in testkit cli; do
     done < <(grep -E '^(src/.*|build)\.rs$' <<<"$files")
 done
 
+step "the library's dependencies: one version of each random crate"
+dups=$(cargo tree -p quorumlock -e normal --all-features -d --prefix none 2>/dev/null \
+    | grep -E '^(rand|rand_core|getrandom) v' | sort -u || true)
+[ -z "$dups" ] || fail "the library builds more than one version of: $(echo $dups)"
+
 step "a fresh lockfile (cargo update in a scratch copy: the library and the command line build without warnings against the newest compatible dependencies)"
 # What `cargo add quorumlock` or `cargo install` without --locked resolves. clippy's
 # -D warnings applies to the workspace's own crates only, and the shared target directory
