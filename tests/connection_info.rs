@@ -4,39 +4,20 @@
 
 use std::time::Duration;
 
-use quorumlock::{Error, Redlock};
+use quorumlock::Redlock;
 use quorumlock_testkit::LocalCluster;
 use redis::IntoConnectionInfo;
+use support::{nodes_config_error, require_password};
+
+mod support;
 
 const TTL: Duration = Duration::from_secs(10);
-
-fn config_detail(r: Result<Redlock, Error>) -> String {
-    match r {
-        Err(Error::Config(c)) => {
-            assert_eq!(c.field(), "nodes", "{c}");
-            c.to_string()
-        }
-        Err(other) => panic!("expected a configuration error, got {other:?}"),
-        Ok(_) => panic!("expected the build to fail"),
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_given_as_connection_info_lock_and_hide_their_password() {
     let cluster = LocalCluster::builder(3).launch().await.expect("cluster");
     // Node 2 asks for a password; its connection info carries it.
-    let mut con = redis::Client::open(cluster.direct_url(2).expect("url").as_str())
-        .expect("client")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("requirepass")
-        .arg("pa55word")
-        .query_async(&mut con)
-        .await
-        .expect("CONFIG SET requirepass");
+    require_password(&cluster.direct_url(2).expect("url"), "pa55word").await;
     let urls = cluster.urls();
     let port = |i: usize| cluster.port(i).expect("port");
     let with_password = urls[2]
@@ -70,7 +51,7 @@ async fn nodes_given_as_connection_info_lock_and_hide_their_password() {
 #[tokio::test]
 async fn connection_info_is_checked_at_build_as_a_url_is() {
     // Not convertible by redis-rs: reported at build, naming the node, not the text.
-    let text = config_detail(
+    let text = nodes_config_error(
         Redlock::builder_from_info(["redis://127.0.0.1:1", "secret-not-a-url"])
             .build()
             .await,
@@ -78,7 +59,7 @@ async fn connection_info_is_checked_at_build_as_a_url_is() {
     assert!(text.contains("node #2"), "{text}");
     assert!(!text.contains("secret-not-a-url"), "{text}");
     // One node given twice, once as a URL and once as a pair.
-    let text = config_detail(
+    let text = nodes_config_error(
         Redlock::builder_from_info([
             "redis://127.0.0.1:7".into_connection_info().expect("a URL"),
             ("127.0.0.1", 7).into_connection_info().expect("a pair"),

@@ -7,9 +7,12 @@
 
 use std::time::Duration;
 
-use quorumlock::{Error, Redlock};
+use quorumlock::Redlock;
 use quorumlock_testkit::LocalCluster;
 use quorumlock_testkit::redis_cluster::RedisCluster;
+use support::{nodes_config_error as config_text, require_password};
+
+mod support;
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -17,19 +20,7 @@ const TTL: Duration = Duration::from_secs(10);
 /// operator would).
 async fn third_node_with_password(password: &str) -> LocalCluster {
     let cluster = LocalCluster::builder(3).launch().await.expect("cluster");
-    let url = cluster.direct_url(2).expect("url");
-    let mut con = redis::Client::open(url.as_str())
-        .expect("client")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("requirepass")
-        .arg(password)
-        .query_async(&mut con)
-        .await
-        .expect("CONFIG SET requirepass");
+    require_password(&cluster.direct_url(2).expect("url"), password).await;
     cluster
 }
 
@@ -45,18 +36,6 @@ fn with_password(cluster: &LocalCluster, password: &str) -> Vec<String> {
 
 fn builder(urls: &[String]) -> quorumlock::RedlockBuilder {
     Redlock::builder(urls).connect_timeout(Duration::from_secs(5))
-}
-
-/// The configuration error's text, asserting it is one about the nodes.
-fn config_text(r: Result<Redlock, Error>) -> String {
-    match r {
-        Err(Error::Config(c)) => {
-            assert_eq!(c.field(), "nodes", "{c}");
-            c.to_string()
-        }
-        Err(other) => panic!("expected a configuration error, got {other:?}"),
-        Ok(_) => panic!("expected the build to fail"),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -138,18 +117,7 @@ async fn a_cluster_voter_that_asks_for_a_password_fails_a_strict_build() {
         c.expect("cluster"),
     );
     for url in c.seed_urls() {
-        let mut con = redis::Client::open(url.as_str())
-            .expect("client")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect");
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("requirepass")
-            .arg("s3cret")
-            .query_async(&mut con)
-            .await
-            .expect("CONFIG SET requirepass");
+        require_password(&url, "s3cret").await;
     }
     let text = config_text(
         builder(&[a.voter_url(), b.voter_url(), c.voter_url()])

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::base::error::Error;
-use crate::io::node::NodeSpec;
+use crate::io::node::{IntoConnectionInfo, NodeInput, NodeSpec};
 
 /// The most nodes one [`Redlock`](crate::Redlock) may use.
 pub const MAX_NODES: usize = 64;
@@ -389,42 +389,6 @@ impl fmt::Debug for RedlockBuilder {
             .field("map_version", &self.map_version)
             .field("config", &self.config)
             .finish()
-    }
-}
-
-/// One node as given to the builder: a URL (parsed at `build()`, where every scheme of
-/// quorumlock's is known, `redis+cluster://` included), or redis-rs's connection info
-/// (converted when given; a conversion error is reported at `build()`).
-#[derive(Clone)]
-pub(crate) enum NodeInput {
-    Url(String),
-    Info(Box<Result<redis::ConnectionInfo, &'static str>>),
-}
-
-impl NodeInput {
-    /// From anything redis-rs can connect with.
-    pub(crate) fn info(node: impl redis::IntoConnectionInfo) -> NodeInput {
-        use crate::io::node::KindStr;
-        NodeInput::Info(Box::new(
-            node.into_connection_info().map_err(|e| e.kind_str()),
-        ))
-    }
-
-    /// Node `index`'s validated spec.
-    fn spec(&self, index: usize) -> Result<NodeSpec, Error> {
-        match self {
-            NodeInput::Url(url) => NodeSpec::parse(index, url),
-            NodeInput::Info(info) => match &**info {
-                Ok(info) => NodeSpec::from_info(index, info.clone()),
-                Err(kind) => Err(Error::config(
-                    "nodes",
-                    format!(
-                        "node #{} is not a valid Redis connection ({kind})",
-                        index + 1
-                    ),
-                )),
-            },
-        }
     }
 }
 
@@ -885,7 +849,7 @@ impl RedlockBuilder {
     pub fn group_from_info<I>(mut self, nodes: I) -> RedlockBuilder
     where
         I: IntoIterator,
-        I::Item: redis::IntoConnectionInfo,
+        I::Item: IntoConnectionInfo,
     {
         self.more_groups
             .push(nodes.into_iter().map(NodeInput::info).collect());

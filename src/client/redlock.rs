@@ -14,7 +14,7 @@ use crate::client::config::{RedlockBuilder, Retry};
 use crate::client::groups::Groups;
 use crate::client::lock::Lock;
 use crate::client::shared::Inner;
-use crate::io::node::NodeAddr;
+use crate::io::node::{IntoConnectionInfo, NodeAddr, NodeInput};
 
 /// A Redlock client: a set of independent Redis masters and the settings to lock on them.
 ///
@@ -118,14 +118,9 @@ impl Redlock {
     pub fn builder_from_info<I>(nodes: I) -> RedlockBuilder
     where
         I: IntoIterator,
-        I::Item: redis::IntoConnectionInfo,
+        I::Item: IntoConnectionInfo,
     {
-        RedlockBuilder::of(
-            nodes
-                .into_iter()
-                .map(crate::client::config::NodeInput::info)
-                .collect(),
-        )
+        RedlockBuilder::of(nodes.into_iter().map(NodeInput::info).collect())
     }
 
     /// The nodes, as configured (passwords redacted).

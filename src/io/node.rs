@@ -46,8 +46,11 @@ use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+/// What the builder takes a node as, besides a URL: redis-rs's own conversion (named here,
+/// so that the layers above `io` name no `redis` item).
+pub(crate) use redis::IntoConnectionInfo;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError, Value};
+use redis::{Cmd, ConnectionAddr, ConnectionInfo, RedisError, Value};
 
 pub(crate) use crate::base::addr::NodeAddr;
 use crate::base::error::Error;
@@ -59,7 +62,7 @@ use crate::protocol::reply::{Holder, QueuePlace, QueueState, Reply as Typed};
 
 pub(crate) use deployment::check_deployment;
 pub(crate) use scripts::*;
-pub(crate) use spec::NodeSpec;
+pub(crate) use spec::{NodeInput, NodeSpec};
 
 pub(crate) trait KindStr {
     fn kind_str(&self) -> &'static str;

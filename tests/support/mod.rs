@@ -456,3 +456,33 @@ pub async fn announcements(cluster: &LocalCluster) -> u64 {
     }
     total
 }
+
+/// Makes the server at `url` (a plain `redis://` URL) require `password` from now on, as
+/// an operator would (`CONFIG SET requirepass`).
+pub async fn require_password(url: &str, password: &str) {
+    let mut con = redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg(password)
+        .query_async(&mut con)
+        .await
+        .expect("CONFIG SET requirepass");
+}
+
+/// The text of the configuration error a build failed with, asserting that it is one
+/// about the nodes.
+pub fn nodes_config_error(r: Result<quorumlock::Redlock, quorumlock::Error>) -> String {
+    match r {
+        Err(quorumlock::Error::Config(c)) => {
+            assert_eq!(c.field(), "nodes", "{c}");
+            c.to_string()
+        }
+        Err(other) => panic!("expected a configuration error, got {other:?}"),
+        Ok(_) => panic!("expected the build to fail"),
+    }
+}

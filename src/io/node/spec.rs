@@ -32,14 +32,18 @@ impl NodeSpec {
         if let Some(seeds) = cluster_seeds(index, url)? {
             return NodeSpec::cluster(index, &seeds);
         }
-        let info = NodeSpec::parse_one(index, url)?;
-        Ok(NodeSpec {
+        Ok(NodeSpec::master(NodeSpec::parse_one(index, url)?))
+    }
+
+    /// One master, its connection info checked already.
+    fn master(info: ConnectionInfo) -> NodeSpec {
+        NodeSpec {
             addr: NodeAddr::from_info(&info),
             info,
             seeds: None,
             #[cfg(feature = "tls-rustls")]
             tls: None,
-        })
+        }
     }
 
     /// A Redis Cluster voter from its seed URLs (each a `redis://` or `rediss://` URL).
@@ -100,14 +104,7 @@ impl NodeSpec {
 
     /// One master from redis-rs's connection info, checked as a URL is.
     pub(crate) fn from_info(index: usize, info: ConnectionInfo) -> Result<NodeSpec, Error> {
-        let info = NodeSpec::checked(index, info)?;
-        Ok(NodeSpec {
-            addr: NodeAddr::from_info(&info),
-            info,
-            seeds: None,
-            #[cfg(feature = "tls-rustls")]
-            tls: None,
-        })
+        Ok(NodeSpec::master(NodeSpec::checked(index, info)?))
     }
 
     /// `info` when quorumlock can connect to it as configured: TLS only with a TLS
@@ -224,4 +221,39 @@ fn cluster_seeds(index: usize, url: &str) -> Result<Option<Vec<String>>, Error> 
         return Err(bad("an empty host in the list"));
     }
     Ok(Some(seeds))
+}
+
+/// One node as given to the builder: a URL (parsed at `build()`, where every scheme of
+/// quorumlock's is known, `redis+cluster://` included), or redis-rs's connection info
+/// (converted when given; a conversion error is reported at `build()`).
+#[derive(Clone)]
+pub(crate) enum NodeInput {
+    Url(String),
+    Info(Box<Result<ConnectionInfo, &'static str>>),
+}
+
+impl NodeInput {
+    /// From anything redis-rs can connect with.
+    pub(crate) fn info(node: impl IntoConnectionInfo) -> NodeInput {
+        NodeInput::Info(Box::new(
+            node.into_connection_info().map_err(|e| e.kind_str()),
+        ))
+    }
+
+    /// Node `index`'s validated spec.
+    pub(crate) fn spec(&self, index: usize) -> Result<NodeSpec, Error> {
+        match self {
+            NodeInput::Url(url) => NodeSpec::parse(index, url),
+            NodeInput::Info(info) => match &**info {
+                Ok(info) => NodeSpec::from_info(index, info.clone()),
+                Err(kind) => Err(Error::config(
+                    "nodes",
+                    format!(
+                        "node #{} is not a valid Redis connection ({kind})",
+                        index + 1
+                    ),
+                )),
+            },
+        }
+    }
 }

@@ -240,3 +240,48 @@ pub(crate) fn ensure_crypto_provider() {
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A rustls error as redis-rs hands a failed handshake on: inside an I/O error.
+    fn handshake(e: rustls::Error) -> redis::RedisError {
+        redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    }
+
+    #[test]
+    fn only_certificate_failures_are_refused_credentials() {
+        use rustls::CertificateError as C;
+        let refused = |e| refused_certificates(&handshake(e));
+        assert!(refused(rustls::Error::InvalidCertificate(C::UnknownIssuer)));
+        assert!(refused(rustls::Error::InvalidCertificate(
+            C::NotValidForName
+        )));
+        assert!(refused(rustls::Error::InvalidCertificate(C::BadSignature)));
+        assert!(refused(rustls::Error::AlertReceived(
+            rustls::AlertDescription::CertificateRequired
+        )));
+        // A clock behind a renewal, a plaintext port, another alert: not a refusal.
+        assert!(!refused(rustls::Error::InvalidCertificate(C::NotValidYet)));
+        assert!(!refused(rustls::Error::InvalidMessage(
+            rustls::InvalidMessage::InvalidContentType
+        )));
+        assert!(!refused(rustls::Error::AlertReceived(
+            rustls::AlertDescription::HandshakeFailure
+        )));
+        // Not a TLS error at all.
+        let io = redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "refused",
+        ));
+        assert!(!refused_certificates(&io));
+        // The text still names each failure as one of TLS.
+        assert!(
+            failure(&handshake(rustls::Error::InvalidCertificate(
+                C::NotValidYet
+            )))
+            .is_some_and(|t| t.contains("server certificate rejected"))
+        );
+    }
+}
