@@ -99,8 +99,8 @@ dups=$(cargo tree -p quorumlock -e normal --all-features -d --prefix none 2>/dev
     | grep -E '^(rand|rand_core|getrandom) v' | sort -u || true)
 [ -z "$dups" ] || fail "the library builds more than one version of: $(echo $dups)"
 
-step "a fresh lockfile (cargo update in a scratch copy: the library and the command line build without warnings against the newest compatible dependencies)"
-# What `cargo add quorumlock` or `cargo install` without --locked resolves. clippy's
+step "a fresh lockfile (cargo update in a scratch copy: the library builds without warnings against the newest compatible dependencies)"
+# What `cargo add quorumlock` resolves for an application. clippy's
 # -D warnings applies to the workspace's own crates only, and the shared target directory
 # rebuilds only the dependencies whose versions moved.
 main_target="${CARGO_TARGET_DIR:-$PWD/target}"
@@ -110,8 +110,8 @@ git ls-files -z | xargs -0 cp --parents -t "$scratch" \
     || fail "could not copy the workspace to a scratch directory"
 (cd "$scratch" && cargo update --quiet) || fail "cargo update (in a scratch copy)"
 (cd "$scratch" && CARGO_TARGET_DIR="$main_target" cargo clippy --quiet --all-features \
-    -p quorumlock -p quorumlock-cli -- -D warnings) \
-    || fail "with a fresh lockfile (cargo update), the library or the command line has warnings"
+    -p quorumlock --lib -- -D warnings) \
+    || fail "with a fresh lockfile (cargo update), the library has warnings"
 
 echo
 echo "quorumlock: all checks passed in $((SECONDS - start)) s"

@@ -238,7 +238,7 @@ async fn t40_too_few_answers_make_it_unknown() {
     assert_eq!(seen.nodes()[2].state(), &NodeState::TimedOut);
     assert!(
         seen.to_string()
-            .contains("unknown (2/5 nodes answered, quorum 3)"),
+            .contains("unknown: only 2/5 nodes answered (quorum 3)"),
         "{seen}"
     );
     // A free resource with three nodes down is unknown too, not free.
@@ -737,7 +737,7 @@ async fn nodes_down_leave_the_other_kinds_partial_then_unknown() {
     assert!(!seen.is_all_free());
     assert!(
         seen.to_string()
-            .contains("shared: unknown (2/5 nodes answered, quorum 3)"),
+            .contains("shared: unknown: only 2/5 nodes answered (quorum 3)"),
         "{seen}"
     );
     drop((reader, permit));

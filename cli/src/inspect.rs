@@ -11,7 +11,7 @@
 //!   redis://127.0.0.1:7001  held by 3f2a9c1b…  ttl 8.2s    fence 1796077923605324  queued 2
 //!   redis://127.0.0.1:7002  held by 3f2a9c1b…  ttl 8.2s    fence 1796077923605324
 //!   redis://127.0.0.1:7003  failed: connection refused
-//! verdict: held by 3f2a9c1b… on 4/5 nodes (quorum 3): HELD, 8.2s left
+//! verdict: held by 3f2a9c1b… on 4/5 nodes (quorum 3), 8.2s left
 //!
 //! catalog on 3 nodes (quorum 2)
 //!   redis://127.0.0.1:7001  free                            queued 0
@@ -151,100 +151,10 @@ fn text(seen: &Inspection, timeout: Duration) -> String {
             }
         }
     }
-    for verdict in verdicts(seen) {
+    for verdict in seen.verdict_lines() {
         let _ = writeln!(out, "verdict: {verdict}");
     }
     out
-}
-
-/// The verdict lines: one per kind that is not free, or one line when every kind is free
-/// or too few nodes answered.
-fn verdicts(seen: &Inspection) -> Vec<String> {
-    let n = seen.nodes().len();
-    let q = seen.quorum();
-    let answered = seen.answered();
-    if answered < q {
-        return vec![format!(
-            "unknown: only {answered}/{n} nodes answered (quorum {q})"
-        )];
-    }
-    let split = |what: &str| {
-        format!(
-            "{what}unknown: neither one holder nor \"free\" on a quorum of the {answered}/{n} nodes that answered (quorum {q})"
-        )
-    };
-    let left = |ttl: Option<Duration>| match ttl {
-        Some(t) => format!("{} left", ms(t)),
-        None => "no expiry".to_owned(),
-    };
-    let mut lines = Vec::new();
-    let mut free = Vec::new();
-    match seen.verdict() {
-        Verdict::Held { holder, nodes, ttl } => lines.push(format!(
-            "held by {holder} on {nodes}/{n} nodes (quorum {q}): HELD, {}",
-            left(*ttl)
-        )),
-        Verdict::Free { nodes } => free.push(*nodes),
-        _ => lines.push(split("")),
-    }
-    let mut rw = match seen.rw_verdict() {
-        RwVerdict::WriteHeld { writer, nodes, ttl } => Some(format!(
-            "write-held by {writer} on {nodes}/{n} nodes (quorum {q}), {}",
-            left(*ttl)
-        )),
-        RwVerdict::ReadHeld {
-            readers,
-            nodes,
-            ttl,
-        } => Some(format!(
-            "read-held by {} on {nodes}/{n} nodes (quorum {q}), {}",
-            plural(*readers, "reader"),
-            left(Some(*ttl))
-        )),
-        RwVerdict::Free { nodes } => {
-            free.push(*nodes);
-            None
-        }
-        _ => Some(split("read-write lock ")),
-    };
-    if seen.waiting_writers() > 0 {
-        let waiting = format!("{} waiting", plural(seen.waiting_writers(), "writer"));
-        rw = Some(match rw {
-            Some(r) => format!("{r}; {waiting}"),
-            None => format!("read-write lock: {waiting}"),
-        });
-    }
-    lines.extend(rw);
-    match seen.semaphore_verdict() {
-        SemaphoreVerdict::Held {
-            holders,
-            permits,
-            quorum,
-            ttl,
-        } => {
-            let of = permits.map_or_else(String::new, |p| format!(" of {p}"));
-            lines.push(format!(
-                "semaphore: {holders}{of} permits held (quorum {quorum}), {}",
-                left(Some(*ttl))
-            ));
-        }
-        SemaphoreVerdict::Free { nodes } => free.push(*nodes),
-        _ => lines.push(format!(
-            "semaphore unknown: neither a holder on its quorum ({}) nor room for none (quorum {q})",
-            seen.semaphore_quorum()
-        )),
-    }
-    if lines.is_empty() {
-        let nodes = free.into_iter().min().unwrap_or(0);
-        lines.push(format!("free on {nodes}/{n} nodes (quorum {q})"));
-    }
-    lines
-}
-
-/// `1 reader`, `2 readers`.
-fn plural(count: usize, what: &str) -> String {
-    let s = if count == 1 { "" } else { "s" };
-    format!("{count} {what}{s}")
 }
 
 /// The read-write lock's and the semaphore's part of one node, when it holds any.

@@ -491,7 +491,10 @@ async fn inspect_shows_the_holder_then_free() {
     .await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let text = stdout(&out);
-    assert!(text.contains("on 3/3 nodes (quorum 2): HELD"), "{text}");
+    assert!(
+        text.contains("verdict: held by ") && text.contains(" on 3/3 nodes (quorum 2), "),
+        "{text}"
+    );
     assert_eq!(text.matches("held by ").count(), 4, "{text}");
     assert!(text.contains('…'), "{text}");
 
@@ -1173,7 +1176,10 @@ async fn groups_in_quorumlock_nodes() {
     .await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let text = stdout(&out);
-    assert!(text.contains("on 3/3 nodes (quorum 2): HELD"), "{text}");
+    assert!(
+        text.contains("verdict: held by ") && text.contains(" on 3/3 nodes (quorum 2), "),
+        "{text}"
+    );
     for i in 0..3 {
         let (pa, pb) = (a.port(i).expect("port"), b.port(i).expect("port"));
         assert!(text.contains(&format!(":{pb}")), "{text}");

@@ -612,7 +612,7 @@ async fn the_cli_takes_the_namespace_from_a_flag_or_the_environment() {
     .await;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(out.status.code(), Some(0), "{text}");
-    assert!(text.contains("HELD"), "{text}");
+    assert!(text.contains("verdict: held by "), "{text}");
     held.release().await.expect("release");
     confined(&cluster, NS).await;
 

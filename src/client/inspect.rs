@@ -182,11 +182,12 @@ impl fmt::Display for TokenPrefix {
 /// What the nodes together say about one name: its mutex, its read-write lock and its
 /// semaphore (see the [module docs](self)).
 ///
-/// `Display` prints one line with every kind that is not free, separated by `; `:
-/// `orders:42: held by 3f2a9c1b… on 5/5 nodes (quorum 3), 8.2s left`, `catalog: read-held
-/// by 2 readers on 5/5 nodes (quorum 3), 9.6s left, 1 writer waiting`, `pool: semaphore: 2
-/// of 2 permits held (quorum 4), 29.1s left`; or `free on 5/5 nodes (quorum 3)` when none is
-/// held, and `unknown (2/5 nodes answered, quorum 3)` when too few nodes answered.
+/// `Display` prints one line with every kind that is not free, separated by `; `
+/// ([`verdict_lines`](Inspection::verdict_lines)): `orders:42: held by 3f2a9c1b… on 5/5
+/// nodes (quorum 3), 8.2s left`, `catalog: read-held by 2 readers on 5/5 nodes (quorum 3),
+/// 9.6s left; 1 writer waiting`, `pool: semaphore: 2 of 2 permits held (quorum 4), 29.1s
+/// left`; or `free on 5/5 nodes (quorum 3)` when none is held, and `unknown: only 2/5 nodes
+/// answered (quorum 3)` when too few nodes answered.
 ///
 /// # Example
 ///
@@ -1354,35 +1355,56 @@ impl Inspection {
 }
 
 impl fmt::Display for Inspection {
-    /// The kinds that are not free, separated by `; `, or `free on k/N nodes` (the fewest
-    /// nodes any kind is free on) when none is held; `unknown (a/N nodes answered)` when
-    /// fewer than a quorum answered.
+    /// `<resource>: ` then the [verdict lines](Inspection::verdict_lines), separated by
+    /// `; `.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.resource, self.verdict_lines().join("; "))
+    }
+}
+
+impl Inspection {
+    /// The verdict in words: one line per kind that is not free (the mutex, the read-write
+    /// lock with its waiting writers, the semaphore), or one line saying every kind is free
+    /// on `k/N` nodes (the fewest any kind is free on), or one saying the verdict is
+    /// unknown because fewer than a quorum of nodes answered. The CLI's `inspect` prints
+    /// these as its `verdict:` lines; [`Display`](fmt::Display) joins them.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+    /// for line in locks.inspect("catalog").await?.verdict_lines() {
+    ///     println!("verdict: {line}"); // e.g. "read-held by 2 readers on 3/3 nodes (quorum 2), 9.6s left"
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn verdict_lines(&self) -> Vec<String> {
         let n = self.nodes.len();
         let q = self.quorum;
-        write!(f, "{}: ", self.resource)?;
-        if self.answered() < q {
-            return write!(
-                f,
-                "unknown ({}/{n} nodes answered, quorum {q})",
-                self.answered()
-            );
+        let answered = self.answered();
+        if answered < q {
+            return vec![format!(
+                "unknown: only {answered}/{n} nodes answered (quorum {q})"
+            )];
         }
-        let mut parts: Vec<String> = Vec::new();
+        let split = |what: &str| {
+            format!(
+                "{what}unknown: neither one holder nor \"free\" on a quorum of the \
+                 {answered}/{n} nodes that answered (quorum {q})"
+            )
+        };
         let left = |ttl: Option<Duration>| match ttl {
             Some(t) => format!("{} left", Millis(t)),
             None => "no expiry".to_owned(),
         };
+        let mut lines = Vec::new();
         match &self.verdict {
-            Verdict::Held { holder, nodes, ttl } => parts.push(format!(
+            Verdict::Held { holder, nodes, ttl } => lines.push(format!(
                 "held by {holder} on {nodes}/{n} nodes (quorum {q}), {}",
                 left(*ttl)
             )),
             Verdict::Free { .. } => {}
-            Verdict::Unknown => parts.push(format!(
-                "unknown ({}/{n} nodes answered, quorum {q})",
-                self.answered()
-            )),
+            Verdict::Unknown => lines.push(split("")),
         }
         let mut rw = match &self.rw_verdict {
             RwVerdict::WriteHeld { writer, nodes, ttl } => Some(format!(
@@ -1399,32 +1421,36 @@ impl fmt::Display for Inspection {
                 left(Some(*ttl))
             )),
             RwVerdict::Free { .. } => None,
-            RwVerdict::Unknown => Some("read-write lock unknown".to_owned()),
+            RwVerdict::Unknown => Some(split("read-write lock ")),
         };
         if self.waiting_writers > 0 {
             let waiting = format!("{} waiting", Count(self.waiting_writers, "writer"));
             rw = Some(match rw {
-                Some(r) => format!("{r}, {waiting}"),
+                Some(r) => format!("{r}; {waiting}"),
                 None => format!("read-write lock: {waiting}"),
             });
         }
-        parts.extend(rw);
+        lines.extend(rw);
         match &self.semaphore_verdict {
             v @ SemaphoreVerdict::Held { ttl, .. } => {
-                parts.push(format!("semaphore: {v}, {}", left(Some(*ttl))));
+                lines.push(format!("semaphore: {v}, {}", left(Some(*ttl))));
             }
             SemaphoreVerdict::Free { .. } => {}
-            SemaphoreVerdict::Unknown => parts.push("semaphore unknown".to_owned()),
+            SemaphoreVerdict::Unknown => lines.push(format!(
+                "semaphore unknown: neither a holder on its quorum ({}) nor room for none \
+                 (quorum {q})",
+                self.semaphore_quorum
+            )),
         }
-        if parts.is_empty() {
+        if lines.is_empty() {
             let free = [self.verdict_free(), self.rw_free(), self.semaphore_free()]
                 .into_iter()
                 .flatten()
                 .min()
                 .unwrap_or(0);
-            return write!(f, "free on {free}/{n} nodes (quorum {q})");
+            lines.push(format!("free on {free}/{n} nodes (quorum {q})"));
         }
-        f.write_str(&parts.join("; "))
+        lines
     }
 }
 

@@ -968,9 +968,13 @@ fn sanitize_project(name: &str) -> String {
     }
 }
 
-/// A port base in 20000..60000 whose ports +1..=+5, +11, +12 bind on 127.0.0.1 right now.
+/// A port base in 20000..32700 whose ports +1..=+5, +11, +12 bind on 127.0.0.1 right now.
 fn free_port_base(seed: u32) -> io::Result<u16> {
-    let slots = 400u32; // bases 20000, 20100, …, 59900
+    // Bases 20000, 20100, …, 32600 (each with offsets below 100): below the kernel's
+    // ephemeral ports (32768 and up), from which every other test's sockets and local
+    // servers take theirs. A base picked from that range could be free when checked and
+    // taken by another test before Docker binds it.
+    let slots = 127u32;
     for k in 0..slots {
         let base = 20000 + ((seed.wrapping_add(k.wrapping_mul(7919))) % slots) * 100;
         let base = base as u16;
@@ -988,7 +992,7 @@ fn free_port_base(seed: u32) -> io::Result<u16> {
     }
     Err(io::Error::new(
         io::ErrorKind::AddrInUse,
-        "no free port base on 127.0.0.1 in 20000..60000",
+        "no free port base on 127.0.0.1 in 20000..32700",
     ))
 }
 
