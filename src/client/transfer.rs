@@ -64,8 +64,8 @@ struct Epoch {
     counted: Vec<Option<Option<u64>>>,
     /// When the first node was counted.
     first_count: Option<Instant>,
-    /// A quorum of the nodes said, in the latest confirmations, that we are the queue's
-    /// head (or nothing confirmed yet).
+    /// At least half of the latest confirmations said we are the queue's head (or nothing
+    /// confirmed yet).
     head: bool,
     /// A reply said the token is gone (and not held) on a node not counted.
     gone: bool,
@@ -251,12 +251,14 @@ impl Waiter {
             })
             .collect();
         let answers: Vec<_> = all.collect().await;
-        // Whether this waiter is the queue's head: as a quorum of all the nodes say (an
-        // entry left behind on a minority, by a holder whose release did not reach it,
-        // must not hold the head back until its lease lapses). Not half of the nodes that
-        // answered in time: with one reply slow, a waiter that heads the queue on one node
-        // only (where a late release popped the waiter ahead) would take itself for the
-        // head, claim on its fallback timer into a lock that is held, and spend an attempt.
+        // Whether this waiter is the queue's head: as at least half of the nodes that
+        // confirmed its place say (an entry left behind on a minority, by a holder whose
+        // release did not reach it, must not hold the head back until its lease lapses).
+        // Half of those that answered in time, not a quorum of all nodes: with a node
+        // down, a quorum rule never makes the head of the live nodes claim when an entry
+        // ahead sits on one of them, or when a node handed it the key. The price: with one
+        // reply slow, a waiter that heads the queue on one node only can claim into a held
+        // lock and spend an attempt (`handoff_refused_nodes::a_slow_reply_…`, ignored).
         let (mut confirms, mut heads, mut frees) = (0usize, 0usize, 0usize);
         for (i, first, sent_at, place) in answers {
             let Some(place) = place else { continue };
@@ -293,7 +295,7 @@ impl Waiter {
             }
         }
         if confirms > 0 {
-            self.epoch.head = heads >= self.inner.quorum;
+            self.epoch.head = heads.saturating_mul(2) >= confirms;
             // (Nodes whose keys were transferred to this waiter count too: its claim
             // takes a key that holds its token as granted.)
             self.epoch.free = frees.saturating_add(self.epoch.n_counted()) >= self.inner.quorum;
