@@ -57,6 +57,118 @@ async fn release_one(cluster: &LocalCluster, i: usize, res: &str, token: &str) -
         .expect("release_one")
 }
 
+/// The scenario of the two tests below: an earlier holder P, a claimer that wins on nodes
+/// 1 and 2 by a claim, a next waiter W kept off the head by `Z`, and P's release reaching
+/// node 0 late. W must still be waiting 2 s later, and is handed the lock by the winner's
+/// release. With `slow_node_2`, node 2's replies come after the per-node timeout from the
+/// late release on.
+async fn late_release_scenario(slow_node_2: bool) -> TestResult {
+    let cluster = LocalCluster::builder(3)
+        .proxies(slow_node_2)
+        .launch()
+        .await?;
+    let res = "rev2-late-release";
+    let ttl = Duration::from_secs(10);
+    let earlier = "earlier-holder-token-0001";
+    // An earlier holder P holds the key on every node.
+    plant_everywhere(&cluster, &lock_key(res), earlier, 60_000).await;
+    let claimer = Redlock::builder(cluster.urls())
+        .retry(
+            Retry::new()
+                .delay(Duration::from_millis(20), Duration::from_millis(50))
+                .max_wait(Duration::from_secs(20)),
+        )
+        .build()
+        .await?;
+    let next = Redlock::builder(cluster.urls())
+        .retry(
+            Retry::new()
+                .attempts(2)
+                .delay(Duration::from_millis(100), Duration::from_millis(200))
+                .max_wait(Duration::from_secs(20)),
+        )
+        .build()
+        .await?;
+    let h = tokio::spawn(async move { claimer.lock(res, ttl).await });
+    queued_everywhere(&cluster, res, 1).await?;
+    let w = tokio::spawn(async move { next.lock(res, ttl).await });
+    queued_everywhere(&cluster, res, 2).await?;
+    // Z: queued right behind the claimer on nodes 1 and 2, a live lease for 20 s.
+    for i in 1..cluster.len() {
+        let mut c = raw(&cluster, i).await;
+        let first: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(queue(res))
+            .arg(0)
+            .arg(0)
+            .arg("WITHSCORES")
+            .query_async(&mut c)
+            .await?;
+        let ticket = first.first().ok_or("empty queue")?.1 + 1.0;
+        let lease = node_ms(&cluster, i).await + 20_000;
+        let _: () = redis::pipe()
+            .cmd("ZADD")
+            .arg(queue(res))
+            .arg(format!("{ticket:.0}"))
+            .arg("Z")
+            .ignore()
+            .cmd("ZADD")
+            .arg(qlease(res))
+            .arg(lease)
+            .arg("Z")
+            .ignore()
+            .query_async(&mut c)
+            .await?;
+    }
+    // P's keys on nodes 1 and 2 are gone (expired, or released there without a queue):
+    // the claimer, the head, claims at its fallback timer and wins on nodes 1 and 2; node
+    // 0 refuses (P's key).
+    for i in 1..cluster.len() {
+        let _: () = redis::cmd("DEL")
+            .arg(lock_key(res))
+            .query_async(&mut raw(&cluster, i).await)
+            .await?;
+    }
+    let held = tokio::time::timeout(Duration::from_secs(5), h).await???;
+    let held_at = Instant::now();
+    // The winner's lapse renewal lands.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // P's release reaches node 0 late.
+    let r = release_one(&cluster, 0, res, earlier).await;
+    println!("late release on node 0: {r:?}");
+    if slow_node_2 {
+        // Node 2's replies now come after the per-node timeout: the next waiter's
+        // renewals are confirmed by nodes 0 (where it is now the head) and 1 (where Z is
+        // ahead) only.
+        cluster.delay(2, Duration::from_millis(600))?;
+    }
+    // The winner holds for 2 s: the next waiter must still be waiting (it has one attempt
+    // left, and is queued).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    if w.is_finished() {
+        let out = w.await?;
+        panic!(
+            "the next waiter finished {:?} after the claim won, while the lock was held: {:?}",
+            held_at.elapsed(),
+            out.map(|l| l.token().to_string())
+        );
+    }
+    if slow_node_2 {
+        cluster.delay(2, Duration::ZERO)?;
+    }
+    // Z goes; the winner releases: the next waiter is handed the lock.
+    for i in 1..cluster.len() {
+        let _: () = redis::cmd("ZREM")
+            .arg(queue(res))
+            .arg("Z")
+            .query_async(&mut raw(&cluster, i).await)
+            .await?;
+    }
+    held.release().await?;
+    let got = tokio::time::timeout(Duration::from_secs(5), w).await???;
+    got.release().await?;
+    Ok(())
+}
+
 /// Suppose a waiter that won by a claim let its entries lapse on every node. On a node where
 /// its claim was refused (an earlier holder's key still there: that holder's release is
 /// late, or its key outlives the others), the earlier holder's release then transfers the
@@ -76,98 +188,7 @@ async fn release_one(cluster: &LocalCluster, i: usize, res: &str, token: &str) -
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_release_on_a_node_that_refused_the_claim_does_not_make_the_next_waiter_claim()
 -> TestResult {
-    let cluster = LocalCluster::builder(3).launch().await?;
-    let res = "rev2-late-release";
-    let ttl = Duration::from_secs(10);
-    let earlier = "earlier-holder-token-0001";
-    // An earlier holder P holds the key on every node.
-    plant_everywhere(&cluster, &lock_key(res), earlier, 60_000).await;
-    let claimer = Redlock::builder(cluster.urls())
-        .retry(
-            Retry::new()
-                .delay(Duration::from_millis(20), Duration::from_millis(50))
-                .max_wait(Duration::from_secs(20)),
-        )
-        .build()
-        .await?;
-    let next = Redlock::builder(cluster.urls())
-        .retry(
-            Retry::new()
-                .attempts(2)
-                .delay(Duration::from_millis(100), Duration::from_millis(200))
-                .max_wait(Duration::from_secs(20)),
-        )
-        .build()
-        .await?;
-    let h = tokio::spawn(async move { claimer.lock(res, ttl).await });
-    queued_everywhere(&cluster, res, 1).await?;
-    let w = tokio::spawn(async move { next.lock(res, ttl).await });
-    queued_everywhere(&cluster, res, 2).await?;
-    // Z: queued right behind the claimer on nodes 1 and 2, a live lease for 20 s.
-    for i in 1..cluster.len() {
-        let mut c = raw(&cluster, i).await;
-        let first: Vec<(String, f64)> = redis::cmd("ZRANGE")
-            .arg(queue(res))
-            .arg(0)
-            .arg(0)
-            .arg("WITHSCORES")
-            .query_async(&mut c)
-            .await?;
-        let ticket = first.first().ok_or("empty queue")?.1 + 1.0;
-        let lease = node_ms(&cluster, i).await + 20_000;
-        let _: () = redis::pipe()
-            .cmd("ZADD")
-            .arg(queue(res))
-            .arg(format!("{ticket:.0}"))
-            .arg("Z")
-            .ignore()
-            .cmd("ZADD")
-            .arg(qlease(res))
-            .arg(lease)
-            .arg("Z")
-            .ignore()
-            .query_async(&mut c)
-            .await?;
-    }
-    // P's keys on nodes 1 and 2 are gone (expired, or released there without a queue):
-    // the claimer, the head, claims at its fallback timer and wins on nodes 1 and 2; node
-    // 0 refuses (P's key).
-    for i in 1..cluster.len() {
-        let _: () = redis::cmd("DEL")
-            .arg(lock_key(res))
-            .query_async(&mut raw(&cluster, i).await)
-            .await?;
-    }
-    let held = tokio::time::timeout(Duration::from_secs(5), h).await???;
-    let held_at = Instant::now();
-    // The winner's lapse renewal lands.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    // P's release reaches node 0 late.
-    let r = release_one(&cluster, 0, res, earlier).await;
-    println!("late release on node 0: {r:?}");
-    // The winner holds for 2 s: the next waiter must still be waiting (it has one attempt
-    // left, and is queued).
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    if w.is_finished() {
-        let out = w.await?;
-        panic!(
-            "the next waiter finished {:?} after the claim won, while the lock was held: {:?}",
-            held_at.elapsed(),
-            out.map(|l| l.token().to_string())
-        );
-    }
-    // Z goes; the winner releases: the next waiter is handed the lock.
-    for i in 1..cluster.len() {
-        let _: () = redis::cmd("ZREM")
-            .arg(queue(res))
-            .arg("Z")
-            .query_async(&mut raw(&cluster, i).await)
-            .await?;
-    }
-    held.release().await?;
-    let got = tokio::time::timeout(Duration::from_secs(5), w).await???;
-    got.release().await?;
-    Ok(())
+    late_release_scenario(false).await
 }
 
 /// The same scenario, with node 2's replies slow from the late release on: the next
@@ -181,102 +202,7 @@ async fn a_late_release_on_a_node_that_refused_the_claim_does_not_make_the_next_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "known limitation: a slow reply can make a waiter claim into a held lock (one attempt spent)"]
 async fn a_slow_reply_does_not_make_a_waiter_that_heads_one_node_claim() -> TestResult {
-    let cluster = LocalCluster::builder(3).proxies(true).launch().await?;
-    let res = "rev2-late-release";
-    let ttl = Duration::from_secs(10);
-    let earlier = "earlier-holder-token-0001";
-    // An earlier holder P holds the key on every node.
-    plant_everywhere(&cluster, &lock_key(res), earlier, 60_000).await;
-    let claimer = Redlock::builder(cluster.urls())
-        .retry(
-            Retry::new()
-                .delay(Duration::from_millis(20), Duration::from_millis(50))
-                .max_wait(Duration::from_secs(20)),
-        )
-        .build()
-        .await?;
-    let next = Redlock::builder(cluster.urls())
-        .retry(
-            Retry::new()
-                .attempts(2)
-                .delay(Duration::from_millis(100), Duration::from_millis(200))
-                .max_wait(Duration::from_secs(20)),
-        )
-        .build()
-        .await?;
-    let h = tokio::spawn(async move { claimer.lock(res, ttl).await });
-    queued_everywhere(&cluster, res, 1).await?;
-    let w = tokio::spawn(async move { next.lock(res, ttl).await });
-    queued_everywhere(&cluster, res, 2).await?;
-    // Z: queued right behind the claimer on nodes 1 and 2, a live lease for 20 s.
-    for i in 1..cluster.len() {
-        let mut c = raw(&cluster, i).await;
-        let first: Vec<(String, f64)> = redis::cmd("ZRANGE")
-            .arg(queue(res))
-            .arg(0)
-            .arg(0)
-            .arg("WITHSCORES")
-            .query_async(&mut c)
-            .await?;
-        let ticket = first.first().ok_or("empty queue")?.1 + 1.0;
-        let lease = node_ms(&cluster, i).await + 20_000;
-        let _: () = redis::pipe()
-            .cmd("ZADD")
-            .arg(queue(res))
-            .arg(format!("{ticket:.0}"))
-            .arg("Z")
-            .ignore()
-            .cmd("ZADD")
-            .arg(qlease(res))
-            .arg(lease)
-            .arg("Z")
-            .ignore()
-            .query_async(&mut c)
-            .await?;
-    }
-    // P's keys on nodes 1 and 2 are gone (expired, or released there without a queue):
-    // the claimer, the head, claims at its fallback timer and wins on nodes 1 and 2; node
-    // 0 refuses (P's key).
-    for i in 1..cluster.len() {
-        let _: () = redis::cmd("DEL")
-            .arg(lock_key(res))
-            .query_async(&mut raw(&cluster, i).await)
-            .await?;
-    }
-    let held = tokio::time::timeout(Duration::from_secs(5), h).await???;
-    let held_at = Instant::now();
-    // The winner's lapse renewal lands.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    // P's release reaches node 0 late.
-    let r = release_one(&cluster, 0, res, earlier).await;
-    println!("late release on node 0: {r:?}");
-    // Node 2's replies now come after the per-node timeout: the next waiter's renewals
-    // are confirmed by nodes 0 (where it is now the head) and 1 (where Z is ahead) only.
-    cluster.delay(2, Duration::from_millis(600))?;
-    // The winner holds for 2 s: the next waiter must still be waiting (it has one attempt
-    // left, and is queued).
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    if w.is_finished() {
-        let out = w.await?;
-        panic!(
-            "the next waiter finished {:?} after the claim won, while the lock was held: {:?}",
-            held_at.elapsed(),
-            out.map(|l| l.token().to_string())
-        );
-    }
-    cluster.delay(2, Duration::ZERO)?;
-    // Z goes; the winner releases: the next waiter is handed the lock.
-    for i in 1..cluster.len() {
-        let _: () = redis::cmd("ZREM")
-            .arg(queue(res))
-            .arg("Z")
-            .query_async(&mut raw(&cluster, i).await)
-            .await?;
-    }
-    held.release().await?;
-    let got = tokio::time::timeout(Duration::from_secs(5), w).await???;
-    got.release().await?;
-    Ok(())
+    late_release_scenario(true).await
 }
 
 /// The channels under `quorumlock:` node `i` has subscribers on: (inboxes, resource
