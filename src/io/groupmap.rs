@@ -48,6 +48,7 @@ use futures::stream::FuturesUnordered;
 use redis::Value;
 
 use crate::base::error::{Error, GroupMapMismatch, NodeOutcome, NodeVote, Votes};
+use crate::io::node::identity::is_denial;
 use crate::io::node::{Node, Reply, group_map_request, is_transient};
 
 /// The shortest lease of a client's group-map record on a node: 30 s. Clients refresh it
@@ -440,11 +441,14 @@ fn answer_of(answer: Reply) -> Answer {
         Reply::TimedOut => return Answer::Skipped("timed out".to_owned()),
         Reply::Error(e) => {
             let text = Reply::error_text(&e);
+            // The node refuses to talk to this client at all (no password, a wrong one, a
+            // certificate refused): it cannot say which map it records, and it grants no
+            // lock either. Not an answer: read again at the next refresh, never counted as
+            // agreeing.
+            if is_denial(&e) {
+                return Answer::Skipped(text);
+            }
             return match e.code() {
-                // The node refuses to talk to this client at all (no password, or a wrong
-                // one): it cannot say which map it records, and it grants no lock either.
-                // Not an answer: read again at the next refresh, never counted as agreeing.
-                Some("NOAUTH" | "WRONGPASS") => Answer::Skipped(text),
                 Some(_) if !is_transient(&e) => {
                     let hint = if e.code() == Some("NOPERM") {
                         ": the ACL user may not use this client's namespace (its key patterns must \

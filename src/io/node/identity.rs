@@ -456,17 +456,12 @@ pub(crate) fn refusal(why: String) -> Reply {
     )))
 }
 
-/// Whether an error says "this voter will not tell": the ACL forbids the command
-/// (`NOPERM`), the server does not know it, or a voter given as a cluster is a single
-/// master. Every other error (I/O, a connection refused or dropped, a server loading,
-/// busy or out of connections) is "no answer now": the voter is read again later, and does
-/// not vote meanwhile.
 /// Whether `e` says the voter refused our credentials: a failed authentication (redis-rs's
 /// own kind, or the server's `WRONGPASS` / `NOAUTH`), or a TLS handshake that failed over
 /// the certificates. redis-rs's cluster client hands a failed first connection on as an
 /// I/O error whose detail is the cause's text: a Redis Cluster voter's refused login is
 /// told by that text (redis-rs writes the kind's name, `AuthenticationFailed`, in it).
-fn is_denial(e: &RedisError) -> bool {
+pub(crate) fn is_denial(e: &RedisError) -> bool {
     #[cfg(feature = "tls-rustls")]
     if super::tls::refused_certificates(e) {
         return true;
@@ -480,6 +475,11 @@ fn is_denial(e: &RedisError) -> bool {
         || matches!(e.code(), Some("WRONGPASS" | "NOAUTH"))
 }
 
+/// Whether an error says "this voter will not tell": the ACL forbids the command
+/// (`NOPERM`), the server does not know it, or a voter given as a cluster is a single
+/// master. Every other error (I/O, a connection refused or dropped, a server loading,
+/// busy or out of connections) is "no answer now": the voter is read again later, and does
+/// not vote meanwhile.
 fn is_refusal(e: &RedisError) -> bool {
     match e.code() {
         Some("NOPERM") => true,
