@@ -11,8 +11,13 @@ alone, to subtract. Variants:
   set_only       the SET alone
   rslock         rslock's compare-and-delete: one key, one argument
   rslock_5keys   the same script given quorumlock's five keys and four arguments
-  ours           quorumlock's release (release_one.lua + queue.lua + handoff.lua)
-  ours_noexists  the same without its look for waiting state (EXISTS on the leases key)
+  ours           quorumlock's release (release_one.lua + queue.lua + handoff.lua): its
+                 uncontended path, first in the script
+  ours_general   the same with that path cut out: the general path, which looks for
+                 waiting state per resource (the release as it was before that path)
+  two_keys       a compare-and-delete given only the lock key and the leases key
+                 (EXISTS, GET, DEL): the first step of a two-step release, measured and
+                 not used (it costs a round trip more before a hand-off)
 
 Medians of 5 interleaved rounds. Needs redis-server, redis-cli and redis-benchmark
 (Debian's redis-server package; scripts/install-deps.sh installs it).
@@ -59,12 +64,17 @@ def main():
                 break
             time.sleep(0.1)
         ours = "\n".join(source(n) for n in ["release_one.lua", "queue.lua", "handoff.lua"])
-        look = "if redis.call('EXISTS', q[2]) == 1 then"
-        if look not in ours:
-            sys.exit("release_one.lua no longer looks for waiting state as this script expects")
+        fast = "if #KEYS == 5 and #ARGV == 4 and redis.call('EXISTS', KEYS[3]) == 0 then"
+        if fast not in ours:
+            sys.exit("release_one.lua no longer starts with the uncontended path this script expects")
         rslock = (
             'if redis.call("get",KEYS[1]) == ARGV[1] then '
             'return redis.call("del",KEYS[1]) else return 0 end'
+        )
+        two_keys = (
+            "if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end "
+            "if redis.call('GET', KEYS[1]) == ARGV[1] then "
+            "redis.call('DEL', KEYS[1]) return 1 end return 0"
         )
         set_first = "redis.call('SET', KEYS[1], ARGV[1])\n"
         variants = {
@@ -72,13 +82,18 @@ def main():
             "rslock": (set_first + rslock, 1),
             "rslock_5keys": (set_first + rslock, 5),
             "ours": (set_first + ours, 5),
-            "ours_noexists": (set_first + ours.replace(look, "if false then"), 5),
+            "ours_general": (set_first + ours.replace(fast, "if false then"), 5),
+            "two_keys": (set_first + two_keys, 2),
         }
         times = {name: [] for name in variants}
         for _ in range(5):
             for name, (body, nkeys) in variants.items():
                 sha = cli("-x", "SCRIPT", "LOAD", stdin=body)
-                keys, args = (KEYS[:1], ARGS[:1]) if nkeys == 1 else (KEYS, ARGS)
+                keys, args = {
+                    1: (KEYS[:1], ARGS[:1]),
+                    2: ([KEYS[0], KEYS[2]], ARGS[:1]),
+                    5: (KEYS, ARGS),
+                }[nkeys]
                 cli("CONFIG", "RESETSTAT")
                 subprocess.run(
                     ["redis-benchmark", "-p", PORT, "-n", "200000", "-c", "16", "-q",

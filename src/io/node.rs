@@ -937,6 +937,11 @@ pub(crate) fn decode(answer: Answer, raw: Reply) -> Typed {
             (Some(Value::Int(1)), Some(Value::Int(t))) => fencing::token_of(*t).map(Typed::Fenced),
             _ => None,
         },
+        // The uncontended release of one resource (`release_one.lua`'s first path).
+        (Answer::Release, Value::Int(d @ (0 | 1))) => Some(Typed::Released {
+            deleted: d.unsigned_abs(),
+            listeners: 0,
+        }),
         (Answer::Release, Value::Array(a)) => match (a.first(), a.get(1), a.get(2)) {
             // A transfer (`release_one.lua`): the key left our token, to the queue's head.
             (Some(Value::Int(2)), Some(Value::Int(l)), Some(Value::Int(_))) => {
@@ -1485,7 +1490,22 @@ mod tests {
                 listeners: 3
             }
         );
-        assert!(matches!(decode(Answer::Release, int(1)), Typed::Failed(_)));
+        // The uncontended release of one resource answers 1 (deleted) or 0 (not ours).
+        for d in [0, 1] {
+            assert_eq!(
+                decode(Answer::Release, int(d)),
+                Typed::Released {
+                    deleted: d.unsigned_abs(),
+                    listeners: 0
+                }
+            );
+        }
+        for bad in [-1, 2] {
+            assert!(matches!(
+                decode(Answer::Release, int(bad)),
+                Typed::Failed(_)
+            ));
+        }
         assert_eq!(decode(Answer::Compare, Reply::TimedOut), Typed::TimedOut);
 
         // A fenced grant's counter is a token only in 1..2^53.

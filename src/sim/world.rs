@@ -120,7 +120,12 @@ impl Mutation {
                     "redis.call('GET', KEYS[i]) == ARGV[1]",
                     "redis.call('GET', KEYS[i])",
                 ),
-                // The fast path (no one waits) and the hand-off.
+                // The uncontended path, the general one's plain release, and the hand-off.
+                (
+                    "release_one",
+                    "if redis.call('GET', KEYS[1]) == ARGV[1] then",
+                    "if redis.call('GET', KEYS[1]) then",
+                ),
                 (
                     "release_one",
                     "elseif redis.call('GET', key) == token then",
