@@ -64,7 +64,7 @@ def main():
                 break
             time.sleep(0.1)
         ours = "\n".join(source(n) for n in ["release_one.lua", "queue.lua", "handoff.lua"])
-        fast = "if #KEYS == 5 and #ARGV == 4 and redis.call('EXISTS', KEYS[3]) == 0 then"
+        fast = "if single and redis.call('EXISTS', KEYS[3]) == 0 then"
         if fast not in ours:
             sys.exit("release_one.lua no longer starts with the uncontended path this script expects")
         rslock = (

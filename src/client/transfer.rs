@@ -105,6 +105,25 @@ impl Epoch {
     }
 }
 
+/// What a round of queue joins confirmed: how many nodes confirmed the waiter's place, how
+/// many of those have no entry ahead of it, and how many found the lock key free.
+#[derive(Debug, Clone, Copy, Default)]
+struct Tally {
+    confirms: usize,
+    heads: usize,
+    frees: usize,
+}
+
+impl Tally {
+    fn and(self, other: Tally) -> Tally {
+        Tally {
+            confirms: self.confirms.saturating_add(other.confirms),
+            heads: self.heads.saturating_add(other.heads),
+            frees: self.frees.saturating_add(other.frees),
+        }
+    }
+}
+
 /// The waiter's tokens: the current one and the retired ones. Leaving releases the
 /// current token everywhere unless a returned lock holds it.
 struct Waiter {
@@ -199,29 +218,42 @@ impl Waiter {
     /// silent (down, paused, cut off), the other nodes are asked the same way, one after
     /// the other: the waiter is queued where it can be, and the releases there hand over
     /// to it (with five nodes and more, the three others are a quorum). A first join is
-    /// sent at most once per token and node.
+    /// sent at most once per token and node. The node that assigned the ticket is not
+    /// asked again at once: its answer, a moment old, stands beside the others' (a renewal
+    /// there would cost that node a script call per contended acquisition and tell nothing
+    /// new; its confirmation time stays the earlier one, which only shortens a validity).
     async fn join(&mut self) {
         self.renew_at = contention::renew_at(tokio::time::Instant::now());
         let n = self.inner.nodes.len();
+        let mut assigned = None;
         if self.ticket.is_none() {
             let (heralds, others): (Vec<usize>, Vec<usize>) =
                 (0..n).partition(|i| self.res.is_herald(*i, n));
             for h in heralds.into_iter().chain(others) {
-                self.send(&[h]).await;
+                let answered = self.send(&[h], Tally::default()).await;
                 if self.ticket.is_some() {
+                    if answered.confirms == 1 {
+                        assigned = Some((h, answered));
+                    }
                     break;
                 }
             }
         }
         if self.ticket.is_some() {
-            let all = self.all_nodes();
-            self.send(&all).await;
+            let (skip, carried) = match assigned {
+                Some((h, t)) => (Some(h), t),
+                None => (None, Tally::default()),
+            };
+            let rest: Vec<usize> = (0..n).filter(|i| Some(*i) != skip).collect();
+            self.send(&rest, carried).await;
         }
     }
 
     /// Sends a join (first, or renewal) of the current token to the nodes `on`, awaiting
-    /// every reply (bounded by the node timeout), and applies what each reply means.
-    async fn send(&mut self, on: &[usize]) {
+    /// every reply (bounded by the node timeout), and applies what each reply means; the
+    /// head and free verdicts count the confirmations `carried` (answers of other nodes
+    /// just before, not asked again) with these. Returns this send's own confirmations.
+    async fn send(&mut self, on: &[usize], carried: Tally) -> Tally {
         let ticket = self.ticket.clone().unwrap_or_default();
         let inbox = self
             .notifier()
@@ -259,7 +291,7 @@ impl Waiter {
         // ahead sits on one of them, or when a node handed it the key. The price: with one
         // reply slow, a waiter that heads the queue on one node only can claim into a held
         // lock and spend an attempt (`handoff_refused_nodes::a_slow_reply_…`, ignored).
-        let (mut confirms, mut heads, mut frees) = (0usize, 0usize, 0usize);
+        let mut own = Tally::default();
         for (i, first, sent_at, place) in answers {
             let Some(place) = place else { continue };
             if first && place.holds {
@@ -285,21 +317,23 @@ impl Waiter {
                     if let Some(c) = self.epoch.confirmed.get_mut(i) {
                         *c = Some(sent_at);
                     }
-                    confirms += 1;
-                    heads += usize::from(place.ahead == 0);
-                    frees += usize::from(place.free);
+                    own.confirms += 1;
+                    own.heads += usize::from(place.ahead == 0);
+                    own.frees += usize::from(place.free);
                 }
                 handoff::Reply::Count => self.epoch.count(i, None),
                 handoff::Reply::Retire => self.epoch.gone = true,
                 handoff::Reply::Nothing => {}
             }
         }
-        if confirms > 0 {
-            self.epoch.head = heads.saturating_mul(2) >= confirms;
+        let all = own.and(carried);
+        if all.confirms > 0 {
+            self.epoch.head = all.heads.saturating_mul(2) >= all.confirms;
             // (Nodes whose keys were transferred to this waiter count too: its claim
             // takes a key that holds its token as granted.)
-            self.epoch.free = frees.saturating_add(self.epoch.n_counted()) >= self.inner.quorum;
+            self.epoch.free = all.frees.saturating_add(self.epoch.n_counted()) >= self.inner.quorum;
         }
+        own
     }
 
     /// With a quorum counted: the lock, if the validity (and, fenced, the commit) allows;

@@ -27,9 +27,12 @@ local function drop(q, entry)
 end
 
 -- Removes the entries whose lease lapsed by `now` (each entry is purged once: amortized
--- O(log n) per entry).
+-- O(log n) per entry; one read when none lapsed).
 local function purge(q, now)
   local lapsed = redis.call('ZRANGEBYSCORE', q[2], '-inf', now)
+  if #lapsed == 0 then
+    return
+  end
   for i = 1, #lapsed do
     redis.call('ZREM', q[1], lapsed[i])
     redis.call('HDEL', q[3], lapsed[i])

@@ -19,7 +19,8 @@
 -- The uncontended release, first and on its own: one resource, and no one waits or
 -- listens. Nothing is allocated and nothing else is read (a release's server time is
 -- mostly this path; the general one below builds tables for the hand-off).
-if #KEYS == 5 and #ARGV == 4 and redis.call('EXISTS', KEYS[3]) == 0 then
+local single = #KEYS == 5 and #ARGV == 4
+if single and redis.call('EXISTS', KEYS[3]) == 0 then
   if redis.call('GET', KEYS[1]) == ARGV[1] then
     redis.call('DEL', KEYS[1])
     return 1
@@ -39,13 +40,18 @@ local function resource(r)
 end
 local token = ARGV[1]
 local left, waited = 0, {}
-for r = 0, n - 1 do
-  local key, q = resource(r)
-  if redis.call('EXISTS', q[2]) == 1 then
-    waited[#waited + 1] = r
-  elseif redis.call('GET', key) == token then
-    redis.call('DEL', key)
-    left = left + 1
+if single then
+  -- The path above found the leases key: someone waits or listens (not looked at again).
+  waited[1] = 0
+else
+  for r = 0, n - 1 do
+    local key, q = resource(r)
+    if redis.call('EXISTS', q[2]) == 1 then
+      waited[#waited + 1] = r
+    elseif redis.call('GET', key) == token then
+      redis.call('DEL', key)
+      left = left + 1
+    end
   end
 end
 if #waited == 0 then
