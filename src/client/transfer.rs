@@ -219,9 +219,10 @@ impl Waiter {
     /// the other: the waiter is queued where it can be, and the releases there hand over
     /// to it (with five nodes and more, the three others are a quorum). A first join is
     /// sent at most once per token and node. The node that assigned the ticket is not
-    /// asked again at once: its answer, a moment old, stands beside the others' (a renewal
-    /// there would cost that node a script call per contended acquisition and tell nothing
-    /// new; its confirmation time stays the earlier one, which only shortens a validity).
+    /// asked again at once: its answer, a moment old, stands beside the others'. A renewal
+    /// there would cost that node a script call per contended acquisition and tell little
+    /// that the announcements and the next renewal (a third of the lease later) do not;
+    /// its confirmation time stays the earlier one, which only shortens a validity.
     async fn join(&mut self) {
         self.renew_at = contention::renew_at(tokio::time::Instant::now());
         let n = self.inner.nodes.len();
