@@ -33,7 +33,9 @@ elseif ARGV[6] == '1' and holds == 0 then
     ticket = t[1] .. string.format('%06d', tonumber(t[2]))
   end
   redis.call('ZADD', q[1], ticket, token)
-  score = redis.call('ZSCORE', q[1], token)
+  -- The ticket as given (a herald's printed score) or as built here: the text ZSCORE
+  -- would answer for the digits clients send, and the very bound ZCOUNT reads below.
+  score = ticket
   redis.call('ZADD', q[2], lapse, token)
   local attr = ARGV[4] .. ':' .. ARGV[5]
   if (ARGV[7] or '') ~= '' then

@@ -49,9 +49,9 @@ end
 
 local function release(r)
   local key, q, fence, channel, loud = resource(r)
-  drop(q, token)
+  leave(q, token)
   if waiter ~= '' and waiter ~= token then
-    drop(q, waiter)
+    leave(q, waiter)
   end
   if redis.call('GET', key) ~= token then
     return {0, redis.call('ZCARD', q[1])}

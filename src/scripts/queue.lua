@@ -26,6 +26,17 @@ local function drop(q, entry)
   redis.call('HDEL', q[3], entry)
 end
 
+-- Removes a releaser's own entry (its token, or its listener id), usually gone already (a
+-- lock handed over pops its entry): one ZREM then. Every entry of the queue and of the
+-- attributes has a lease (a join writes all three, and drop and purge remove all three),
+-- so an entry without one is in neither.
+local function leave(q, entry)
+  if redis.call('ZREM', q[2], entry) == 1 then
+    redis.call('ZREM', q[1], entry)
+    redis.call('HDEL', q[3], entry)
+  end
+end
+
 -- Removes the entries whose lease lapsed by `now` (each entry is purged once: amortized
 -- O(log n) per entry; one read when none lapsed).
 local function purge(q, now)
