@@ -9,7 +9,12 @@ and writes:
 * docs/img/contended_latency.svg: the distribution (CDF, log time axis) of the acquire
   latency of 16 contenders on one resource: quorumlock notify, quorumlock polling, rslock.
 
-Usage: scripts/plot-benchmarks.py [SUMMARY] [OUTDIR]
+and, from bench-out/server_cost.jsonl (written by `cargo bench --bench server_cost`):
+
+* docs/img/server_cost.svg: the Redis servers' CPU per operation of quorumlock and the
+  floor, relative to rslock's in the same run, for each case of that benchmark.
+
+Usage: scripts/plot-benchmarks.py [SUMMARY] [OUTDIR] [SERVER_COST]
 """
 
 import json
@@ -212,6 +217,62 @@ def plot_contended(rows, path):
     svg.save(path)
 
 
+def plot_server_cost(rows, path):
+    cost = {}
+    cases = []
+    for r in rows:
+        if "case" not in r:
+            continue
+        key = (r["section"], r["case"])
+        if key not in cases:
+            cases.append(key)
+        cost[(key, r["impl"])] = r["server_cpu_us_per_op"]
+    cases = [c for c in cases if cost.get((c, "rslock"))]
+    if not cases:
+        print("no server-cost rows; skipping server_cost")
+        return
+    order = ["floor", "quorumlock"]
+    pw, ph = W - ML - MR, H - MT - MB
+    top = max(2.5, max(cost.get((c, o), 0) / cost[(c, "rslock")] for c in cases for o in order))
+    top = math.ceil(top * 2) / 2
+
+    def Y(v):
+        return MT + ph - v / top * ph
+
+    svg = Svg("Redis servers' CPU per operation, relative to rslock (same run)")
+    t = 0.0
+    while t <= top + 1e-9:
+        svg.line(ML, Y(t), ML + pw, Y(t), "#ddd" if t not in (1.0, 2.0) else "#888", 1,
+                 None if t != 2.0 else "4,3")
+        svg.text(ML - 6, Y(t) + 4, f"{t:g}×", anchor="end")
+        t += 0.5
+    slot = pw / len(cases)
+    bw = slot / (len(order) + 1.5)
+    for k, c in enumerate(cases):
+        x0 = ML + k * slot + bw * 0.75
+        for j, o in enumerate(order):
+            v = cost.get((c, o))
+            if v is None:
+                continue
+            ratio = v / cost[(c, "rslock")]
+            x = x0 + j * bw
+            svg.add(
+                f'<rect x="{x:.1f}" y="{Y(ratio):.1f}" width="{bw * 0.9:.1f}" '
+                f'height="{Y(0) - Y(ratio):.1f}" fill="{COLORS[o]}"/>'
+            )
+            svg.text(x + bw * 0.45, Y(ratio) - 4, f"{ratio:.2f}", font_size="10")
+        label = c[1].replace(", own resource", " own").replace(", new resource", " new")
+        svg.text(ML + k * slot + slot / 2, MT + ph + 16, label, font_size="10")
+        svg.text(ML + k * slot + slot / 2, MT + ph + 29, c[0], font_size="10")
+    svg.line(ML, MT + ph, ML + pw, MT + ph)
+    svg.line(ML, MT, ML, MT + ph)
+    legend = [(o, COLORS[o], None) for o in order]
+    legend.append(("rslock = 1×", "#888", None))
+    legend.append(("target, contended", "#888", "4,3"))
+    svg.legend(legend)
+    svg.save(path)
+
+
 def main():
     src = sys.argv[1] if len(sys.argv) > 1 else "bench-out/summary.jsonl"
     out = sys.argv[2] if len(sys.argv) > 2 else "docs/img"
@@ -220,6 +281,13 @@ def main():
         rows = [json.loads(line) for line in f if line.strip()]
     plot_latency_vs_n(rows, os.path.join(out, "latency_vs_n.svg"))
     plot_contended(rows, os.path.join(out, "contended_latency.svg"))
+    cost_src = sys.argv[3] if len(sys.argv) > 3 else "bench-out/server_cost.jsonl"
+    if os.path.exists(cost_src):
+        with open(cost_src) as f:
+            cost_rows = [json.loads(line) for line in f if line.strip()]
+        plot_server_cost(cost_rows, os.path.join(out, "server_cost.svg"))
+    else:
+        print(f"no {cost_src}; skipping server_cost")
 
 
 if __name__ == "__main__":
