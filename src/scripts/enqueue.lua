@@ -11,7 +11,8 @@
 -- transfer, or lapsed) never adds it back: it answers gone.
 -- Returns {state, ahead, score, holds, free}: state 0 queued (renewed), 1 added, 2 gone;
 -- ahead how many entries have an earlier ticket (a waiter's retired tokens share its
--- ticket and are not ahead of it) and score its ticket, both nil when not queued; holds 1
+-- ticket and are not ahead of it) and score its ticket (a first join answers it as given
+-- or built here, a renewal as ZSCORE prints it), both nil when not queued; holds 1
 -- when the lock key holds the token; free 1 when the lock key is absent (a waiter at the
 -- head claims on a quorum of those: a release may have run before its join landed).
 local q, lock = group(0)

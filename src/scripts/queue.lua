@@ -28,8 +28,11 @@ end
 
 -- Removes a releaser's own entry (its token, or its listener id), usually gone already (a
 -- lock handed over pops its entry): one ZREM then. Every entry of the queue and of the
--- attributes has a lease (a join writes all three, and drop and purge remove all three),
--- so an entry without one is in neither.
+-- attributes has a lease (a join writes all three, and drop and purge remove all three;
+-- the three keys expire together), so an entry without one is in neither. Only a lost
+-- leases key (evicted: the deployment contract asks for noeviction) breaks that; the
+-- releaser's own entry would then stay queued, and a release could hand the key to that
+-- finished token: the lock would sit unused on that node until its TTL.
 local function leave(q, entry)
   if redis.call('ZREM', q[2], entry) == 1 then
     redis.call('ZREM', q[1], entry)
