@@ -18,7 +18,9 @@
 
 -- The uncontended release, first and on its own: one resource, and no one waits or
 -- listens. Nothing is allocated and nothing else is read (a release's server time is
--- mostly this path; the general one below builds tables for the hand-off).
+-- mostly this path; the general one below builds tables for the hand-off). Its
+-- compare-and-delete is the general loop's below, written out for resource 0 (the loop
+-- runs for several resources only).
 local single = #KEYS == 5 and #ARGV == 4
 if single and redis.call('EXISTS', KEYS[3]) == 0 then
   if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -33,7 +35,8 @@ if n < 1 or n ~= math.floor(n) or #ARGV ~= 2 + 2 * n then
   return redis.error_reply('ERR release_one: five keys and two arguments per resource')
 end
 -- Resource r's (from 0) lock key, queue keys (queue.lua's q), fence counter, channel and
--- whether this node announces: the one place the layout above is read (handoff.lua too).
+-- whether this node announces: the one place the layout above is read (handoff.lua too),
+-- besides the uncontended path's lock and leases keys of one resource (KEYS[1], KEYS[3]).
 local function resource(r)
   local k, a = 5 * r, 2 * r + 2
   return KEYS[k + 1], {KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]}, KEYS[k + 5], ARGV[a + 1], ARGV[a + 2] == '1'
